@@ -1,0 +1,323 @@
+# cython: language_level=3
+"""CommitLog record codec, byte-for-byte as RocketMQ 4.9.7 (spec §1, §5.3).
+
+Python-facing functions over the inline kernels of ``mq_record.pxd``. The put path
+(``_commitlog``) uses the same kernels without going through Python objects.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
+from libc.stdlib cimport malloc, free
+
+from mq_bytes cimport mq_get_i16, mq_get_i32, mq_get_i64, mq_get_u8, mq_put_i16, mq_put_i32, mq_crc32_init, mq_crc32_update, mq_body_crc
+from mq_record cimport *
+
+from mqstore.errors import CorruptRecordError
+from mqstore.record import DecodedRecord, decode_host, encode_host
+
+mq_crc32_init()
+
+MESSAGE_MAGIC_CODE = MQ_MESSAGE_MAGIC_CODE
+MESSAGE_MAGIC_CODE_V2 = MQ_MESSAGE_MAGIC_CODE_V2
+BLANK_MAGIC_CODE = MQ_BLANK_MAGIC_CODE
+END_FILE_MIN_BLANK_LENGTH = MQ_END_FILE_MIN_BLANK_LENGTH
+BORNHOST_V6_FLAG = MQ_BORNHOST_V6_FLAG
+STOREHOSTADDRESS_V6_FLAG = MQ_STOREHOST_V6_FLAG
+MAX_TOPIC_BYTES_V1 = MQ_MAX_TOPIC_BYTES_V1
+MAX_PROPERTIES_BYTES = MQ_MAX_PROPERTIES_BYTES
+
+cdef int64_t JAVA_INT_MIN = -2147483648
+cdef int64_t JAVA_INT_MAX = 2147483647
+
+
+def crc32(data) -> int:
+    """crc32(bytes) & 0x7FFFFFFF, RocketMQ's body CRC (spec §1.5)."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return 0
+    return mq_body_crc(<const char *>&view[0], view.shape[0])
+
+
+def crc32_update(int crc, data) -> int:
+    """Plain CRC-32 (zlib) continued from crc; equals zlib.crc32(data, crc)."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return crc
+    return mq_crc32_update(<uint32_t>crc, &view[0], view.shape[0])
+
+
+def java_string_hash(str s) -> int:
+    """Java String.hashCode (UTF-16 code units, signed 32-bit) (spec §1.6)."""
+    return mq_java_hash(s)
+
+
+def tags_code(tags) -> int:
+    """The ConsumeQueue tags code of a TAGS value; 0 for none (spec §1.6)."""
+    if not tags:
+        return 0
+    return mq_java_hash(<str>tags)
+
+
+def java_hashmap_order(keys) -> list:
+    """Iteration order of a java.util.HashMap into which keys were put in this order."""
+    return java_hashmap_keys(dict.fromkeys(keys))
+
+
+def properties_to_string(props, bint java_order=True) -> str:
+    """Map -> properties string (spec §1.4); Java HashMap order unless java_order is False."""
+    if props is None:
+        return ""
+    return properties_string(dict(props), java_order)
+
+
+def string_to_properties(str s) -> dict:
+    """Properties string -> map with RocketMQ's parsing rules (spec §1.4)."""
+    cdef dict out = {}
+    cdef Py_ssize_t idx
+    if not s:
+        return out
+    for segment in s.split("\x02"):
+        if len(segment) < 3:
+            continue
+        idx = segment.find("\x01")
+        if 0 < idx < len(segment) - 1:
+            out[segment[:idx]] = segment[idx + 1:]
+    return out
+
+
+def record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len, int sys_flag=0, bint v2=False) -> int:
+    """calMsgLength (spec §1.2)."""
+    return mq_record_length(body_len, topic_len, props_len, sys_flag, v2)
+
+
+def msg_id(store_host, int64_t physical_offset) -> str:
+    """Offset message id: hex of store address + port + physical offset (spec §1.2)."""
+    return (encode_host(store_host) + physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+cdef inline void _check_int(str name, value, int64_t lo, int64_t hi) except *:
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value!r} is out of the Java range [{lo}, {hi}]")
+
+
+def encode_record(*, str topic, body, int64_t queue_id=0, int64_t flag=0, int64_t queue_offset=0,
+                  int64_t physical_offset=0, int64_t sys_flag=0, int64_t born_timestamp=0,
+                  born_host=("127.0.0.1", 0), int64_t store_timestamp=0, store_host=("127.0.0.1", 0),
+                  int64_t reconsume_times=0, int64_t prepared_transaction_offset=0, properties=None,
+                  body_crc=None, bint v2=False) -> bytes:
+    """Encode one CommitLog record from all of its fields (spec §1.2, §1.8).
+
+    properties: a dict (serialized in Java HashMap order) or an exact properties string.
+    The IPv6 sysflag bits follow the host address families.
+    """
+    for name, value in (("queue_id", queue_id), ("flag", flag), ("sys_flag", sys_flag),
+                        ("reconsume_times", reconsume_times)):
+        _check_int(name, value, JAVA_INT_MIN, JAVA_INT_MAX)
+    cdef bytes body_b = bytes(body)
+    cdef bytes topic_b = topic.encode("utf-8")
+    if len(topic_b) == 0:
+        raise ValueError("topic is empty")
+    if not v2 and len(topic_b) > MQ_MAX_TOPIC_BYTES_V1:
+        raise ValueError(f"topic is {len(topic_b)} UTF-8 bytes; a V1 record holds at most 127 "
+                         "(RocketMQ would wrap the 1-byte length)")
+    if v2 and len(topic_b) > 32767:
+        raise ValueError(f"topic is {len(topic_b)} UTF-8 bytes; a V2 record holds at most 32767")
+    cdef str props_s
+    if properties is None:
+        props_s = ""
+    elif isinstance(properties, str):
+        props_s = properties
+    else:
+        props_s = properties_string(dict(properties), True)
+    cdef bytes props_b = props_s.encode("utf-8")
+    if len(props_b) > MQ_MAX_PROPERTIES_BYTES:
+        raise ValueError(f"properties are {len(props_b)} UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+    cdef bytes born_b = encode_host(tuple(born_host))
+    cdef bytes store_b = encode_host(tuple(store_host))
+    cdef int32_t sf = <int32_t>sys_flag & ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
+    if len(born_b) == 20:
+        sf |= MQ_BORNHOST_V6_FLAG
+    if len(store_b) == 20:
+        sf |= MQ_STOREHOST_V6_FLAG
+    cdef int32_t crc
+    if body_crc is None:
+        crc = mq_body_crc(PyBytes_AS_STRING(body_b), len(body_b)) if len(body_b) else 0
+    else:
+        _check_int("body_crc", body_crc, JAVA_INT_MIN, JAVA_INT_MAX)
+        crc = <int32_t>body_crc
+    cdef int total = mq_record_length(len(body_b), len(topic_b), len(props_b), sf, v2)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    encode_record_into(PyBytes_AS_STRING(out), PyBytes_AS_STRING(topic_b), len(topic_b),
+                       PyBytes_AS_STRING(body_b), len(body_b), PyBytes_AS_STRING(props_b), len(props_b),
+                       <int32_t>queue_id, <int32_t>flag, queue_offset, physical_offset, sf, born_timestamp,
+                       PyBytes_AS_STRING(born_b), store_timestamp, PyBytes_AS_STRING(store_b),
+                       <int32_t>reconsume_times, prepared_transaction_offset, crc, v2)
+    return out
+
+
+cdef class _Cursor:
+    """Bounds-checked big-endian reader over a buffer slice."""
+    cdef const unsigned char[::1] view
+    cdef Py_ssize_t pos, end, start
+
+    def __cinit__(self, const unsigned char[::1] view, Py_ssize_t start):
+        self.view = view
+        self.start = start
+        self.pos = start
+        self.end = view.shape[0]
+
+    cdef inline const char *take(self, Py_ssize_t n) except NULL:
+        if n < 0 or self.pos + n > self.end:
+            raise CorruptRecordError(
+                f"record at buffer offset {self.start} is truncated: needs {n} bytes at {self.pos}, "
+                f"buffer ends at {self.end}")
+        cdef const char *p = <const char *>&self.view[0] + self.pos
+        self.pos += n
+        return p
+
+
+def decode_record(buf, Py_ssize_t offset=0, *, bint check_crc=True, bint read_body=True):
+    """Decode the record at offset into a DecodedRecord (spec §1.2, §1.8).
+
+    Raises CorruptRecordError naming what is wrong: blank record, bad magic, truncation,
+    length mismatch, CRC mismatch, bad UTF-8.
+    """
+    cdef const unsigned char[::1] view = memoryview(buf).cast("B")
+    if offset < 0 or offset > view.shape[0]:
+        raise CorruptRecordError(f"offset {offset} is outside the buffer of {view.shape[0]} bytes")
+    cdef _Cursor c = _Cursor(view, offset)
+    cdef int32_t total = mq_get_i32(c.take(4))
+    cdef int32_t magic = mq_get_i32(c.take(4))
+    if magic == MQ_BLANK_MAGIC_CODE:
+        raise CorruptRecordError(f"offset {offset} holds a BLANK (end of file) record of {total} bytes, not a message")
+    if magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2:
+        raise CorruptRecordError(f"offset {offset}: unknown magic code 0x{<uint32_t>magic:08X}")
+    cdef bint v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
+    cdef int32_t body_crc = mq_get_i32(c.take(4))
+    cdef int32_t queue_id = mq_get_i32(c.take(4))
+    cdef int32_t flag = mq_get_i32(c.take(4))
+    cdef int64_t queue_offset = mq_get_i64(c.take(8))
+    cdef int64_t physical_offset = mq_get_i64(c.take(8))
+    cdef int32_t sys_flag = mq_get_i32(c.take(4))
+    cdef int64_t born_ts = mq_get_i64(c.take(8))
+    cdef int born_len = 20 if sys_flag & MQ_BORNHOST_V6_FLAG else 8
+    cdef int store_len = 20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8
+    born_host = decode_host(c.take(born_len)[:born_len])
+    cdef int64_t store_ts = mq_get_i64(c.take(8))
+    store_host = decode_host(c.take(store_len)[:store_len])
+    cdef int32_t reconsume = mq_get_i32(c.take(4))
+    cdef int64_t prepared = mq_get_i64(c.take(8))
+    cdef int32_t body_len = mq_get_i32(c.take(4))
+    cdef const char *body_p = NULL
+    body = None
+    if body_len > 0:
+        body_p = c.take(body_len)
+        if read_body:
+            body = body_p[:body_len]
+            if check_crc:
+                actual = mq_body_crc(body_p, body_len)
+                if actual != body_crc:
+                    raise CorruptRecordError(
+                        f"record at offset {offset}: body CRC {actual} does not match stored BODYCRC {body_crc}")
+    elif read_body:
+        body = b""
+        if check_crc and body_crc != 0:
+            raise CorruptRecordError(f"record at offset {offset}: empty body but BODYCRC is {body_crc}")
+    cdef Py_ssize_t topic_len = (<uint16_t>mq_get_i16(c.take(2))) if v2 else mq_get_u8(c.take(1))
+    try:
+        topic = c.take(topic_len)[:topic_len].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"record at offset {offset}: topic is not UTF-8 ({exc})") from None
+    cdef int16_t props_len = mq_get_i16(c.take(2))
+    props_s = ""
+    if props_len > 0:
+        try:
+            props_s = c.take(props_len)[:props_len].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError(f"record at offset {offset}: properties are not UTF-8 ({exc})") from None
+    cdef int expected = mq_record_length(max(body_len, 0), topic_len, max(props_len, 0), sys_flag, v2)
+    if expected != total:
+        raise CorruptRecordError(
+            f"record at offset {offset}: TOTALSIZE {total} but its fields add up to {expected} bytes")
+    return DecodedRecord(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                         born_ts, born_host, store_ts, store_host, reconsume, prepared, body, topic,
+                         string_to_properties(props_s), props_s)
+
+
+def check_record(buf, Py_ssize_t offset=0, *, bint check_crc=True, bint read_body=True):
+    """checkMessageAndReturnSize (spec §5.3): (total_size, True) for a valid record, (0, True)
+    for a blank, (-1, False) for a bad magic / CRC / truncation, (total_size, False) when
+    TOTALSIZE disagrees with the fields."""
+    cdef const unsigned char[::1] view = memoryview(buf).cast("B")
+    cdef Py_ssize_t n = view.shape[0]
+    if offset < 0 or offset + 8 > n:
+        return (-1, False)
+    cdef const char *p = <const char *>&view[0]
+    cdef int32_t total = mq_get_i32(p + offset)
+    cdef int32_t magic = mq_get_i32(p + offset + 4)
+    if magic == MQ_BLANK_MAGIC_CODE:
+        return (0, True)
+    if magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2:
+        return (-1, False)
+    try:
+        decode_record(buf, offset, check_crc=check_crc, read_body=read_body)
+    except CorruptRecordError as exc:
+        if "TOTALSIZE" in str(exc):
+            return (total, False)
+        return (-1, False)
+    return (total, True)
+
+
+def encode_batch_body(messages) -> bytes:
+    """Client batch body, MessageDecoder.encodeMessages (spec §1.10): for each
+    (body, properties, flag): [totalSize][magic=0][bodyCRC=0][flag][bodyLen][body][propsLen][props]."""
+    parts = []
+    for body, props, flag in messages:
+        body_b = bytes(body)
+        if props is None:
+            props_b = b""
+        elif isinstance(props, str):
+            props_b = props.encode("utf-8")
+        else:
+            props_b = properties_string(dict(props), True).encode("utf-8")
+        if len(props_b) > MQ_MAX_PROPERTIES_BYTES:
+            raise ValueError(f"batch message properties are {len(props_b)} bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+        _check_int("flag", flag, JAVA_INT_MIN, JAVA_INT_MAX)
+        total = 20 + len(body_b) + 2 + len(props_b)
+        parts.append(total.to_bytes(4, "big") + b"\x00" * 8 + int(flag).to_bytes(4, "big", signed=True)
+                     + len(body_b).to_bytes(4, "big") + body_b + len(props_b).to_bytes(2, "big") + props_b)
+    return b"".join(parts)
+
+
+def decode_batch_body(data) -> list:
+    """Inverse of encode_batch_body: [(flag, body, properties_string)]."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    cdef Py_ssize_t pos = 0, n = view.shape[0]
+    cdef const char *p
+    cdef int32_t total, body_len
+    cdef int16_t props_len
+    out = []
+    while pos < n:
+        if pos + 20 > n:
+            raise CorruptRecordError(f"batch body truncated at byte {pos}: {n - pos} bytes left, header needs 20")
+        p = <const char *>&view[0] + pos
+        total = mq_get_i32(p)
+        body_len = mq_get_i32(p + 16)
+        if body_len < 0 or pos + 20 + body_len + 2 > n:
+            raise CorruptRecordError(f"batch message at byte {pos}: body length {body_len} runs past the batch end")
+        props_len = mq_get_i16(p + 20 + body_len)
+        if props_len < 0 or pos + 22 + body_len + props_len > n:
+            raise CorruptRecordError(f"batch message at byte {pos}: properties length {props_len} runs past the batch end")
+        if total != 22 + body_len + props_len:
+            raise CorruptRecordError(f"batch message at byte {pos}: totalSize {total} disagrees with its lengths")
+        out.append((mq_get_i32(p + 12), p[20:20 + body_len],
+                    p[22 + body_len:22 + body_len + props_len].decode("utf-8")))
+        pos += 22 + body_len + props_len
+    return out
+
+
+def batch_inner_properties(str inner, str batch) -> str:
+    """Properties of an inner batch message as stored (spec §9.4)."""
+    if inner and batch and not inner.endswith("\x02"):
+        return inner + "\x02" + batch
+    return inner + batch

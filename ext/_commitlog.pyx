@@ -1,0 +1,850 @@
+# cython: language_level=3
+"""The CommitLog put path and record scanner (spec §9, §1.7, §5.3).
+
+``CommitLogAppender.put_message`` does everything of a put in C: the checks before the lock,
+encoding outside the lock, and inside it only the queue offset, physical offset and store
+timestamp are set, the bytes copied and the positions published in the control block. Slow
+paths (mapping or allocating the next file) call back into Python outside the lock.
+"""
+
+import os
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+from libc.errno cimport EBUSY
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+
+from mq_bytes cimport *
+from mq_ctl cimport *
+from mq_record cimport *
+
+from mqstore.errors import PutMessageError
+from mqstore.record import encode_host
+from mqstore.status import HINTS, PutMessageStatus
+
+cdef extern from "<errno.h>":
+    int EOWNERDEAD
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef unsigned long pthread_t
+    pthread_t pthread_self()
+
+mq_crc32_init()
+
+# PutMessageStatus codes (mirrors mqstore.status.PutMessageStatus)
+cdef enum:
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    SERVICE_NOT_AVAILABLE = 4
+    CREATE_MAPEDFILE_FAILED = 5
+    MESSAGE_ILLEGAL = 6
+    PROPERTIES_SIZE_EXCEEDED = 7
+    OS_PAGECACHE_BUSY = 8
+    UNKNOWN_ERROR = 9
+
+# internal results of one locked append
+cdef enum:
+    APPEND_OK = 0
+    APPEND_END_OF_FILE = 1
+    APPEND_NEED_FILE = 2
+    APPEND_TABLE_FULL = 3
+
+cdef enum:
+    STACK_RECORD = 2048
+    MAX_DELAY_LEVEL = 18
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef tuple _STATUSES = tuple(PutMessageStatus)
+cdef int64_t _pid = os.getpid()
+
+
+def _refresh_pid():
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_refresh_pid)
+
+
+cdef class Message:
+    """A message to put: topic, body and RocketMQ's message fields.
+
+    tags and keys are stored in the TAGS and KEYS properties; wait_store_msg_ok=False sets
+    WAIT=false (sync flush then returns without waiting for the disk). born_timestamp 0 means
+    "now" at put time; born_host None means the store host.
+    """
+
+    cdef public str topic
+    cdef public bytes body
+    cdef public int queue_id
+    cdef public int flag
+    cdef public int sys_flag
+    cdef public int64_t born_timestamp
+    cdef public object born_host
+    cdef public int reconsume_times
+    cdef public int64_t prepared_transaction_offset
+    cdef dict _properties
+
+    def __init__(self, str topic, body=b"", *, int queue_id=0, int flag=0, tags=None, keys=None,
+                 properties=None, wait_store_msg_ok=None, int64_t born_timestamp=0, born_host=None,
+                 int sys_flag=0, int reconsume_times=0, int64_t prepared_transaction_offset=0):
+        self.topic = topic
+        self.body = body if type(body) is bytes else bytes(body)
+        self.queue_id = queue_id
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self._properties = dict(properties) if properties else None
+        if tags is not None:
+            self.properties["TAGS"] = tags
+        if keys is not None:
+            self.properties["KEYS"] = keys if isinstance(keys, str) else " ".join(keys)
+        if wait_store_msg_ok is not None:
+            self.properties["WAIT"] = "true" if wait_store_msg_ok else "false"
+
+    @property
+    def properties(self) -> dict:
+        if self._properties is None:
+            self._properties = {}
+        return self._properties
+
+    @properties.setter
+    def properties(self, value):
+        self._properties = dict(value) if value else None
+
+    @property
+    def tags(self):
+        return None if self._properties is None else self._properties.get("TAGS")
+
+    @property
+    def keys(self) -> list:
+        if self._properties is None:
+            return []
+        return [k for k in self._properties.get("KEYS", "").split(" ") if k]
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        return self._properties is None or self._properties.get("WAIT", "true").lower() != "false"
+
+    def __repr__(self):
+        return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes, properties={self._properties})"
+
+
+cdef class MessageBatch:
+    """A client batch (MessageExtBatch, spec §9.4): one topic and queue, a §1.10 batch body,
+    batch-level properties, flag, born timestamp and host."""
+
+    cdef public str topic
+    cdef public int queue_id
+    cdef public bytes body
+    cdef public dict properties
+    cdef public int sys_flag
+    cdef public int64_t born_timestamp
+    cdef public object born_host
+    cdef public int reconsume_times
+
+    def __init__(self, str topic, bytes body, *, int queue_id=0, properties=None, int sys_flag=0,
+                 int64_t born_timestamp=0, born_host=None, int reconsume_times=0):
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.properties = dict(properties) if properties else {}
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+
+    @staticmethod
+    def from_messages(messages, *, str topic=None, queue_id=None, properties=None):
+        """Encode messages into a batch body like the Java client's encodeMessages (§1.10)."""
+        from mqstore._codec import encode_batch_body
+        messages = list(messages)
+        if not messages:
+            raise ValueError("a batch needs at least one message")
+        first = messages[0]
+        topic = topic if topic is not None else first.topic
+        queue_id = queue_id if queue_id is not None else first.queue_id
+        body = encode_batch_body([(m.body, m._properties, m.flag) for m in messages])
+        return MessageBatch(topic, body, queue_id=queue_id, properties=properties, sys_flag=first.sys_flag,
+                            born_timestamp=first.born_timestamp, born_host=first.born_host)
+
+
+cdef class PutMessageResult:
+    """Outcome of a put (RocketMQ PutMessageResult + AppendMessageResult)."""
+
+    cdef readonly int status_code
+    cdef readonly int64_t wrote_offset
+    cdef readonly int64_t wrote_bytes
+    cdef readonly int64_t queue_offset
+    cdef readonly int64_t store_timestamp
+    cdef readonly int msg_num
+    cdef readonly object detail
+    cdef bytes _store_host
+    cdef object _record_sizes
+
+    @property
+    def status(self):
+        return _STATUSES[self.status_code]
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code == PUT_OK
+
+    @property
+    def msg_id(self):
+        """Offset msgId(s) (spec §1.2); comma-joined for a batch (spec §9.4)."""
+        if self.msg_num == 0 or self._store_host is None:
+            return None
+        if self._record_sizes is None:
+            return (self._store_host + self.wrote_offset.to_bytes(8, "big")).hex().upper()
+        ids = []
+        off = self.wrote_offset
+        for size in self._record_sizes:
+            ids.append((self._store_host + off.to_bytes(8, "big")).hex().upper())
+            off += size
+        return ",".join(ids)
+
+    def check(self):
+        """Return self if PUT_OK, else raise PutMessageError naming the status and its cause."""
+        if self.status_code == PUT_OK:
+            return self
+        st = self.status
+        raise PutMessageError(f"put failed: {st.name}" + (f": {self.detail}" if self.detail else ""),
+                              status=st, hint=HINTS.get(st))
+
+    def __repr__(self):
+        return (f"PutMessageResult(status={self.status.name}, wrote_offset={self.wrote_offset}, "
+                f"wrote_bytes={self.wrote_bytes}, queue_offset={self.queue_offset}, msg_num={self.msg_num}, "
+                f"store_timestamp={self.store_timestamp}" + (f", detail={self.detail!r})" if self.detail else ")"))
+
+
+cdef PutMessageResult _result(int status, object detail=None):
+    cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
+    r.status_code = status
+    r.detail = detail
+    return r
+
+
+cdef struct AppendOut:
+    int64_t wrote_offset
+    int64_t wrote_bytes
+    int64_t queue_offset
+    int64_t store_timestamp
+    int64_t need_offset
+
+
+cdef class CommitLogAppender:
+    """The put path of one process over a store's control block and CommitLog files."""
+
+    cdef char *ctl
+    cdef object ctl_obj
+    cdef int lock_kind
+    cdef readonly int64_t file_size
+    cdef object cur_file
+    cdef char *cur_base
+    cdef int64_t cur_from
+    cdef object file_provider
+    cdef int64_t max_message_size
+    cdef int64_t busy_timeout_ms
+    cdef int64_t sync_flush_timeout_ms
+    cdef int64_t lock_hold_warn_ns
+    cdef readonly bint sync_flush
+    cdef bint wake_flusher
+    cdef public bint closed
+    cdef public bint slave
+    cdef bytes store_host_b
+    cdef object store_host
+    cdef object last_topic
+    cdef bytes last_topic_b
+    cdef object delay_levels
+
+    def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
+                 int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
+                 bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
+                 delay_levels=None):
+        self.ctl_obj = control_block
+        self.ctl = <char *><size_t>control_block.address
+        self.lock_kind = <int>mq_cell(self.ctl, MQ_CTL_LOCK_KIND)[0]
+        self.file_provider = file_provider
+        self.file_size = file_size
+        self.max_message_size = max_message_size
+        self.busy_timeout_ms = os_page_cache_busy_time_out_mills
+        self.sync_flush_timeout_ms = sync_flush_timeout
+        self.lock_hold_warn_ns = lock_hold_warn_ms * 1000000
+        self.sync_flush = sync_flush
+        self.wake_flusher = sync_flush or not flush_commit_log_timed
+        self.store_host = tuple(store_host)
+        self.store_host_b = encode_host(self.store_host)
+        self.slave = slave
+        self.delay_levels = delay_levels
+        self.cur_base = NULL
+        self.cur_from = -1
+
+    def set_current_file(self, mapped_file):
+        """Make mapped_file the one appends go to (called by the file provider)."""
+        self.cur_file = mapped_file
+        self.cur_base = <char *><size_t>mapped_file.address
+        self.cur_from = mapped_file.file_from
+
+    def forget_current_file(self):
+        self.cur_file = None
+        self.cur_base = NULL
+        self.cur_from = -1
+
+    @property
+    def current_file(self):
+        return self.cur_file
+
+    # -- checks before the lock (spec §9.2) -------------------------------------------------
+    cdef int _check_service(self, int64_t now) except -1:
+        cdef int64_t flags
+        if self.closed or self.slave:
+            return SERVICE_NOT_AVAILABLE
+        flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
+        if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
+            return SERVICE_NOT_AVAILABLE
+        if mq_page_cache_busy(self.ctl, now, self.busy_timeout_ms):
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
+            return OS_PAGECACHE_BUSY
+        return PUT_OK
+
+    cdef PutMessageResult _fail(self, int status, object detail):
+        if status == MESSAGE_ILLEGAL:
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_MESSAGE_ILLEGAL), 1)
+        elif status == PROPERTIES_SIZE_EXCEEDED:
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PROPERTIES_SIZE_EXCEEDED), 1)
+        elif status == SERVICE_NOT_AVAILABLE:
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_SERVICE_NOT_AVAILABLE), 1)
+        elif status == CREATE_MAPEDFILE_FAILED:
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_CREATE_MAPPED_FILE_FAILED), 1)
+        return _result(status, detail)
+
+    cdef object _service_detail(self, int status):
+        if status == OS_PAGECACHE_BUSY:
+            return f"a put has held the lock longer than {self.busy_timeout_ms} ms"
+        if self.closed:
+            return "the store is shut down"
+        if self.slave:
+            return "the store is a slave (broker_role=SLAVE) and does not accept puts"
+        flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
+        return f"the store is not writable (running flags 0x{flags:x})"
+
+    cdef bytes _topic_bytes(self, str topic):
+        if topic is self.last_topic:
+            return self.last_topic_b
+        cdef bytes b = topic.encode("utf-8")
+        self.last_topic = topic
+        self.last_topic_b = b
+        return b
+
+    cdef object _check_topic(self, str topic, bytes topic_b, int queue_id):
+        if topic is None or PyUnicode_GET_LENGTH(topic) == 0:
+            return "topic is empty"
+        if utf16_length(topic) > MQ_MAX_TOPIC_BYTES_V1:
+            return f"topic is {utf16_length(topic)} characters, more than 127"
+        if PyBytes_GET_SIZE(topic_b) > MQ_MAX_TOPIC_BYTES_V1:
+            return (f"topic is {PyBytes_GET_SIZE(topic_b)} UTF-8 bytes; a V1 record holds at most 127 "
+                    "(RocketMQ would wrap the 1-byte length)")
+        if queue_id < 0:
+            return f"invalid queue id {queue_id}: queue ids are >= 0"
+        return None
+
+    cdef bytes _host_bytes(self, object host):
+        if host is None:
+            return self.store_host_b
+        return encode_host(tuple(host))
+
+    # -- single message ---------------------------------------------------------------------
+    def put_message(self, Message msg not None) -> PutMessageResult:
+        """Put one message (spec §9.2, §9.3). Returns a PutMessageResult; never raises for a
+        bad message (the status names the cause)."""
+        cdef int64_t now = mq_now_ms()
+        cdef int status = self._check_service(now)
+        if status != PUT_OK:
+            return self._fail(status, self._service_detail(status))
+        mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
+        cdef str topic = msg.topic
+        cdef int queue_id = msg.queue_id
+        cdef dict props = msg._properties
+        cdef int sys_flag = msg.sys_flag
+        cdef int tx = sys_flag & MQ_TRANSACTION_TYPE_MASK
+        cdef bint wait = True
+        if props:
+            wait = props.get("WAIT", "true").lower() != "false" if "WAIT" in props else True
+            if "DELAY" in props and tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                topic, queue_id, props = self._schedule(topic, queue_id, props)
+        cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
+        problem = self._check_topic(topic, topic_b, queue_id)
+        if problem is not None:
+            return self._fail(MESSAGE_ILLEGAL, problem)
+        cdef str props_s = properties_string(props, True) if props else ""
+        if props_s and utf16_length(props_s) > 32767:
+            return self._fail(MESSAGE_ILLEGAL, f"properties string is {utf16_length(props_s)} characters, more than 32767")
+        cdef bytes props_b = props_s.encode("utf-8") if props_s else b""
+        if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
+            return self._fail(PROPERTIES_SIZE_EXCEEDED,
+                              f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+        cdef bytes body = msg.body
+        cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
+        if body_len > self.max_message_size:
+            return self._fail(MESSAGE_ILLEGAL, f"body is {body_len} bytes, more than max_message_size={self.max_message_size}")
+        cdef bytes born_b = self._host_bytes(msg.born_host)
+        sys_flag &= ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
+        if PyBytes_GET_SIZE(born_b) == 20:
+            sys_flag |= MQ_BORNHOST_V6_FLAG
+        if PyBytes_GET_SIZE(self.store_host_b) == 20:
+            sys_flag |= MQ_STOREHOST_V6_FLAG
+        cdef int total = mq_record_length(body_len, PyBytes_GET_SIZE(topic_b), PyBytes_GET_SIZE(props_b), sys_flag, False)
+        if total > self.max_message_size + 65536:
+            return self._fail(MESSAGE_ILLEGAL, f"record is {total} bytes, more than max_message_size + 64 KiB")
+        if total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return self._fail(MESSAGE_ILLEGAL, f"record of {total} bytes can never fit in a CommitLog file of "
+                              f"{self.file_size} bytes (it needs 8 spare bytes for the end-of-file blank)")
+        cdef char stack_buf[STACK_RECORD]
+        cdef char *rec = &stack_buf[0]
+        if total > STACK_RECORD:
+            rec = <char *>malloc(total)
+        if rec == NULL:
+            raise MemoryError()
+        cdef int64_t born_ts = msg.born_timestamp if msg.born_timestamp != 0 else now
+        cdef int32_t crc = mq_body_crc(PyBytes_AS_STRING(body), body_len) if body_len else 0
+        cdef AppendOut out
+        cdef int32_t rec_size = total
+        try:
+            encode_record_into(rec, PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b), PyBytes_AS_STRING(body),
+                               body_len, PyBytes_AS_STRING(props_b), PyBytes_GET_SIZE(props_b), queue_id, msg.flag,
+                               0, 0, sys_flag, born_ts, PyBytes_AS_STRING(born_b), 0,
+                               PyBytes_AS_STRING(self.store_host_b), msg.reconsume_times,
+                               msg.prepared_transaction_offset, crc, False)
+            status = self._append(rec, total, 1, &rec_size, topic_b, queue_id, sys_flag, &out)
+        finally:
+            if rec != &stack_buf[0]:
+                free(rec)
+        return self._finish(status, &out, 1, None, wait)
+
+    cdef tuple _schedule(self, str topic, int queue_id, dict props):
+        """Delay messages go to SCHEDULE_TOPIC_XXXX, queue level-1 (spec §9.2 step 4)."""
+        try:
+            level = int(props["DELAY"])
+        except ValueError:
+            return topic, queue_id, props
+        if level <= 0:
+            return topic, queue_id, props
+        level = min(level, MAX_DELAY_LEVEL)
+        props = dict(props)
+        props["REAL_TOPIC"] = topic
+        props["REAL_QID"] = str(queue_id)
+        props["DELAY"] = str(level)
+        return SCHEDULE_TOPIC, level - 1, props
+
+    # -- batch (spec §9.4) ---------------------------------------------------------------------
+    def put_messages(self, batch) -> PutMessageResult:
+        """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
+        queue. All records get consecutive queue and physical offsets and one store timestamp."""
+        cdef int64_t now = mq_now_ms()
+        cdef int status = self._check_service(now)
+        if status != PUT_OK:
+            return self._fail(status, self._service_detail(status))
+        mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
+        cdef list items
+        cdef str topic
+        cdef int queue_id, sys_flag, reconsume
+        cdef int64_t born_ts
+        cdef dict batch_props
+        cdef bint wait = True
+        if isinstance(batch, MessageBatch):
+            mb = <MessageBatch>batch
+            topic, queue_id, sys_flag, born_ts, born_host, reconsume = (
+                mb.topic, mb.queue_id, mb.sys_flag, mb.born_timestamp, mb.born_host, mb.reconsume_times)
+            batch_props = mb.properties
+            if mb.body is None or PyBytes_GET_SIZE(mb.body) > self.max_message_size:
+                return self._fail(MESSAGE_ILLEGAL, f"batch body is {0 if mb.body is None else len(mb.body)} bytes, "
+                                  f"more than max_message_size={self.max_message_size}")
+            from mqstore._codec import decode_batch_body
+            try:
+                items = [(flag, body, p) for flag, body, p in decode_batch_body(mb.body)]
+            except ValueError as exc:
+                return self._fail(MESSAGE_ILLEGAL, f"batch body does not parse: {exc}")
+        else:
+            msgs = list(batch)
+            if not msgs:
+                return self._fail(MESSAGE_ILLEGAL, "the batch is empty")
+            first = <Message?>msgs[0]
+            topic, queue_id, sys_flag, born_ts, born_host, reconsume = (
+                first.topic, first.queue_id, first.sys_flag, first.born_timestamp, first.born_host,
+                first.reconsume_times)
+            batch_props = None
+            items = []
+            size = 0
+            for m in msgs:
+                if (<Message?>m).topic != topic or (<Message>m).queue_id != queue_id:
+                    return self._fail(MESSAGE_ILLEGAL, "a batch holds messages of one topic and one queue "
+                                      f"(got {(<Message>m).topic!r}/{(<Message>m).queue_id} after {topic!r}/{queue_id})")
+                mprops = (<Message>m)._properties
+                mprops_s = properties_string(mprops, True) if mprops else ""
+                items.append(((<Message>m).flag, (<Message>m).body, mprops_s))
+                size += 22 + PyBytes_GET_SIZE((<Message>m).body) + len(mprops_s.encode("utf-8"))
+            if size > self.max_message_size:
+                return self._fail(MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={self.max_message_size}")
+        if batch_props:
+            if batch_props.get("WAIT", "true").lower() == "false":
+                wait = False
+            if int(batch_props.get("DELAY", "0") or 0) > 0:
+                return self._fail(MESSAGE_ILLEGAL, "batch messages cannot be delay messages")
+        if sys_flag & MQ_TRANSACTION_TYPE_MASK:
+            return self._fail(MESSAGE_ILLEGAL, "batch messages cannot be transaction messages")
+        cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
+        problem = self._check_topic(topic, topic_b, queue_id)
+        if problem is not None:
+            return self._fail(MESSAGE_ILLEGAL, problem)
+        cdef str batch_s = properties_string(batch_props, True) if batch_props else ""
+        if len(batch_s.encode("utf-8")) > MQ_MAX_PROPERTIES_BYTES:
+            return self._fail(PROPERTIES_SIZE_EXCEEDED, "batch properties are more than 32767 UTF-8 bytes")
+        cdef bytes born_b = self._host_bytes(born_host)
+        sys_flag &= ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
+        if PyBytes_GET_SIZE(born_b) == 20:
+            sys_flag |= MQ_BORNHOST_V6_FLAG
+        if PyBytes_GET_SIZE(self.store_host_b) == 20:
+            sys_flag |= MQ_STOREHOST_V6_FLAG
+        if born_ts == 0:
+            born_ts = now
+        # encode every inner message as a full record, outside the lock
+        cdef Py_ssize_t n = len(items), i
+        cdef list props_list = []
+        cdef int64_t total = 0
+        cdef int rec_len
+        cdef int32_t *sizes = <int32_t *>malloc(n * sizeof(int32_t))
+        if sizes == NULL:
+            raise MemoryError()
+        cdef char *buf = NULL
+        cdef char *p
+        cdef AppendOut out
+        cdef bytes pb, body
+        try:
+            for i in range(n):
+                inner = items[i][2]
+                s = (inner + "\x02" + batch_s) if (inner and batch_s and not inner.endswith("\x02")) else inner + batch_s
+                pb = s.encode("utf-8")
+                if PyBytes_GET_SIZE(pb) > MQ_MAX_PROPERTIES_BYTES:
+                    return self._fail(PROPERTIES_SIZE_EXCEEDED, f"message {i} of the batch has properties of "
+                                      f"{PyBytes_GET_SIZE(pb)} UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+                props_list.append(pb)
+                rec_len = mq_record_length(PyBytes_GET_SIZE(items[i][1]), PyBytes_GET_SIZE(topic_b),
+                                           PyBytes_GET_SIZE(pb), sys_flag, False)
+                sizes[i] = rec_len
+                total += rec_len
+            if total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return self._fail(MESSAGE_ILLEGAL, f"batch of {total} bytes can never fit in a CommitLog file of "
+                                  f"{self.file_size} bytes")
+            buf = <char *>malloc(total)
+            if buf == NULL:
+                raise MemoryError()
+            p = buf
+            for i in range(n):
+                body = items[i][1]
+                pb = props_list[i]
+                p += encode_record_into(
+                    p, PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b), PyBytes_AS_STRING(body),
+                    PyBytes_GET_SIZE(body), PyBytes_AS_STRING(pb), PyBytes_GET_SIZE(pb), queue_id, items[i][0], 0, 0,
+                    sys_flag, born_ts, PyBytes_AS_STRING(born_b), 0, PyBytes_AS_STRING(self.store_host_b), reconsume,
+                    0, mq_body_crc(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)) if PyBytes_GET_SIZE(body) else 0,
+                    False)
+            status = self._append(buf, total, <int>n, sizes, topic_b, queue_id, sys_flag, &out)
+            record_sizes = [sizes[i] for i in range(n)] if status == PUT_OK or status == FLUSH_DISK_TIMEOUT else None
+        finally:
+            free(sizes)
+            if buf != NULL:
+                free(buf)
+        return self._finish(status, &out, <int>n, record_sizes, wait)
+
+    # -- the locked section -----------------------------------------------------------------------
+    cdef int _append(self, char *rec, int64_t total, int n, int32_t *sizes, bytes topic_b, int queue_id,
+                     int sys_flag, AppendOut *out) except -1:
+        """Append pre-encoded records, mapping/allocating the next file outside the lock when
+        needed. Returns a PutMessageStatus code."""
+        cdef int r
+        cdef int attempts = 0
+        while True:
+            r = self._append_locked(rec, total, n, sizes, PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b),
+                                    queue_id, sys_flag, out)
+            if r == APPEND_OK:
+                return PUT_OK
+            if r == APPEND_TABLE_FULL:
+                self._detail = (f"topic-queue table is full ({mq_cell(self.ctl, MQ_CTL_TABLE_SLOTS)[0]} slots); "
+                                "raise topic_queue_table_slots")
+                return UNKNOWN_ERROR
+            attempts += 1
+            if attempts > 64:
+                self._detail = "could not reach a CommitLog file with room after 64 attempts"
+                return UNKNOWN_ERROR
+            # END_OF_FILE (the blank is written, the file is full) or NEED_FILE: map the file
+            # that holds the write position, outside the lock
+            detail = self.file_provider(out.need_offset)
+            if detail is not None:
+                self._detail = detail
+                return CREATE_MAPEDFILE_FAILED
+
+    cdef object _detail
+
+    cdef int _lock(self) except -1:
+        cdef int r = mq_put_trylock(self.ctl, self.lock_kind, (_pid << 32) | (<int64_t>pthread_self() & 0xFFFFFFFF))
+        cdef int64_t token
+        if r == EBUSY:
+            token = (_pid << 32) | (<int64_t>pthread_self() & 0xFFFFFFFF)
+            with nogil:
+                r = mq_put_lock(self.ctl, self.lock_kind, token)
+        if r == EOWNERDEAD:
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_LOCK_TAKEOVERS), 1)
+            mq_add_relaxed(mq_cell(self.ctl, MQ_CTL_LOCK_TAKEOVERS), 1)
+            self._repair_after_takeover()
+            return 0
+        if r != 0:
+            raise OSError(r, f"cannot take the put lock: {os.strerror(r)}")
+        return 0
+
+    cdef _repair_after_takeover(self):
+        """A writer died holding the lock. It publishes the write position before the queue
+        offset, so the only half-done state is a published record whose queue offset was not
+        counted: re-count the records between its entry position and the write position."""
+        cdef int64_t entry = mq_load(mq_cell(self.ctl, MQ_CTL_LOCK_ENTRY_WROTE))
+        cdef int64_t wrote = mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))
+        if wrote <= entry or self.cur_base == NULL or entry < self.cur_from or wrote > self.cur_from + self.file_size:
+            return
+        cdef int64_t pos = entry - self.cur_from, end = wrote - self.cur_from
+        cdef char *b = self.cur_base
+        cdef int32_t size, magic, qid, sf
+        cdef int64_t qoff
+        cdef int tlen, born_len, store_len, bl
+        cdef mq_tq_slot *slot
+        while pos + 8 <= end:
+            size = mq_get_i32(b + pos)
+            magic = mq_get_i32(b + pos + 4)
+            if magic != MQ_MESSAGE_MAGIC_CODE or size <= 0 or pos + size > end:
+                break
+            qid = mq_get_i32(b + pos + MQ_POS_QUEUEID)
+            qoff = mq_get_i64(b + pos + MQ_POS_QUEUEOFFSET)
+            sf = mq_get_i32(b + pos + MQ_POS_SYSFLAG)
+            born_len = 20 if sf & MQ_BORNHOST_V6_FLAG else 8
+            store_len = 20 if sf & MQ_STOREHOST_V6_FLAG else 8
+            bl = mq_get_i32(b + pos + 48 + born_len + 8 + store_len + 12)
+            tlen = <unsigned char>b[pos + 48 + born_len + 8 + store_len + 16 + bl]
+            slot = mq_tq_get_or_insert(self.ctl, b + pos + 48 + born_len + 8 + store_len + 17 + bl, tlen, qid)
+            if slot != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) not in (MQ_TRANSACTION_PREPARED_TYPE, MQ_TRANSACTION_ROLLBACK_TYPE):
+                mq_max(&slot.next_offset, qoff + 1)
+            pos += size
+
+    cdef int _append_locked(self, char *rec, int64_t total, int n, int32_t *sizes, const char *topic, int topic_len,
+                            int queue_id, int sys_flag, AppendOut *out) except -1:
+        cdef char *ctl = self.ctl
+        self._lock()
+        cdef int64_t begin_ms = mq_now_ms()
+        cdef int64_t begin_ns = mq_mono_ns()
+        mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), begin_ms)
+        cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+        mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_ENTRY_WROTE), wrote)
+        cdef int64_t file_pos = wrote - self.cur_from
+        cdef int64_t remaining, acc, q, hold
+        cdef int i, tx, ts_pos
+        cdef mq_tq_slot *slot
+        cdef char *r
+        cdef int result = APPEND_OK
+        if self.cur_base == NULL or wrote < self.cur_from or file_pos >= self.file_size:
+            out.need_offset = wrote
+            result = APPEND_NEED_FILE
+        else:
+            slot = mq_tq_get_or_insert(ctl, topic, topic_len, queue_id)
+            if slot == NULL:
+                result = APPEND_TABLE_FULL
+            else:
+                remaining = self.file_size - file_pos
+                if total + MQ_END_FILE_MIN_BLANK_LENGTH > remaining:
+                    # spec §1.7: blank record, file full, the put goes to the next file
+                    mq_put_i32(self.cur_base + file_pos, <int32_t>remaining)
+                    mq_put_i32(self.cur_base + file_pos + 4, MQ_BLANK_MAGIC_CODE)
+                    mq_store(mq_cell(ctl, MQ_CTL_WROTE), self.cur_from + self.file_size)
+                    mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
+                    mq_add_relaxed(mq_stat(ctl, MQ_STAT_ROLLS), 1)
+                    out.need_offset = self.cur_from + self.file_size
+                    result = APPEND_END_OF_FILE
+                else:
+                    tx = sys_flag & MQ_TRANSACTION_TYPE_MASK
+                    q = 0 if tx == MQ_TRANSACTION_PREPARED_TYPE or tx == MQ_TRANSACTION_ROLLBACK_TYPE else mq_load(&slot.next_offset)
+                    ts_pos = store_timestamp_pos(sys_flag)
+                    r = rec
+                    acc = 0
+                    for i in range(n):
+                        mq_put_i64(r + MQ_POS_QUEUEOFFSET, q + i if q or tx == 0 or tx == 8 else 0)
+                        mq_put_i64(r + MQ_POS_PHYSICALOFFSET, wrote + acc)
+                        mq_put_i64(r + ts_pos, begin_ms)
+                        acc += sizes[i]
+                        r += sizes[i]
+                    memcpy(self.cur_base + file_pos, rec, total)
+                    # publish the write position before the queue offset (see _repair_after_takeover)
+                    mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + total)
+                    mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), wrote + total)  # no transient pool: committed == wrote
+                    if tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                        mq_store(&slot.next_offset, q + n)
+                    mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), begin_ms)
+                    out.wrote_offset = wrote
+                    out.wrote_bytes = total
+                    out.queue_offset = q
+                    out.store_timestamp = begin_ms
+                    mq_add_relaxed(mq_stat(ctl, MQ_STAT_PUT_MESSAGES), n)
+                    mq_add_relaxed(mq_stat(ctl, MQ_STAT_PUT_BYTES), total)
+        hold = mq_mono_ns() - begin_ns
+        mq_add_relaxed(mq_stat(ctl, MQ_STAT_LOCK_ACQUIRES), 1)
+        mq_add_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_TOTAL), hold)
+        if hold > mq_load_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_MAX)):
+            mq_stat_max(ctl, MQ_STAT_LOCK_HOLD_NS_MAX, hold)
+        if hold > self.lock_hold_warn_ns:
+            mq_add_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_WARNS), 1)
+        mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), 0)
+        mq_put_unlock(ctl, self.lock_kind)
+        return result
+
+    # -- after the lock: flush handling (spec §8.2) -------------------------------------------------
+    cdef PutMessageResult _finish(self, int status, AppendOut *out, int n, object record_sizes, bint wait):
+        if status != PUT_OK:
+            detail = self._detail
+            self._detail = None
+            return self._fail(status, detail)
+        cdef PutMessageResult res = PutMessageResult.__new__(PutMessageResult)
+        res.status_code = PUT_OK
+        res.wrote_offset = out.wrote_offset
+        res.wrote_bytes = out.wrote_bytes
+        res.queue_offset = out.queue_offset
+        res.store_timestamp = out.store_timestamp
+        res.msg_num = n
+        res._store_host = self.store_host_b
+        res._record_sizes = record_sizes
+        if self.sync_flush:
+            if wait:
+                self._wait_flushed(res, out.wrote_offset + out.wrote_bytes)
+            else:
+                mq_notify(self.ctl, MQ_CH_FLUSH)
+        elif self.wake_flusher:
+            mq_notify(self.ctl, MQ_CH_FLUSH)
+        return res
+
+    cdef _wait_flushed(self, PutMessageResult res, int64_t end):
+        """Group commit: ask the flusher for `end` and wait until the flushed position passes it,
+        a flush fails, or sync_flush_timeout passes (FLUSH_DISK_TIMEOUT)."""
+        cdef char *ctl = self.ctl
+        cdef int64_t *flushed = mq_cell(ctl, MQ_CTL_FLUSHED)
+        cdef int64_t errors0 = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT))
+        cdef int64_t t0 = mq_mono_ns()
+        cdef int64_t deadline = t0 + self.sync_flush_timeout_ms * 1000000
+        cdef int64_t left
+        cdef uint32_t *seq = mq_ch_seq(ctl, MQ_CH_FLUSHED)
+        cdef uint32_t s
+        cdef bint failed = False
+        mq_add_relaxed(mq_stat(ctl, MQ_STAT_GROUP_COMMIT_WAITS), 1)
+        mq_max(mq_cell(ctl, MQ_CTL_FLUSH_REQUEST_UPTO), end)
+        with nogil:
+            mq_notify(ctl, MQ_CH_FLUSH)
+            while True:
+                s = mq_load32(seq)
+                if mq_load(flushed) >= end:
+                    break
+                if mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)) != errors0:
+                    failed = True
+                    break
+                left = deadline - mq_mono_ns()
+                if left <= 0:
+                    break
+                mq_futex_wait(seq, s, left if left < 100000000 else 100000000)
+        mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_WAIT_NS_TOTAL), mq_mono_ns() - t0)
+        if mq_load(flushed) < end:
+            mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_TIMEOUTS), 1)
+            res.status_code = FLUSH_DISK_TIMEOUT
+            if failed:
+                err = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_LAST_ERRNO))
+                res.detail = f"the flush failed: {os.strerror(err)} (errno {err})"
+            else:
+                res.detail = f"not flushed within sync_flush_timeout={self.sync_flush_timeout_ms} ms"
+
+
+# -- record scanning (recovery, checker, table rebuild) ------------------------------------------
+
+def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint check_crc, control_block=None,
+                 on_record=None):
+    """Walk the records of one file from start while they are valid (spec §5.3/§5.4).
+
+    Returns (stop_position, reason, count, last_store_timestamp) with reason one of
+    "blank" (end-of-file record: continue with the next file), "end" (reached `end`),
+    "invalid" (bad magic, CRC, length or a record running past `end`).
+    With control_block, raises each queue's next offset in its topic-queue table to
+    queue_offset + 1. on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
+    sys_flag, store_timestamp) is called per valid record if given.
+    """
+    cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
+    if end > view.shape[0]:
+        end = view.shape[0]
+    cdef const char *b = <const char *>&view[0]
+    cdef char *ctl = NULL
+    if control_block is not None:
+        ctl = <char *><size_t>control_block.address
+    cdef int64_t pos = start, count = 0, last_ts = -1, qoff, phy, ts
+    cdef int32_t size, magic, qid, sf, crc, bl, pl
+    cdef int born_len, store_len, tlen, hdr
+    cdef bint v2
+    cdef const char *p
+    cdef mq_tq_slot *slot
+    reason = "end"
+    while pos < end:
+        if pos + 8 > end:
+            reason = "invalid"
+            break
+        p = b + pos
+        size = mq_get_i32(p)
+        magic = mq_get_i32(p + 4)
+        if magic == MQ_BLANK_MAGIC_CODE:
+            reason = "blank"
+            break
+        if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 or pos + size > end:
+            reason = "invalid"
+            break
+        v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
+        sf = mq_get_i32(p + MQ_POS_SYSFLAG)
+        born_len = 20 if sf & MQ_BORNHOST_V6_FLAG else 8
+        store_len = 20 if sf & MQ_STOREHOST_V6_FLAG else 8
+        hdr = 48 + born_len + 8 + store_len + 12
+        bl = mq_get_i32(p + hdr)
+        if bl < 0 or hdr + 4 + bl + 3 > size:
+            reason = "invalid"
+            break
+        tlen = (<unsigned short>mq_get_i16(p + hdr + 4 + bl)) if v2 else <unsigned char>p[hdr + 4 + bl]
+        if hdr + 4 + bl + (2 if v2 else 1) + tlen + 2 > size:
+            reason = "invalid"
+            break
+        pl = mq_get_i16(p + hdr + 4 + bl + (2 if v2 else 1) + tlen)
+        if pl < 0 or mq_record_length(bl, tlen, pl, sf, v2) != size:
+            reason = "invalid"
+            break
+        if check_crc:
+            crc = mq_body_crc(p + hdr + 4, bl) if bl else 0
+            if crc != mq_get_i32(p + MQ_POS_BODYCRC):
+                reason = "invalid"
+                break
+        qid = mq_get_i32(p + MQ_POS_QUEUEID)
+        qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
+        phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
+        ts = mq_get_i64(p + store_timestamp_pos(sf))
+        if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
+                (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
+            slot = mq_tq_get_or_insert(ctl, p + hdr + 4 + bl + (2 if v2 else 1), tlen, qid)
+            if slot == NULL:
+                raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
+            mq_max(&slot.next_offset, qoff + 1)
+        if on_record is not None:
+            on_record(pos, size, p[hdr + 4 + bl + (2 if v2 else 1):hdr + 4 + bl + (2 if v2 else 1) + tlen],
+                      qid, qoff, phy, sf, ts)
+        last_ts = ts
+        count += 1
+        pos += size
+    return pos, reason, count, last_ts

@@ -1,0 +1,402 @@
+# cython: language_level=3
+"""MappedFile (spec §6.1): one fixed-size file, allocated with posix_fallocate, mapped shared.
+
+Files are created under a temporary name, fully allocated, then renamed into place, so every
+process that sees a file name can map it, and a full disk surfaces as an OSError (ENOSPC)
+at creation instead of SIGBUS on a later write into a hole.
+"""
+
+import os
+
+from cpython.buffer cimport PyBUF_WRITABLE
+from libc.errno cimport errno
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy, memset
+from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_EXCL, O_RDONLY
+from posix.unistd cimport close as c_close
+
+from mq_bytes cimport mq_now_ms, mq_mono_ns
+
+cdef extern from "<sys/mman.h>" nogil:
+    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset)
+    int munmap(void *addr, size_t length)
+    int msync(void *addr, size_t length, int flags)
+    int madvise(void *addr, size_t length, int advice)
+    int mlock(const void *addr, size_t len)
+    int munlock(const void *addr, size_t len)
+    int PROT_READ, PROT_WRITE, MAP_SHARED, MS_SYNC, MADV_WILLNEED, MADV_DONTNEED
+    void *MAP_FAILED
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fallocate(int fd, long offset, long len)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+OS_PAGE_SIZE = 4096
+cdef int64_t PAGE = 4096
+
+# Fault injection (mqstore.testing.faults): the next N flushes fail with this errno instead
+# of calling msync, so tests can prove a failed flush is never reported as success.
+cdef int _fail_flush_errno = 0
+cdef int _fail_flush_count = 0
+
+
+def inject_flush_failure(int err, int count=1):
+    """Make the next `count` MappedFile flushes in this process fail with errno `err`."""
+    global _fail_flush_errno, _fail_flush_count
+    _fail_flush_errno = err
+    _fail_flush_count = count
+
+
+def file_name(int64_t offset) -> str:
+    """20-digit zero-padded decimal start offset (spec §2)."""
+    return f"{offset:020d}"
+
+
+cdef class MappedFile:
+    """A fixed-size file mapped MAP_SHARED, with RocketMQ's positions and reference count.
+
+    wrote/committed/flushed positions here are this object's own (ConsumeQueue, index, tests);
+    the CommitLog keeps its store-wide positions in the control block.
+    """
+
+    cdef char *base
+    cdef int fd
+    cdef readonly str path
+    cdef readonly int64_t file_from
+    cdef readonly int64_t file_size
+    cdef public int64_t wrote_position
+    cdef public int64_t committed_position
+    cdef public int64_t flushed_position
+    cdef public int64_t store_timestamp
+    cdef int exports
+    cdef int ref_count
+    cdef bint available
+    cdef bint cleanup_over
+    cdef int64_t first_shutdown_ms
+    cdef readonly bint locked_in_memory
+
+    def __cinit__(self):
+        self.base = NULL
+        self.fd = -1
+        self.ref_count = 1
+        self.available = True
+
+    def __dealloc__(self):
+        if self.base != NULL and self.exports == 0:
+            munmap(self.base, self.file_size)
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    @staticmethod
+    def create(str path, int64_t file_size):
+        """Create, fully allocate and map a new file at path (its name is its start offset).
+
+        Raises FileExistsError if path exists, OSError(ENOSPC/EFBIG/...) when the space
+        cannot be allocated; nothing is left behind in that case.
+        """
+        if os.path.exists(path):
+            raise FileExistsError(f"mapped file {path} already exists")
+        tmp = f"{path}.alloc{os.getpid()}"
+        cdef bytes tmp_b = os.fsencode(tmp)
+        cdef int fd = c_open(tmp_b, O_RDWR | O_CREAT | O_EXCL, 0o644)
+        if fd < 0:
+            raise OSError(errno, f"cannot create {tmp}: {os.strerror(errno)}")
+        cdef int r
+        with nogil:
+            r = posix_fallocate(fd, 0, file_size)
+        if r != 0:
+            c_close(fd)
+            os.unlink(tmp)
+            raise OSError(r, f"cannot allocate {file_size} bytes for {os.path.basename(path)}: {os.strerror(r)}", path)
+        c_close(fd)
+        os.rename(tmp, path)
+        return MappedFile.open(path, file_size)
+
+    @staticmethod
+    def open(str path, int64_t file_size):
+        """Map an existing file; its size must be exactly file_size (spec §2)."""
+        name = os.path.basename(path)
+        if len(name) != 20 or not name.isdigit():
+            raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
+        cdef bytes path_b = os.fsencode(path)
+        cdef int fd = c_open(path_b, O_RDWR, 0)
+        if fd < 0:
+            raise OSError(errno, f"cannot open {path}: {os.strerror(errno)}", path)
+        actual = os.fstat(fd).st_size
+        if actual != file_size:
+            c_close(fd)
+            raise ValueError(f"{path} is {actual} bytes but the configured size is {file_size}")
+        cdef MappedFile mf = MappedFile.__new__(MappedFile)
+        mf.fd = fd
+        mf.path = path
+        mf.file_size = file_size
+        mf.file_from = int(name)
+        cdef void *p = mmap(NULL, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        if p == MAP_FAILED:
+            raise OSError(errno, f"cannot map {path}: {os.strerror(errno)}", path)
+        mf.base = <char *>p
+        return mf
+
+    cdef inline char *_b(self) except NULL:
+        if self.base == NULL:
+            raise ValueError(f"{self.path} is unmapped")
+        return self.base
+
+    def __repr__(self):
+        return (f"MappedFile({os.path.basename(self.path) if self.path else None}, wrote={self.wrote_position}, "
+                f"committed={self.committed_position}, flushed={self.flushed_position})")
+
+    @property
+    def address(self) -> int:
+        return <size_t>self._b()
+
+    @property
+    def file_name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position == self.file_size
+
+    @property
+    def read_position(self) -> int:
+        return self.wrote_position
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.path).st_mtime * 1000)
+
+    # -- zero-copy access (buffer protocol, read only) ------------------------------------
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("mapped files are exported read-only; write through append/write_at")
+        buffer.buf = self._b()
+        buffer.obj = self
+        buffer.len = self.file_size
+        buffer.readonly = 1
+        buffer.itemsize = 1
+        buffer.format = NULL
+        buffer.ndim = 1
+        buffer.shape = NULL
+        buffer.strides = NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        self.exports -= 1
+
+    def view(self, int64_t pos, int64_t size) -> memoryview:
+        self._check_range(pos, size)
+        return memoryview(self)[pos:pos + size]
+
+    def read(self, int64_t pos, int64_t size) -> bytes:
+        self._check_range(pos, size)
+        return self.base[pos:pos + size]
+
+    cdef _check_range(self, int64_t pos, int64_t size):
+        self._b()
+        if pos < 0 or size < 0 or pos + size > self.file_size:
+            raise IndexError(f"range [{pos}, {pos + size}) is outside {self.file_name} of {self.file_size} bytes")
+
+    def write_at(self, int64_t pos, data):
+        """Copy data at pos (positions untouched)."""
+        cdef const unsigned char[::1] v = memoryview(data).cast("B")
+        self._check_range(pos, v.shape[0])
+        if v.shape[0]:
+            memcpy(self.base + pos, &v[0], v.shape[0])
+
+    def append(self, data) -> bool:
+        """Raw append at wrote_position (ConsumeQueue, HA slave): False if it does not fit."""
+        cdef const unsigned char[::1] v = memoryview(data).cast("B")
+        cdef int64_t n = v.shape[0]
+        self._b()
+        if self.wrote_position + n > self.file_size:
+            return False
+        if n:
+            memcpy(self.base + self.wrote_position, &v[0], n)
+        self.wrote_position += n
+        return True
+
+    def zero_range(self, int64_t start, int64_t end):
+        self._check_range(start, end - start)
+        memset(self.base + start, 0, end - start)
+
+    def zero_dirty_tail(self, int64_t start, int64_t clean_pages=16) -> int:
+        """Zero bytes from start until `clean_pages` consecutive all-zero pages are seen.
+
+        Used when recovery truncates a torn tail, so stale bytes of an unfinished record can
+        never be parsed as a record later. Returns the end of the last page that held a
+        non-zero byte (start if there was none): the extent of what was dropped."""
+        self._check_range(start, 0)
+        cdef int64_t pos = start, page_end, run = 0, i, dirty_end = start
+        cdef bint zero
+        while pos < self.file_size and run < clean_pages:
+            page_end = min((pos // PAGE + 1) * PAGE, self.file_size)
+            zero = True
+            for i in range(pos, page_end):
+                if self.base[i] != 0:
+                    zero = False
+                    break
+            if zero:
+                run += 1
+            else:
+                run = 0
+                for i in range(page_end - 1, pos - 1, -1):
+                    if self.base[i] != 0:
+                        dirty_end = i + 1
+                        break
+                memset(self.base + pos, 0, page_end - pos)
+            pos = page_end
+        return dirty_end
+
+    # -- durability -----------------------------------------------------------------------
+    def flush_range(self, int64_t start, int64_t end):
+        """msync(MS_SYNC) the pages covering [start, end). Raises OSError on failure: a failed
+        flush must never be reported as success (spec §8, issue 2 item 7)."""
+        global _fail_flush_count
+        if end <= start:
+            return
+        self._check_range(start, end - start)
+        cdef int64_t a = (start // PAGE) * PAGE
+        cdef int r
+        cdef int err = 0
+        if _fail_flush_count > 0:
+            _fail_flush_count -= 1
+            raise OSError(_fail_flush_errno, f"msync of {self.file_name} [{start}, {end}) failed: "
+                          f"{os.strerror(_fail_flush_errno)} (injected)")
+        with nogil:
+            r = msync(self.base + a, end - a, MS_SYNC)
+            if r != 0:
+                err = errno
+        if r != 0:
+            raise OSError(err, f"msync of {self.file_name} [{start}, {end}) failed: {os.strerror(err)}")
+
+    def is_able_to_flush(self, int least_pages) -> bool:
+        """spec §6.1 isAbleToFlush on this file's own positions."""
+        if self.is_full:
+            return True
+        if least_pages > 0:
+            return self.wrote_position // PAGE - self.flushed_position // PAGE >= least_pages
+        return self.wrote_position > self.flushed_position
+
+    def flush(self, int least_pages=0) -> int:
+        """Flush this file's own dirty range if able (spec §6.1); returns flushed_position."""
+        cdef int64_t target = self.wrote_position
+        if self.is_able_to_flush(least_pages) and self.hold():
+            try:
+                self.flush_range(self.flushed_position, target)
+                self.flushed_position = target
+            finally:
+                self.release()
+        return self.flushed_position
+
+    # -- warm-up (spec §6.3 warmMappedFile, seed 000) --------------------------------------
+    def warm(self, bint sync_flush, int64_t flush_least_pages, bint lock_memory=True) -> dict:
+        """Touch one byte per 4 KiB page; under sync flush force every flush_least_pages pages;
+        then mlock + madvise(WILLNEED). Returns timings and whether mlock succeeded."""
+        cdef char *b = self._b()
+        cdef int64_t i, last_forced = 0, pages = 0, t0 = mq_mono_ns(), forces = 0
+        cdef int mr = 0, merr = 0
+        with nogil:
+            i = 0
+            while i < self.file_size:
+                b[i] = 0
+                pages += 1
+                if sync_flush and flush_least_pages > 0 and (i // PAGE - last_forced // PAGE) >= flush_least_pages:
+                    msync(b + (last_forced // PAGE) * PAGE, i - (last_forced // PAGE) * PAGE, MS_SYNC)
+                    last_forced = i
+                    forces += 1
+                if pages % 1000 == 0:
+                    sched_yield()
+                i += PAGE
+            if sync_flush:
+                msync(b, self.file_size, MS_SYNC)
+                forces += 1
+        cdef int64_t warm_ns = mq_mono_ns() - t0
+        if lock_memory:
+            mr = mlock(b, self.file_size)
+            if mr != 0:
+                merr = errno
+            madvise(b, self.file_size, MADV_WILLNEED)
+            self.locked_in_memory = mr == 0
+        return {"pages": pages, "forces": forces, "warm_ns": warm_ns, "mlock_ok": lock_memory and mr == 0,
+                "mlock_errno": merr}
+
+    def munlock(self):
+        if self.base != NULL and self.locked_in_memory:
+            munlock(self.base, self.file_size)
+            self.locked_in_memory = False
+
+    # -- lifetime (spec §6.1 reference counting) --------------------------------------------
+    def hold(self) -> bool:
+        if self.available and self.ref_count > 0:
+            self.ref_count += 1
+            return True
+        return False
+
+    def release(self):
+        self.ref_count -= 1
+        if self.ref_count <= 0:
+            self._cleanup()
+
+    @property
+    def ref_count_value(self) -> int:
+        return self.ref_count
+
+    @property
+    def is_available(self) -> bool:
+        return self.available
+
+    @property
+    def is_cleanup_over(self) -> bool:
+        return self.ref_count <= 0 and self.cleanup_over
+
+    def shutdown(self, int64_t interval_forcibly_ms):
+        """Mark unavailable and drop the initial reference; on a later call past the interval,
+        force the count down even if readers still hold it."""
+        if self.available:
+            self.available = False
+            self.first_shutdown_ms = mq_now_ms()
+            self.release()
+        elif self.ref_count > 0 and mq_now_ms() - self.first_shutdown_ms >= interval_forcibly_ms:
+            self.ref_count = -1000 - self.ref_count
+            self.release()
+
+    cdef _cleanup(self):
+        if self.cleanup_over:
+            return
+        if self.exports > 0:
+            return  # a memoryview still points into the mapping; unmapped at dealloc
+        if self.locked_in_memory:
+            self.munlock()
+        if self.base != NULL:
+            munmap(self.base, self.file_size)
+            self.base = NULL
+        self.cleanup_over = True
+
+    def close(self):
+        """Unmap now (if no buffer is exported) and close the descriptor."""
+        self.available = False
+        self.ref_count = 0
+        self._cleanup()
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+    def destroy(self, int64_t interval_forcibly_ms=0) -> bool:
+        """shutdown + delete the file once no one holds it (spec §6.1)."""
+        self.shutdown(interval_forcibly_ms)
+        if self.ref_count <= 0:
+            self._cleanup()
+            if self.fd >= 0:
+                c_close(self.fd)
+                self.fd = -1
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            return True
+        return False

@@ -1,0 +1,440 @@
+# cython: language_level=3
+"""The shared-memory control block: positions, put lock, wake-ups, topic-queue table, stats.
+
+Mapped by every process that uses a store (design.md "Processes and shared memory"). The
+layout is in ``include/mq_ctl.h``; this module creates, attaches, reads and updates it.
+"""
+
+import os
+
+from libc.errno cimport errno, EBUSY
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memset, memcpy
+from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_EXCL
+from posix.unistd cimport close as c_close, ftruncate, getpid
+
+from mq_bytes cimport *
+from mq_ctl cimport *
+
+cdef extern from "<sys/mman.h>" nogil:
+    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset)
+    int munmap(void *addr, size_t length)
+    int msync(void *addr, size_t length, int flags)
+    int PROT_READ, PROT_WRITE, MAP_SHARED, MS_SYNC
+    void *MAP_FAILED
+
+cdef extern from "<errno.h>":
+    int EOWNERDEAD
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fallocate(int fd, long offset, long len)
+    struct flock:
+        short l_type
+        short l_whence
+        long l_start
+        long l_len
+        int l_pid
+    int fcntl(int fd, int cmd, ...)
+    int F_OFD_SETLK, F_OFD_GETLK, F_WRLCK, F_UNLCK, SEEK_SET
+
+STATE_BUILDING = MQ_STATE_BUILDING
+STATE_READY = MQ_STATE_READY
+STATE_CLOSED = MQ_STATE_CLOSED
+LOCK_SPIN = MQ_LOCK_SPIN
+LOCK_MUTEX = MQ_LOCK_MUTEX
+HEADER_SIZE = MQ_CTL_HEADER_SIZE
+SLOT_SIZE = MQ_TQ_SLOT_SIZE
+
+CHANNELS = {"flush": MQ_CH_FLUSH, "flushed": MQ_CH_FLUSHED, "alloc": MQ_CH_ALLOC, "alloc_done": MQ_CH_ALLOC_DONE,
+            "commit": MQ_CH_COMMIT, "dispatch": MQ_CH_DISPATCH, "dispatched": MQ_CH_DISPATCHED,
+            "clean": MQ_CH_CLEAN}
+
+RUNNING_FLAGS = {"NOT_READABLE": MQ_NOT_READABLE, "NOT_WRITEABLE": MQ_NOT_WRITEABLE,
+                 "WRITE_LOGICS_QUEUE_ERROR": MQ_WRITE_LOGICS_QUEUE_ERROR,
+                 "WRITE_INDEX_FILE_ERROR": MQ_WRITE_INDEX_FILE_ERROR, "DISK_FULL": MQ_DISK_FULL}
+
+# Names of the statistics counters, in MQ_STAT_* order.
+STAT_NAMES = (
+    "put_requests", "put_messages", "put_bytes", "lock_acquires",
+    "lock_hold_ns_total", "lock_hold_ns_max", "rolls", "lock_hold_warns",
+    "page_cache_busy", "flush_timeouts", "create_mapped_file_failed", "message_illegal",
+    "lock_takeovers", "roll_wait_ns_total", "roll_wait_ns_max", "service_not_available",
+    "flush_count", "flush_ns_total", "flush_ns_max", "flush_ns_last",
+    "flush_bytes", "flush_errors", "group_commit_waits", "flush_wait_ns_total",
+    "alloc_count", "alloc_ns_total", "alloc_ns_max", "warm_ns_total",
+    "alloc_errors", "properties_size_exceeded", "spin_yields", "roll_waits",
+)
+assert len(STAT_NAMES) == MQ_STAT_COUNT
+
+_POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": MQ_CTL_FLUSHED,
+              "dispatched": MQ_CTL_DISPATCHED, "confirmed": MQ_CTL_CONFIRMED, "min_phy": MQ_CTL_MIN_PHY,
+              "last_store_timestamp": MQ_CTL_LAST_STORE_TS, "flushed_store_timestamp": MQ_CTL_FLUSHED_STORE_TS,
+              "flush_request_upto": MQ_CTL_FLUSH_REQUEST_UPTO, "flush_error_count": MQ_CTL_FLUSH_ERROR_COUNT,
+              "flush_last_errno": MQ_CTL_FLUSH_LAST_ERRNO, "flush_error_offset": MQ_CTL_FLUSH_ERROR_OFFSET,
+              "alloc_request_upto": MQ_CTL_ALLOC_REQUEST_UPTO, "alloc_ready_upto": MQ_CTL_ALLOC_READY_UPTO,
+              "alloc_error_errno": MQ_CTL_ALLOC_ERROR_ERRNO, "alloc_error_offset": MQ_CTL_ALLOC_ERROR_OFFSET,
+              "alloc_error_count": MQ_CTL_ALLOC_ERROR_COUNT, "running_flags": MQ_CTL_RUNNING_FLAGS,
+              "lock_begin_time_ms": MQ_CTL_LOCK_BEGIN_MS, "lock_takeovers": MQ_CTL_LOCK_TAKEOVERS,
+              "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE}
+
+
+def control_block_size(int64_t table_slots) -> int:
+    return MQ_CTL_HEADER_SIZE + table_slots * MQ_TQ_SLOT_SIZE
+
+
+cdef class ControlBlock:
+    """One store's shared-memory control block, mapped from a file (``<store>/mqstore.shm``)."""
+
+    cdef char *base
+    cdef readonly Py_ssize_t size
+    cdef readonly str path
+    cdef int fd
+
+    def __cinit__(self):
+        self.base = NULL
+        self.fd = -1
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, self.size)
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    @staticmethod
+    def create(str path, *, int64_t table_slots, int64_t file_size, str lock_kind, bint sync_flush):
+        """Lay out a fresh block in a new file (atomically renamed over any old one).
+
+        The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
+        The block starts in state BUILDING; the owner rebuilds it from the files and then
+        calls ``mark_ready``.
+        """
+        if table_slots < 64 or table_slots & (table_slots - 1):
+            raise ValueError(f"table_slots={table_slots} must be a power of two >= 64")
+        if lock_kind not in ("spin", "mutex"):
+            raise ValueError(f"lock_kind={lock_kind!r} must be 'spin' or 'mutex'")
+        cdef int64_t size = control_block_size(table_slots)
+        tmp = f"{path}.tmp{os.getpid()}"
+        cdef bytes tmp_b = os.fsencode(tmp)
+        cdef int fd = c_open(tmp_b, O_RDWR | O_CREAT, 0o644)
+        if fd < 0:
+            raise OSError(errno, f"cannot create control block {tmp}: {os.strerror(errno)}")
+        cdef int r
+        try:
+            if ftruncate(fd, 0) != 0:
+                raise OSError(errno, f"cannot truncate {tmp}: {os.strerror(errno)}")
+            r = posix_fallocate(fd, 0, size)
+            if r != 0:
+                raise OSError(r, f"cannot allocate {size} bytes for control block {tmp}: {os.strerror(r)}")
+        except BaseException:
+            c_close(fd)
+            os.unlink(tmp)
+            raise
+        cdef ControlBlock cb = ControlBlock.__new__(ControlBlock)
+        cb.path = path
+        cb.fd = fd
+        cb._map(size)
+        memset(cb.base, 0, MQ_CTL_HEADER_SIZE)
+        (<uint64_t *>cb.base)[0] = MQ_CTL_MAGIC
+        mq_cell(cb.base, MQ_CTL_VERSION_OFF)[0] = MQ_CTL_VERSION
+        mq_cell(cb.base, MQ_CTL_TOTAL_SIZE)[0] = size
+        mq_cell(cb.base, MQ_CTL_TABLE_SLOTS)[0] = table_slots
+        mq_cell(cb.base, MQ_CTL_FILE_SIZE)[0] = file_size
+        mq_cell(cb.base, MQ_CTL_OWNER_PID)[0] = getpid()
+        mq_cell(cb.base, MQ_CTL_LOCK_KIND)[0] = MQ_LOCK_MUTEX if lock_kind == "mutex" else MQ_LOCK_SPIN
+        mq_cell(cb.base, MQ_CTL_FLUSH_DISK_TYPE)[0] = 1 if sync_flush else 0
+        mq_cell(cb.base, MQ_CTL_CREATED_MS)[0] = mq_now_ms()
+        mq_cell(cb.base, MQ_CTL_ALLOC_READY_UPTO)[0] = -1
+        mq_cell(cb.base, MQ_CTL_ALLOC_REQUEST_UPTO)[0] = -1
+        r = mq_mutex_init(cb.base)
+        if r != 0:
+            raise OSError(r, f"cannot initialise the process-shared put mutex: {os.strerror(r)}")
+        mq_store(mq_cell(cb.base, MQ_CTL_STATE), MQ_STATE_BUILDING)
+        os.rename(tmp, path)
+        return cb
+
+    @staticmethod
+    def attach(str path):
+        """Map an existing block (any process). Raises ValueError if it is not one."""
+        cdef bytes path_b = os.fsencode(path)
+        cdef int fd = c_open(path_b, O_RDWR, 0)
+        if fd < 0:
+            raise OSError(errno, f"cannot open control block {path}: {os.strerror(errno)}")
+        cdef ControlBlock cb = ControlBlock.__new__(ControlBlock)
+        cb.path = path
+        cb.fd = fd
+        size = os.fstat(fd).st_size
+        if size < MQ_CTL_HEADER_SIZE:
+            raise ValueError(f"{path} is {size} bytes, too small for a control block")
+        cb._map(size)
+        if (<uint64_t *>cb.base)[0] != MQ_CTL_MAGIC or mq_cell(cb.base, MQ_CTL_VERSION_OFF)[0] != MQ_CTL_VERSION:
+            raise ValueError(f"{path} is not an mqstore control block of layout version {MQ_CTL_VERSION}")
+        if mq_cell(cb.base, MQ_CTL_TOTAL_SIZE)[0] != size:
+            raise ValueError(f"{path}: header says {mq_cell(cb.base, MQ_CTL_TOTAL_SIZE)[0]} bytes, file has {size}")
+        return cb
+
+    cdef _map(self, Py_ssize_t size):
+        cdef void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd, 0)
+        if p == MAP_FAILED:
+            raise OSError(errno, f"cannot map control block {self.path}: {os.strerror(errno)}")
+        self.base = <char *>p
+        self.size = size
+
+    cdef inline char *_b(self) except NULL:
+        if self.base == NULL:
+            raise ValueError("control block is closed")
+        return self.base
+
+    def close(self):
+        if self.base != NULL:
+            munmap(self.base, self.size)
+            self.base = NULL
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1
+
+    @property
+    def address(self) -> int:
+        """Base address of the mapping, for the put path kernel in this process."""
+        return <size_t>self._b()
+
+    # -- header ---------------------------------------------------------------------------
+    @property
+    def table_slots(self) -> int:
+        return mq_cell(self._b(), MQ_CTL_TABLE_SLOTS)[0]
+
+    @property
+    def table_count(self) -> int:
+        return mq_load(mq_cell(self._b(), MQ_CTL_TABLE_COUNT))
+
+    @property
+    def file_size(self) -> int:
+        return mq_cell(self._b(), MQ_CTL_FILE_SIZE)[0]
+
+    @property
+    def lock_kind(self) -> str:
+        return "mutex" if mq_cell(self._b(), MQ_CTL_LOCK_KIND)[0] == MQ_LOCK_MUTEX else "spin"
+
+    @property
+    def sync_flush(self) -> bool:
+        return mq_cell(self._b(), MQ_CTL_FLUSH_DISK_TYPE)[0] == 1
+
+    @property
+    def owner_pid(self) -> int:
+        return mq_load(mq_cell(self._b(), MQ_CTL_OWNER_PID))
+
+    @property
+    def generation(self) -> int:
+        return mq_load(mq_cell(self._b(), MQ_CTL_GENERATION))
+
+    @property
+    def state(self) -> int:
+        return mq_load(mq_cell(self._b(), MQ_CTL_STATE))
+
+    def mark_ready(self):
+        mq_fetch_add(mq_cell(self._b(), MQ_CTL_GENERATION), 1)
+        mq_store(mq_cell(self.base, MQ_CTL_STATE), MQ_STATE_READY)
+
+    def mark_closed(self):
+        mq_store(mq_cell(self._b(), MQ_CTL_STATE), MQ_STATE_CLOSED)
+
+    # -- cells ----------------------------------------------------------------------------
+    def get(self, str name) -> int:
+        """Atomic read of a named cell (positions, flush/alloc cells, running flags)."""
+        return mq_load(mq_cell(self._b(), _POSITIONS[name]))
+
+    def set(self, str name, int64_t value):
+        """Atomic store. Only the owner rebuilding the block, or tests, move positions back."""
+        mq_store(mq_cell(self._b(), _POSITIONS[name]), value)
+
+    def advance(self, str name, int64_t value) -> int:
+        """Raise a position to at least value (positions only move forward); returns the new value."""
+        return mq_max(mq_cell(self._b(), _POSITIONS[name]), value)
+
+    def positions(self) -> dict:
+        cdef char *b = self._b()
+        return {n: mq_load(mq_cell(b, _POSITIONS[n])) for n in ("wrote", "committed", "flushed", "dispatched",
+                                                                "confirmed", "min_phy")}
+
+    def set_running_flag(self, str flag, bint on=True):
+        cdef int64_t bit = RUNNING_FLAGS[flag]
+        cdef int64_t *cell = mq_cell(self._b(), MQ_CTL_RUNNING_FLAGS)
+        cdef int64_t cur
+        while True:
+            cur = mq_load(cell)
+            if mq_cas(cell, cur, (cur | bit) if on else (cur & ~bit)):
+                return
+
+    def running_flags(self) -> list:
+        cdef int64_t v = mq_load(mq_cell(self._b(), MQ_CTL_RUNNING_FLAGS))
+        return [name for name, bit in RUNNING_FLAGS.items() if v & bit]
+
+    # -- statistics -----------------------------------------------------------------------
+    def stats(self) -> dict:
+        cdef char *b = self._b()
+        return {STAT_NAMES[i]: mq_load_relaxed(mq_stat(b, i)) for i in range(MQ_STAT_COUNT)}
+
+    def add_stat(self, str name, int64_t value=1):
+        mq_add_relaxed(mq_stat(self._b(), STAT_NAMES.index(name)), value)
+
+    def max_stat(self, str name, int64_t value):
+        mq_stat_max(self._b(), STAT_NAMES.index(name), value)
+
+    def set_stat(self, str name, int64_t value):
+        mq_store_relaxed(mq_stat(self._b(), STAT_NAMES.index(name)), value)
+
+    # -- wake-ups -------------------------------------------------------------------------
+    def notify(self, str channel):
+        """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
+        cdef char *b = self._b()
+        cdef int ch = CHANNELS[channel]
+        with nogil:
+            mq_notify(b, ch)
+
+    def broadcast(self, str channel):
+        """Wake every waiter of channel (e.g. sync writers waiting for 'flushed')."""
+        cdef char *b = self._b()
+        cdef int ch = CHANNELS[channel]
+        with nogil:
+            mq_broadcast(b, ch)
+
+    def wait_notified(self, str channel, double timeout_ms) -> bool:
+        """Wait for a notify on channel or the timeout (RocketMQ waitForRunning); True if notified."""
+        cdef char *b = self._b()
+        cdef int ch = CHANNELS[channel]
+        cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
+        cdef int r
+        with nogil:
+            r = mq_wait_notified(b, ch, ns)
+        return r == 1
+
+    def channel_seq(self, str channel) -> int:
+        return mq_load32(mq_ch_seq(self._b(), CHANNELS[channel]))
+
+    def wait_seq_change(self, str channel, uint32_t seen, double timeout_ms) -> bool:
+        """Block until the channel's sequence differs from seen, or timeout; True if it changed."""
+        cdef char *b = self._b()
+        cdef uint32_t *seq = mq_ch_seq(b, CHANNELS[channel])
+        cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
+        with nogil:
+            if mq_load32(seq) == seen:
+                mq_futex_wait(seq, seen, ns)
+        return mq_load32(seq) != seen
+
+    def wait_position(self, str name, int64_t target, str channel, double timeout_ms) -> bool:
+        """Wait until position name reaches target, woken by broadcasts on channel."""
+        cdef char *b = self._b()
+        cdef int64_t *cell = mq_cell(b, _POSITIONS[name])
+        cdef uint32_t *seq = mq_ch_seq(b, CHANNELS[channel])
+        cdef int64_t deadline = mq_mono_ns() + <int64_t>(timeout_ms * 1e6)
+        cdef int64_t left
+        cdef uint32_t s
+        with nogil:
+            while True:
+                s = mq_load32(seq)
+                if mq_load(cell) >= target:
+                    break
+                left = deadline - mq_mono_ns()
+                if left <= 0:
+                    break
+                mq_futex_wait(seq, s, left)
+        return mq_load(cell) >= target
+
+    # -- put lock (tools and tests; the put path uses the same C functions) ---------------
+    def acquire_put_lock(self) -> bool:
+        """Take the put lock as a put would (sets begin_time_in_lock); True if it was taken
+        over from a dead holder."""
+        cdef char *b = self._b()
+        cdef int kind = <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0]
+        cdef int64_t token = mq_lock_token()
+        cdef int r = mq_put_trylock(b, kind, token)
+        if r == EBUSY:
+            with nogil:
+                r = mq_put_lock(b, kind, token)
+        if r != 0 and r != EOWNERDEAD:
+            raise OSError(r, f"cannot take the put lock: {os.strerror(r)}")
+        mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), mq_now_ms())
+        mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_NS), mq_mono_ns())
+        return r == EOWNERDEAD
+
+    def release_put_lock(self):
+        cdef char *b = self._b()
+        mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), 0)
+        mq_put_unlock(b, <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0])
+
+    def page_cache_busy(self, int64_t timeout_ms) -> bool:
+        return mq_page_cache_busy(self._b(), mq_now_ms(), timeout_ms)
+
+    @property
+    def lock_holder(self):
+        """(pid, tid) of the spin-lock holder, or None (the mutex kind does not record one)."""
+        cdef int64_t w = mq_load(mq_cell(self._b(), MQ_CTL_LOCK_WORD))
+        return None if w == 0 else (w >> 32, w & 0xFFFFFFFF)
+
+    # -- topic-queue table ----------------------------------------------------------------
+    def table_get(self, str topic, int32_t queue_id):
+        """Next queue offset of topic-queueId, or None if the queue was never written."""
+        cdef bytes t = topic.encode("utf-8")
+        cdef mq_tq_slot *s = mq_tq_find(self._b(), t, len(t), queue_id, mq_tq_hash(t, len(t), queue_id))
+        return None if s == NULL else mq_load(&s.next_offset)
+
+    def table_set(self, str topic, int32_t queue_id, int64_t next_offset):
+        """Set (insert) the next offset of a queue. Owner only: used when rebuilding."""
+        cdef bytes t = topic.encode("utf-8")
+        cdef char *b = self._b()
+        if len(t) > MQ_TQ_TOPIC_MAX:
+            raise ValueError(f"topic {topic!r} is longer than {MQ_TQ_TOPIC_MAX} UTF-8 bytes")
+        cdef mq_tq_slot *s = mq_tq_get_or_insert(b, t, len(t), queue_id)
+        if s == NULL:
+            raise OverflowError(f"topic-queue table is full ({self.table_slots} slots, 7/8 usable); "
+                                "raise topic_queue_table_slots")
+        mq_store(&s.next_offset, next_offset)
+
+    def table_items(self) -> list:
+        """[(topic, queue_id, next_offset)] of every queue in the table."""
+        cdef char *b = self._b()
+        cdef int64_t i, n = mq_cell(b, MQ_CTL_TABLE_SLOTS)[0]
+        cdef mq_tq_slot *slots = mq_tq_slots(b)
+        out = []
+        for i in range(n):
+            if slots[i].state != 0:
+                out.append((slots[i].topic[:slots[i].topic_len].decode("utf-8"), slots[i].queue_id,
+                            mq_load(&slots[i].next_offset)))
+        return out
+
+
+def ofd_lock(int fd, bint exclusive=True) -> bool:
+    """Try an open-file-description lock on byte 0 of fd (what RocketMQ's FileChannel.tryLock
+    takes, but owned by the open file, so a second open in the same process conflicts too).
+    Returns False when another holder has it. The kernel drops it when the holder dies."""
+    cdef flock fl
+    memset(&fl, 0, sizeof(fl))
+    fl.l_type = F_WRLCK
+    fl.l_whence = SEEK_SET
+    fl.l_start = 0
+    fl.l_len = 1
+    if fcntl(fd, F_OFD_SETLK, &fl) == 0:
+        return True
+    if errno in (11, 13):  # EAGAIN, EACCES
+        return False
+    raise OSError(errno, f"cannot lock: {os.strerror(errno)}")
+
+
+def ofd_unlock(int fd):
+    cdef flock fl
+    memset(&fl, 0, sizeof(fl))
+    fl.l_type = F_UNLCK
+    fl.l_whence = SEEK_SET
+    fl.l_len = 1
+    fcntl(fd, F_OFD_SETLK, &fl)
+
+
+def ofd_is_locked(int fd) -> bool:
+    """True if some open file description holds a conflicting lock on byte 0."""
+    cdef flock fl
+    memset(&fl, 0, sizeof(fl))
+    fl.l_type = F_WRLCK
+    fl.l_whence = SEEK_SET
+    fl.l_len = 1
+    if fcntl(fd, F_OFD_GETLK, &fl) != 0:
+        raise OSError(errno, os.strerror(errno))
+    return fl.l_type != F_UNLCK

@@ -1,0 +1,234 @@
+/* The shared-memory control block (design.md "Processes and shared memory").
+ *
+ * One MAP_SHARED region per store, mapped by every process that uses the store. Cells are
+ * 64-bit, hot cells sit on their own 64-byte cache line, positions only move forward, and
+ * every access is atomic so readers never see a torn value.
+ *
+ *   0      header line: magic, layout version, sizes, generation, owner pid, state
+ *   64     store-wide settings every process must agree on (lock kind, flush type, flags)
+ *   128..  positions: wrote, committed, flushed, dispatched, confirmed, min_phy, timestamps
+ *   640    put lock: spin word, begin_time_in_lock, entry position, takeovers
+ *   704    robust process-shared pthread mutex (the "mutex" lock kind)
+ *   768    futex words: wake-up sequence numbers and pending flags per service
+ *   832    flush request/error cells, 896 allocation cells
+ *   1024   statistics counters (MQ_STAT_*), one line per updater
+ *   4096   per-process heartbeat slots (MQ_HEARTBEAT_SLOTS x 64 B)
+ *   65536  topic-queue offset table: slots of MQ_TQ_SLOT_SIZE bytes, open addressing
+ */
+#ifndef MQ_CTL_H
+#define MQ_CTL_H
+#include <stdint.h>
+#include <string.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include "mq_atomic.h"
+
+#define MQ_CTL_MAGIC 0x314C544354534D51ULL /* "MQSTCTL1" */
+#define MQ_CTL_VERSION 1
+#define MQ_CTL_HEADER_SIZE 65536
+#define MQ_TQ_SLOT_SIZE 192
+#define MQ_TQ_TOPIC_MAX 127
+#define MQ_HEARTBEAT_BASE 4096
+#define MQ_HEARTBEAT_SLOTS 64
+
+enum {
+    MQ_CTL_MAGIC_OFF = 0, MQ_CTL_VERSION_OFF = 8, MQ_CTL_TOTAL_SIZE = 16, MQ_CTL_TABLE_SLOTS = 24,
+    MQ_CTL_FILE_SIZE = 32, MQ_CTL_GENERATION = 40, MQ_CTL_OWNER_PID = 48, MQ_CTL_STATE = 56,
+    MQ_CTL_LOCK_KIND = 64, MQ_CTL_RUNNING_FLAGS = 72, MQ_CTL_FLUSH_DISK_TYPE = 80, MQ_CTL_CREATED_MS = 88,
+    MQ_CTL_TABLE_COUNT = 96,
+    MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
+    MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
+    MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
+    MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672,
+    MQ_CTL_MUTEX = 704,
+    MQ_CTL_FUTEX = 768,
+    MQ_CTL_FLUSH_REQUEST_UPTO = 832, MQ_CTL_FLUSH_ERROR_COUNT = 840, MQ_CTL_FLUSH_LAST_ERRNO = 848,
+    MQ_CTL_FLUSH_ERROR_OFFSET = 856,
+    MQ_CTL_ALLOC_REQUEST_UPTO = 896, MQ_CTL_ALLOC_READY_UPTO = 904, MQ_CTL_ALLOC_ERROR_ERRNO = 912,
+    MQ_CTL_ALLOC_ERROR_OFFSET = 920, MQ_CTL_ALLOC_ERROR_COUNT = 928,
+    MQ_CTL_STATS = 1024
+};
+
+/* Wake-up channels: a (sequence, pending) pair of 32-bit futex words each. */
+enum { MQ_CH_FLUSH = 0, MQ_CH_FLUSHED = 1, MQ_CH_ALLOC = 2, MQ_CH_ALLOC_DONE = 3, MQ_CH_COMMIT = 4,
+       MQ_CH_DISPATCH = 5, MQ_CH_DISPATCHED = 6, MQ_CH_CLEAN = 7, MQ_CHANNELS = 8 };
+
+/* Control block states. */
+enum { MQ_STATE_BUILDING = 0, MQ_STATE_READY = 1, MQ_STATE_CLOSED = 2 };
+/* Lock kinds. */
+enum { MQ_LOCK_SPIN = 0, MQ_LOCK_MUTEX = 1 };
+/* RunningFlags bits (RocketMQ RunningFlags). */
+enum { MQ_NOT_READABLE = 1, MQ_NOT_WRITEABLE = 2, MQ_WRITE_LOGICS_QUEUE_ERROR = 4,
+       MQ_WRITE_INDEX_FILE_ERROR = 8, MQ_DISK_FULL = 16 };
+
+enum {
+    MQ_STAT_PUT_REQUESTS = 0, MQ_STAT_PUT_MESSAGES, MQ_STAT_PUT_BYTES, MQ_STAT_LOCK_ACQUIRES,
+    MQ_STAT_LOCK_HOLD_NS_TOTAL, MQ_STAT_LOCK_HOLD_NS_MAX, MQ_STAT_ROLLS, MQ_STAT_LOCK_HOLD_WARNS,
+    MQ_STAT_PAGE_CACHE_BUSY = 8, MQ_STAT_FLUSH_TIMEOUTS, MQ_STAT_CREATE_MAPPED_FILE_FAILED,
+    MQ_STAT_MESSAGE_ILLEGAL, MQ_STAT_LOCK_TAKEOVERS, MQ_STAT_ROLL_WAIT_NS_TOTAL, MQ_STAT_ROLL_WAIT_NS_MAX,
+    MQ_STAT_SERVICE_NOT_AVAILABLE,
+    MQ_STAT_FLUSH_COUNT = 16, MQ_STAT_FLUSH_NS_TOTAL, MQ_STAT_FLUSH_NS_MAX, MQ_STAT_FLUSH_NS_LAST,
+    MQ_STAT_FLUSH_BYTES, MQ_STAT_FLUSH_ERRORS, MQ_STAT_GROUP_COMMIT_WAITS, MQ_STAT_FLUSH_WAIT_NS_TOTAL,
+    MQ_STAT_ALLOC_COUNT = 24, MQ_STAT_ALLOC_NS_TOTAL, MQ_STAT_ALLOC_NS_MAX, MQ_STAT_WARM_NS_TOTAL,
+    MQ_STAT_ALLOC_ERRORS, MQ_STAT_PROPERTIES_SIZE_EXCEEDED, MQ_STAT_SPIN_YIELDS, MQ_STAT_ROLL_WAITS,
+    MQ_STAT_COUNT = 32
+};
+
+static inline int64_t *mq_cell(char *ctl, int off) { return (int64_t *)(ctl + off); }
+static inline int64_t *mq_stat(char *ctl, int idx) { return (int64_t *)(ctl + MQ_CTL_STATS + 8 * idx); }
+static inline uint32_t *mq_ch_seq(char *ctl, int ch) { return (uint32_t *)(ctl + MQ_CTL_FUTEX + 8 * ch); }
+static inline uint32_t *mq_ch_pending(char *ctl, int ch) { return (uint32_t *)(ctl + MQ_CTL_FUTEX + 8 * ch + 4); }
+static inline void mq_stat_max(char *ctl, int idx, int64_t v) { mq_max(mq_stat(ctl, idx), v); }
+
+/* ---- wake-ups (RocketMQ ServiceThread.wakeup / waitForRunning, across processes) ---- */
+
+/* Wake the waiter of a channel; only the first notifier since the last wait pays the syscall. */
+static inline void mq_notify(char *ctl, int ch) {
+    if (mq_cas32(mq_ch_pending(ctl, ch), 0, 1)) {
+        mq_inc32(mq_ch_seq(ctl, ch));
+        mq_futex_wake(mq_ch_seq(ctl, ch), INT_MAX);
+    }
+}
+/* Wake every waiter of a broadcast channel (e.g. "flushed moved"). */
+static inline void mq_broadcast(char *ctl, int ch) {
+    mq_inc32(mq_ch_seq(ctl, ch));
+    mq_futex_wake(mq_ch_seq(ctl, ch), INT_MAX);
+}
+/* Wait until notified or timeout. Returns 1 if a notification was consumed, 0 on timeout. */
+static inline int mq_wait_notified(char *ctl, int ch, int64_t timeout_ns) {
+    uint32_t *pending = mq_ch_pending(ctl, ch);
+    if (mq_cas32(pending, 1, 0)) return 1;
+    uint32_t s = mq_load32(mq_ch_seq(ctl, ch));
+    if (mq_cas32(pending, 1, 0)) return 1;
+    int r = mq_futex_wait(mq_ch_seq(ctl, ch), s, timeout_ns);
+    mq_store32(pending, 0);
+    return r == 0;
+}
+
+/* ---- the put lock ---- */
+
+static inline int64_t mq_lock_token(void) { return ((int64_t)getpid() << 32) | (mq_gettid() & 0xFFFFFFFF); }
+
+static inline int mq_put_trylock(char *ctl, int kind, int64_t token) {
+    if (kind == MQ_LOCK_SPIN) return mq_cas(mq_cell(ctl, MQ_CTL_LOCK_WORD), 0, token) ? 0 : EBUSY;
+    int r = pthread_mutex_trylock((pthread_mutex_t *)(ctl + MQ_CTL_MUTEX));
+    if (r == EOWNERDEAD) { pthread_mutex_consistent((pthread_mutex_t *)(ctl + MQ_CTL_MUTEX)); return EOWNERDEAD; }
+    return r;
+}
+
+/* Blocking acquire. Returns 0, or EOWNERDEAD when the lock was taken over from a dead holder
+ * (the caller must repair what the holder may have left half done), or another errno. */
+static inline int mq_put_lock(char *ctl, int kind, int64_t token) {
+    if (kind == MQ_LOCK_MUTEX) {
+        int r = pthread_mutex_lock((pthread_mutex_t *)(ctl + MQ_CTL_MUTEX));
+        if (r == EOWNERDEAD) { pthread_mutex_consistent((pthread_mutex_t *)(ctl + MQ_CTL_MUTEX)); return EOWNERDEAD; }
+        return r;
+    }
+    int64_t *word = mq_cell(ctl, MQ_CTL_LOCK_WORD);
+    for (uint64_t spins = 0;; spins++) {
+        int64_t cur = mq_load_relaxed(word);
+        if (cur == 0 && mq_cas(word, 0, token)) return 0;
+        if (spins < 128) { mq_cpu_relax(); continue; }
+        /* Long waits: give the core away, and take the lock over from a holder that died. */
+        if ((spins & 255) == 0 && cur != 0 && !mq_pid_alive(cur >> 32)) {
+            if (mq_cas(word, cur, token)) return EOWNERDEAD;
+            continue;
+        }
+        mq_add_relaxed(mq_stat(ctl, MQ_STAT_SPIN_YIELDS), 1);
+        if (spins < 4096) sched_yield();
+        else { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
+    }
+}
+
+static inline void mq_put_unlock(char *ctl, int kind) {
+    if (kind == MQ_LOCK_MUTEX) pthread_mutex_unlock((pthread_mutex_t *)(ctl + MQ_CTL_MUTEX));
+    else mq_store(mq_cell(ctl, MQ_CTL_LOCK_WORD), 0);
+}
+
+static inline int mq_mutex_init(char *ctl) {
+    pthread_mutexattr_t attr;
+    int r = pthread_mutexattr_init(&attr);
+    if (!r) r = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    if (!r) r = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    if (!r) r = pthread_mutex_init((pthread_mutex_t *)(ctl + MQ_CTL_MUTEX), &attr);
+    pthread_mutexattr_destroy(&attr);
+    return r;
+}
+
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t must fit its 64-byte cell");
+
+/* OS page cache busy (spec §9.2): a put held the lock longer than timeout_ms. */
+static inline int mq_page_cache_busy(char *ctl, int64_t now_ms, int64_t timeout_ms) {
+    int64_t begin = mq_load(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS));
+    int64_t diff = now_ms - begin;
+    return begin != 0 && diff < 10000000 && diff > timeout_ms;
+}
+
+/* ---- topic-queue offset table ("topic-queueId" -> next queue offset) ---- */
+
+typedef struct {
+    uint64_t state;        /* 0 = empty, else the key hash (odd); published last */
+    int64_t next_offset;   /* next queue offset to assign */
+    int32_t queue_id;
+    uint8_t topic_len;
+    uint8_t pad[3];
+    char topic[128];
+    char reserved[40];
+} mq_tq_slot;
+
+_Static_assert(sizeof(mq_tq_slot) == MQ_TQ_SLOT_SIZE, "slot layout");
+
+static inline uint64_t mq_tq_hash(const char *topic, int len, int32_t queue_id) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < len; i++) { h ^= (unsigned char)topic[i]; h *= 0x100000001b3ULL; }
+    for (int i = 0; i < 4; i++) { h ^= (uint8_t)(queue_id >> (8 * i)); h *= 0x100000001b3ULL; }
+    return h | 1;
+}
+
+static inline mq_tq_slot *mq_tq_slots(char *ctl) { return (mq_tq_slot *)(ctl + MQ_CTL_HEADER_SIZE); }
+
+/* Lock-free lookup: slots are never moved or removed while the block is in use. */
+static inline mq_tq_slot *mq_tq_find(char *ctl, const char *topic, int len, int32_t queue_id, uint64_t h) {
+    int64_t n = *mq_cell(ctl, MQ_CTL_TABLE_SLOTS);
+    mq_tq_slot *slots = mq_tq_slots(ctl);
+    for (int64_t i = 0, at = (int64_t)(h & (uint64_t)(n - 1)); i < n; i++, at = (at + 1) & (n - 1)) {
+        uint64_t st = __atomic_load_n(&slots[at].state, __ATOMIC_ACQUIRE);
+        if (st == 0) return NULL;
+        if (st == h && slots[at].queue_id == queue_id && slots[at].topic_len == len &&
+            memcmp(slots[at].topic, topic, len) == 0)
+            return &slots[at];
+    }
+    return NULL;
+}
+
+/* Insert (caller holds the put lock, or owns the block exclusively). NULL when the table is
+ * 7/8 full: probes stay short and the caller reports the table as full. */
+static inline mq_tq_slot *mq_tq_insert(char *ctl, const char *topic, int len, int32_t queue_id, uint64_t h,
+                                       int64_t next_offset) {
+    int64_t n = *mq_cell(ctl, MQ_CTL_TABLE_SLOTS);
+    int64_t *count = mq_cell(ctl, MQ_CTL_TABLE_COUNT);
+    if (len > MQ_TQ_TOPIC_MAX || mq_load(count) >= n - n / 8) return NULL;
+    mq_tq_slot *slots = mq_tq_slots(ctl);
+    for (int64_t i = 0, at = (int64_t)(h & (uint64_t)(n - 1)); i < n; i++, at = (at + 1) & (n - 1)) {
+        if (__atomic_load_n(&slots[at].state, __ATOMIC_ACQUIRE) != 0) continue;
+        slots[at].queue_id = queue_id;
+        slots[at].topic_len = (uint8_t)len;
+        memcpy(slots[at].topic, topic, len);
+        __atomic_store_n(&slots[at].next_offset, next_offset, __ATOMIC_RELEASE);
+        __atomic_store_n(&slots[at].state, h, __ATOMIC_RELEASE);
+        mq_fetch_add(count, 1);
+        return &slots[at];
+    }
+    return NULL;
+}
+
+static inline mq_tq_slot *mq_tq_get_or_insert(char *ctl, const char *topic, int len, int32_t queue_id) {
+    uint64_t h = mq_tq_hash(topic, len, queue_id);
+    mq_tq_slot *s = mq_tq_find(ctl, topic, len, queue_id, h);
+    return s ? s : mq_tq_insert(ctl, topic, len, queue_id, h, 0);
+}
+
+#endif

@@ -1,0 +1,168 @@
+# CommitLog record layout (spec §1) and the encoding kernels shared by _codec and _commitlog.
+# Header-only: every function here is inline, so cimporting this file adds no runtime module.
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_GET_LENGTH
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
+from mq_bytes cimport mq_put_i16, mq_put_i32, mq_put_i64, mq_get_i32, mq_body_crc
+
+cdef extern from "Python.h":
+    int PyUnicode_KIND(object o)
+    void *PyUnicode_DATA(object o)
+    unsigned int PyUnicode_1BYTE_KIND
+    unsigned int PyUnicode_2BYTE_KIND
+
+cdef enum:
+    MQ_MESSAGE_MAGIC_CODE = -626843481      # 0xDAA320A7
+    MQ_MESSAGE_MAGIC_CODE_V2 = -626843477   # 0xDAA320AB
+    MQ_BLANK_MAGIC_CODE = -875286124        # 0xCBD43194
+    MQ_END_FILE_MIN_BLANK_LENGTH = 8
+    MQ_BORNHOST_V6_FLAG = 0x10
+    MQ_STOREHOST_V6_FLAG = 0x20
+    MQ_TRANSACTION_TYPE_MASK = 0xC
+    MQ_TRANSACTION_PREPARED_TYPE = 0x4
+    MQ_TRANSACTION_ROLLBACK_TYPE = 0xC
+    MQ_POS_TOTALSIZE = 0
+    MQ_POS_MAGIC = 4
+    MQ_POS_BODYCRC = 8
+    MQ_POS_QUEUEID = 12
+    MQ_POS_FLAG = 16
+    MQ_POS_QUEUEOFFSET = 20
+    MQ_POS_PHYSICALOFFSET = 28
+    MQ_POS_SYSFLAG = 36
+    MQ_POS_BORNTIMESTAMP = 40
+    MQ_POS_BORNHOST = 48
+    MQ_MAX_TOPIC_BYTES_V1 = 127
+    MQ_MAX_PROPERTIES_BYTES = 32767
+
+
+cdef inline int32_t mq_java_hash(str s):
+    """Java String.hashCode over UTF-16 code units, with 32-bit wrap-around (spec §1.6)."""
+    cdef uint32_t h = 0
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s)
+    cdef int kind = PyUnicode_KIND(s)
+    cdef void *data = PyUnicode_DATA(s)
+    cdef uint32_t cp
+    if kind == PyUnicode_1BYTE_KIND:
+        for i in range(n):
+            h = 31 * h + (<unsigned char *>data)[i]
+    elif kind == PyUnicode_2BYTE_KIND:
+        for i in range(n):
+            h = 31 * h + (<unsigned short *>data)[i]
+    else:
+        for i in range(n):
+            cp = (<uint32_t *>data)[i]
+            if cp >= 0x10000:
+                cp -= 0x10000
+                h = 31 * h + (0xD800 + (cp >> 10))
+                h = 31 * h + (0xDC00 + (cp & 0x3FF))
+            else:
+                h = 31 * h + cp
+    return <int32_t>h
+
+
+cdef inline Py_ssize_t utf16_length(str s):
+    """Length in UTF-16 code units: what Java's String.length() returns (spec Appendix B)."""
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s), extra = 0
+    cdef uint32_t *data
+    if PyUnicode_KIND(s) != 4:
+        return n
+    data = <uint32_t *>PyUnicode_DATA(s)
+    for i in range(n):
+        if data[i] >= 0x10000:
+            extra += 1
+    return n + extra
+
+
+cdef inline int mq_record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len,
+                              int sys_flag, bint v2) noexcept nogil:
+    """calMsgLength (spec §1.2): the TOTALSIZE of a record with these variable parts."""
+    cdef int born = 20 if sys_flag & MQ_BORNHOST_V6_FLAG else 8
+    cdef int store = 20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8
+    return <int>(4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
+                 + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len)
+
+
+cdef inline int store_timestamp_pos(int sys_flag) noexcept nogil:
+    """Byte position of STORETIMESTAMP inside a record (56, or 68 after an IPv6 born host)."""
+    return 68 if sys_flag & MQ_BORNHOST_V6_FLAG else 56
+
+
+cdef inline Py_ssize_t encode_record_into(
+        char *out, const char *topic, Py_ssize_t topic_len, const char *body, Py_ssize_t body_len,
+        const char *props, Py_ssize_t props_len, int32_t queue_id, int32_t flag, int64_t queue_offset,
+        int64_t physical_offset, int32_t sys_flag, int64_t born_timestamp, const char *born_host,
+        int64_t store_timestamp, const char *store_host, int32_t reconsume_times,
+        int64_t prepared_transaction_offset, int32_t body_crc, bint v2) noexcept nogil:
+    """Write one record in RocketMQ's V1 (or V2) layout; hosts are pre-encoded addr+port blobs
+    whose length (8 or 20 bytes) follows the V6 sysflag bits. Returns the record length."""
+    cdef int born_len = 20 if sys_flag & MQ_BORNHOST_V6_FLAG else 8
+    cdef int store_len = 20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8
+    cdef int total = mq_record_length(body_len, topic_len, props_len, sys_flag, v2)
+    cdef char *p = out
+    mq_put_i32(p, total); p += 4
+    mq_put_i32(p, MQ_MESSAGE_MAGIC_CODE_V2 if v2 else MQ_MESSAGE_MAGIC_CODE); p += 4
+    mq_put_i32(p, body_crc); p += 4
+    mq_put_i32(p, queue_id); p += 4
+    mq_put_i32(p, flag); p += 4
+    mq_put_i64(p, queue_offset); p += 8
+    mq_put_i64(p, physical_offset); p += 8
+    mq_put_i32(p, sys_flag); p += 4
+    mq_put_i64(p, born_timestamp); p += 8
+    memcpy(p, born_host, born_len); p += born_len
+    mq_put_i64(p, store_timestamp); p += 8
+    memcpy(p, store_host, store_len); p += store_len
+    mq_put_i32(p, reconsume_times); p += 4
+    mq_put_i64(p, prepared_transaction_offset); p += 8
+    mq_put_i32(p, <int32_t>body_len); p += 4
+    if body_len > 0:
+        memcpy(p, body, body_len); p += body_len
+    if v2:
+        mq_put_i16(p, <short>topic_len); p += 2
+    else:
+        p[0] = <char>topic_len; p += 1
+    memcpy(p, topic, topic_len); p += topic_len
+    mq_put_i16(p, <short>props_len); p += 2
+    if props_len > 0:
+        memcpy(p, props, props_len); p += props_len
+    return p - out
+
+
+cdef inline int java_hashmap_capacity(Py_ssize_t n) noexcept:
+    """Table size of a java.util.HashMap(default ctor) holding n keys: 16, doubled while n > 0.75 cap."""
+    cdef int cap = 16
+    while n > (cap * 3) // 4:
+        cap *= 2
+    return cap
+
+
+cdef inline int java_hashmap_bucket(str key, int capacity):
+    cdef uint32_t h = <uint32_t>mq_java_hash(key)
+    return <int>((h ^ (h >> 16)) & <uint32_t>(capacity - 1))
+
+
+cdef inline list java_hashmap_keys(dict props):
+    """Keys of props in the iteration order of a Java HashMap filled in dict order (spec §1.4):
+    by bucket, and by insertion order inside a bucket (resizes split buckets stably)."""
+    cdef int cap = java_hashmap_capacity(len(props))
+    cdef list decorated = []
+    cdef Py_ssize_t i = 0
+    for key in props:
+        decorated.append((java_hashmap_bucket(key, cap), i, key))
+        i += 1
+    decorated.sort()
+    return [t[2] for t in decorated]
+
+
+cdef inline str properties_string(dict props, bint java_order):
+    """messageProperties2String (spec §1.4): name\\x01value\\x02 ..., last \\x02 dropped."""
+    if not props:
+        return ""
+    cdef list parts = []
+    keys = java_hashmap_keys(props) if java_order and len(props) > 1 else props
+    for key in keys:
+        value = props[key]
+        if value is None:
+            continue
+        parts.append(f"{key}\x01{value}")
+    return "\x02".join(parts)

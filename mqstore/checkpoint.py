@@ -1,0 +1,57 @@
+"""StoreCheckpoint (spec §5.1): a 4 KiB mapped file of timestamps and offsets."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+SIZE = 4096
+_FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
+           "confirm_phy_offset")
+
+
+class StoreCheckpoint:
+    """``ROOT/checkpoint``: big-endian longs at 0, 8, 16 (4.9) and 24, 32 (5.x)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < SIZE:
+                os.posix_fallocate(fd, 0, SIZE)
+            self._map = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+
+    def _get(self, index: int) -> int:
+        return struct.unpack_from(">q", self._map, index * 8)[0]
+
+    def _set(self, index: int, value: int) -> None:
+        struct.pack_into(">q", self._map, index * 8, value)
+
+    physic_msg_timestamp = property(lambda s: s._get(0), lambda s, v: s._set(0, v))
+    logics_msg_timestamp = property(lambda s: s._get(1), lambda s, v: s._set(1, v))
+    index_msg_timestamp = property(lambda s: s._get(2), lambda s, v: s._set(2, v))
+    master_flushed_offset = property(lambda s: s._get(3), lambda s, v: s._set(3, v))
+    confirm_phy_offset = property(lambda s: s._get(4), lambda s, v: s._set(4, v))
+
+    @property
+    def min_timestamp(self) -> int:
+        """max(0, min(physic, logics) - 3000) (spec §5.1)."""
+        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000)
+
+    @property
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp, self.index_msg_timestamp)
+
+    def to_dict(self) -> dict[str, int]:
+        return {name: self._get(i) for i, name in enumerate(_FIELDS)}
+
+    def flush(self) -> None:
+        self._map.flush()
+
+    def close(self) -> None:
+        if not self._map.closed:
+            self._map.flush()
+            self._map.close()

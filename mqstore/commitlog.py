@@ -1,0 +1,154 @@
+"""CommitLog: the files, the put path kernel and the flush of one store (spec §6, §8, §9).
+
+The store-wide positions (wrote / committed / flushed) live in the control block; this class
+maps files for the put path (outside the put lock), flushes ranges that may span two files,
+and owns the allocate service hand-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from mqstore._commitlog import CommitLogAppender
+from mqstore._mapped import MappedFile
+from mqstore.mapped_file_queue import MappedFileQueue
+
+if TYPE_CHECKING:
+    from mqstore._shm import ControlBlock
+    from mqstore.config import StoreConfig
+    from mqstore.services.allocate import AllocateMappedFileService
+
+log = logging.getLogger("mqstore.commitlog")
+
+OS_PAGE_SIZE = 4096
+MUNLOCK_DELAY_S = 6.0  # spec §6.3: a warmed file is munlock'ed 6 s after the put path leaves it
+
+
+class CommitLog:
+    def __init__(self, root: str, config: StoreConfig, ctl: ControlBlock) -> None:
+        self.config = config
+        self.ctl = ctl
+        self.file_size = config.mapped_file_size_commit_log
+        self.queue = MappedFileQueue(config.commit_log_dir(root), self.file_size)
+        self.allocator: AllocateMappedFileService | None = None
+        self._flush_lock = threading.Lock()
+        self.appender = CommitLogAppender(
+            ctl,
+            self._provide_file,
+            file_size=self.file_size,
+            max_message_size=config.max_message_size,
+            os_page_cache_busy_time_out_mills=config.os_page_cache_busy_time_out_mills,
+            sync_flush_timeout=config.sync_flush_timeout,
+            sync_flush=config.is_sync_flush,
+            flush_commit_log_timed=config.flush_commit_log_timed,
+            store_host=config.store_host_address,
+            lock_hold_warn_ms=config.lock_hold_warn_ms,
+            slave=config.is_slave,
+        )
+
+    # -- files for the put path (called by the kernel outside the put lock) ---------------
+    def _provide_file(self, offset: int) -> str | None:
+        """Map the file holding offset and make it the append target; request the file after
+        it in advance. Returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""
+        start = offset - offset % self.file_size
+        previous = self.appender.current_file
+        mf = self.queue.get(start)
+        if mf is None:
+            if self.allocator is not None:
+                got = self.allocator.put_request_and_return_mapped_file(start, start + self.file_size)
+                if isinstance(got, str):
+                    return got
+                mf = got
+            else:
+                try:
+                    mf = self.queue.create(start)
+                except OSError as exc:
+                    return f"cannot create CommitLog file {start:020d}: {exc.strerror or exc}"
+        elif self.allocator is not None:
+            self.allocator.prefetch(start + self.file_size)
+        self.appender.set_current_file(mf)
+        if previous is not None and previous is not mf and previous.locked_in_memory:
+            timer = threading.Timer(MUNLOCK_DELAY_S, previous.munlock)
+            timer.daemon = True
+            timer.start()
+        return None
+
+    def prepare_for_writes(self) -> None:
+        """Point the put path at the file holding the write position, if it exists."""
+        wrote = self.ctl.get("wrote")
+        mf = self.queue.find_mapped_file_by_offset(wrote)
+        if mf is not None and wrote < mf.file_from + self.file_size:
+            self.appender.set_current_file(mf)
+
+    # -- positions -------------------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        """End of readable data (spec §6.2 getMaxOffset)."""
+        return self.ctl.get("wrote")
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first available file (spec §6.2), 0 when empty."""
+        first = self.queue.first()
+        if first is None:
+            return 0
+        if first.is_available:
+            return first.file_from
+        return first.file_from + self.file_size
+
+    # -- flush (spec §8) --------------------------------------------------------------------
+    def flush(self, least_pages: int) -> bool:
+        """Flush [flushed, wrote) if at least least_pages pages are dirty (0 = anything), across
+        file boundaries. Returns True if the flushed position moved. A failed msync is recorded
+        in the control block (waiters return FLUSH_DISK_TIMEOUT) and re-raised, never hidden."""
+        with self._flush_lock:
+            ts = self.ctl.get("last_store_timestamp")
+            target = self.ctl.get("wrote")
+            flushed = self.ctl.get("flushed")
+            if target <= flushed:
+                return False
+            same_file = flushed // self.file_size == target // self.file_size
+            if least_pages > 0 and same_file and target // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
+                return False
+            t0 = time.monotonic_ns()
+            try:
+                for mf in self.queue.files_between(flushed, target):
+                    lo = max(flushed, mf.file_from) - mf.file_from
+                    hi = min(target, mf.file_from + self.file_size) - mf.file_from
+                    if hi > lo:
+                        mf.flush_range(lo, hi)
+            except OSError as exc:
+                self.ctl.set("flush_last_errno", exc.errno or 5)
+                self.ctl.set("flush_error_offset", flushed)
+                self.ctl.advance("flush_error_count", self.ctl.get("flush_error_count") + 1)
+                self.ctl.add_stat("flush_errors")
+                self.ctl.broadcast("flushed")
+                raise
+            elapsed = time.monotonic_ns() - t0
+            self.ctl.advance("flushed", target)
+            if ts > 0:
+                self.ctl.advance("flushed_store_timestamp", ts)
+            self.ctl.add_stat("flush_count")
+            self.ctl.add_stat("flush_ns_total", elapsed)
+            self.ctl.max_stat("flush_ns_max", elapsed)
+            self.ctl.set_stat("flush_ns_last", elapsed)
+            self.ctl.add_stat("flush_bytes", target - flushed)
+            self.ctl.broadcast("flushed")
+            return True
+
+    def close(self) -> None:
+        self.appender.closed = True
+        self.appender.forget_current_file()
+        self.queue.close()
+
+
+def commitlog_files(root_or_dir: str) -> list[str]:
+    """Names of the CommitLog files in a directory, in offset order."""
+    return sorted(n for n in os.listdir(root_or_dir) if len(n) == 20 and n.isdigit())
+
+
+__all__ = ["CommitLog", "MappedFile", "commitlog_files"]

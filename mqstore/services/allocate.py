@@ -1,0 +1,158 @@
+"""AllocateMappedFileService (spec §6.3, seed 001): pre-create the next and next-next
+CommitLog files so a roll never waits for file creation; optional warm-up."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from mqstore._mapped import MappedFile
+from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.services.base import ServiceThread
+
+log = logging.getLogger("mqstore.allocate")
+
+
+@dataclass
+class AllocateRequest:
+    offset: int
+    path: str
+    size: int
+    done: threading.Event = field(default_factory=threading.Event)
+    mapped_file: MappedFile | None = None
+    error: str | None = None
+
+    @property
+    def priority(self) -> tuple[int, int]:
+        """Larger files first, then smaller start offsets (spec §6.3)."""
+        return (-self.size, self.offset)
+
+
+class AllocateMappedFileService(ServiceThread):
+    channel = "alloc"
+
+    def __init__(self, ctl, queue: MappedFileQueue, *, warm: bool, sync_flush: bool, warm_flush_least_pages: int,
+                 wait_timeout_ms: int) -> None:
+        super().__init__("allocate", ctl)
+        self.queue = queue
+        self.warm = warm
+        self.sync_flush = sync_flush
+        self.warm_flush_least_pages = warm_flush_least_pages
+        self.wait_timeout_ms = wait_timeout_ms
+        self._lock = threading.Lock()
+        self._table: dict[str, AllocateRequest] = {}
+        self._pending: SortedList = SortedList(key=lambda r: r.priority)
+        self.last_warm: dict | None = None
+
+    # -- put side ----------------------------------------------------------------------
+    def _submit(self, offset: int) -> AllocateRequest:
+        path = self.queue.path_of(offset)
+        with self._lock:
+            req = self._table.get(path)
+            if req is None:
+                req = AllocateRequest(offset, path, self.queue.file_size)
+                self._table[path] = req
+                self._pending.add(req)
+                self.ctl.advance("alloc_request_upto", offset)
+            return req
+
+    def prefetch(self, offset: int) -> None:
+        """Ask for a file ahead of need (the next-next file), without waiting."""
+        path = self.queue.path_of(offset)
+        with self._lock:
+            if path in self._table:
+                return
+        if self.queue.get(offset) is None and not os.path.exists(path):
+            self._submit(offset)
+            self.wakeup()
+
+    def put_request_and_return_mapped_file(self, next_offset: int, next_next_offset: int | None) -> MappedFile | str:
+        """Request next and next-next; wait up to the timeout for next. Returns the file or a
+        detail string naming why it could not be had (spec §6.3, 5 s wait)."""
+        path = self.queue.path_of(next_offset)
+        with self._lock:
+            req = self._table.get(path)
+        if req is None:
+            existing = self.queue.map_existing(next_offset)
+            if existing is not None:
+                if next_next_offset is not None:
+                    self.prefetch(next_next_offset)
+                return existing
+            req = self._submit(next_offset)
+        if next_next_offset is not None:
+            self.prefetch(next_next_offset)
+        self.wakeup()
+        t0 = time.monotonic_ns()
+        if not req.done.wait(self.wait_timeout_ms / 1000):
+            return (f"the allocate service did not create {os.path.basename(req.path)} within "
+                    f"{self.wait_timeout_ms} ms")
+        waited = time.monotonic_ns() - t0
+        self.ctl.add_stat("roll_waits")
+        self.ctl.add_stat("roll_wait_ns_total", waited)
+        self.ctl.max_stat("roll_wait_ns_max", waited)
+        with self._lock:
+            if self._table.get(req.path) is req:
+                del self._table[req.path]
+        if req.error is not None:
+            return req.error
+        assert req.mapped_file is not None
+        mf = self.queue.add(req.mapped_file)
+        if mf is not req.mapped_file:
+            req.mapped_file.close()
+        return mf
+
+    # -- service side ------------------------------------------------------------------
+    def run_once(self) -> None:
+        with self._lock:
+            req = self._pending.pop(0) if self._pending else None
+        if req is None:
+            self.wait_for_running(1000)
+            return
+        self._allocate(req)
+
+    def _allocate(self, req: AllocateRequest) -> None:
+        t0 = time.monotonic_ns()
+        try:
+            mf = self.queue.map_existing(req.offset) or MappedFile.create(req.path, req.size)
+        except OSError as exc:
+            err = exc.errno or errno.EIO
+            req.error = f"cannot create CommitLog file {os.path.basename(req.path)}: {os.strerror(err)} (errno {err})"
+            self.ctl.set("alloc_error_errno", err)
+            self.ctl.set("alloc_error_offset", req.offset)
+            self.ctl.advance("alloc_error_count", self.ctl.get("alloc_error_count") + 1)
+            self.ctl.add_stat("alloc_errors")
+            log.error("%s", req.error)
+            with self._lock:
+                self._table.pop(req.path, None)
+            req.done.set()
+            self.ctl.broadcast("alloc_done")
+            return
+        if self.warm:
+            self.last_warm = mf.warm(self.sync_flush, self.warm_flush_least_pages)
+            self.ctl.add_stat("warm_ns_total", self.last_warm["warm_ns"])
+        elapsed = time.monotonic_ns() - t0
+        self.ctl.add_stat("alloc_count")
+        self.ctl.add_stat("alloc_ns_total", elapsed)
+        self.ctl.max_stat("alloc_ns_max", elapsed)
+        req.mapped_file = mf
+        self.ctl.advance("alloc_ready_upto", req.offset)
+        req.done.set()
+        self.ctl.broadcast("alloc_done")
+
+    def on_shutdown(self) -> None:
+        """Destroy pre-allocated files nobody took (spec §6.3) and fail their waiters."""
+        with self._lock:
+            leftovers = list(self._table.values())
+            self._table.clear()
+            self._pending.clear()
+        for req in leftovers:
+            if req.mapped_file is not None and self.queue.get(req.offset) is None:
+                req.mapped_file.destroy(0)  # created ahead and never taken: still empty
+            req.error = req.error or "the allocate service was shut down"
+            req.done.set()

@@ -1,0 +1,53 @@
+"""Status values of the hot path, with RocketMQ's names (spec §9.1, §9.3)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class PutMessageStatus(IntEnum):
+    """PutMessageStatus of RocketMQ 4.9.7. Only PUT_OK is "ok"; FLUSH_DISK_TIMEOUT,
+    FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE mean the message is stored but its
+    durability or replication was not confirmed."""
+
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+    SERVICE_NOT_AVAILABLE = 4
+    CREATE_MAPEDFILE_FAILED = 5
+    MESSAGE_ILLEGAL = 6
+    PROPERTIES_SIZE_EXCEEDED = 7
+    OS_PAGECACHE_BUSY = 8
+    UNKNOWN_ERROR = 9
+    LMQ_CONSUME_QUEUE_NUM_EXCEEDED = 10
+
+    @property
+    def is_stored(self) -> bool:
+        """True when the bytes are in the CommitLog (possibly not yet durable)."""
+        return self in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                        PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE)
+
+
+class AppendMessageStatus(IntEnum):
+    """Result of one append into a mapped file (RocketMQ AppendMessageStatus)."""
+
+    PUT_OK = 0
+    END_OF_FILE = 1
+    MESSAGE_SIZE_EXCEEDED = 2
+    PROPERTIES_SIZE_EXCEEDED = 3
+    UNKNOWN_ERROR = 4
+
+
+HINTS = {
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: "the message is stored but was not flushed within sync_flush_timeout; "
+    "check the disk (flush errors are counted in stats)",
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: "the store is shut down, a slave, or not writable (disk full or an "
+    "earlier write error); see running_flags",
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: "the next CommitLog file could not be created: free disk space or "
+    "check that the allocate service is running",
+    PutMessageStatus.MESSAGE_ILLEGAL: "fix the message: see the result's detail",
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: "properties must encode to at most 32767 UTF-8 bytes",
+    PutMessageStatus.OS_PAGECACHE_BUSY: "another put held the lock longer than os_page_cache_busy_time_out_mills; "
+    "retry later (the disk or page cache is saturated)",
+}

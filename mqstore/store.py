@@ -1,0 +1,213 @@
+"""MessageStore: open (lock, recover, rebuild the control block), start services, put, close.
+
+The read path (dispatch, ConsumeQueue, getMessage) comes with the read-path issue; this
+facade is the write half of RocketMQ's DefaultMessageStore (spec §5.2, §9).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from mqstore import _shm
+from mqstore._commitlog import Message, MessageBatch, PutMessageResult
+from mqstore.checkpoint import StoreCheckpoint
+from mqstore.commitlog import CommitLog
+from mqstore.config import StoreConfig
+from mqstore.errors import NotAStoreError, StoreClosedError, StoreLockedError
+from mqstore.recovery import RecoveryReport, recover_commitlog
+from mqstore.services.allocate import AllocateMappedFileService
+from mqstore.services.base import ServiceThread
+from mqstore.services.flush import FlushRealTimeService, GroupCommitService
+
+log = logging.getLogger("mqstore.store")
+
+CONTROL_BLOCK_NAME = "mqstore.shm"
+STORE_ENTRIES = frozenset({"commitlog", "consumequeue", "consumequeue_ext", "index", "checkpoint", "abort", "lock",
+                           "config", CONTROL_BLOCK_NAME})
+
+
+def _check_store_dir(root: str) -> None:
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise NotAStoreError(f"{root} is a file, not a store directory")
+    if not os.path.isdir(root):
+        return
+    entries = set(os.listdir(root))
+    if entries and not entries & STORE_ENTRIES:
+        shown = ", ".join(sorted(entries)[:5])
+        raise NotAStoreError(f"{root} is not empty and holds no store files (found: {shown})")
+    commitlog = os.path.join(root, "commitlog")
+    if os.path.exists(commitlog) and not os.path.isdir(commitlog):
+        raise NotAStoreError(f"{commitlog} is not a directory")
+
+
+class MessageStore:
+    """A store directory opened for writing by this process.
+
+    >>> with MessageStore("/tmp/store", mapped_file_size_commit_log=1 << 20) as store:  # doctest: +SKIP
+    ...     store.put("TopicTest", b"hello").check()
+    """
+
+    def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        cfg = config if config is not None else StoreConfig()
+        if overrides:
+            cfg = cfg.replace(**overrides)
+        self.config = cfg.validate()
+        self._closed = True
+        self._lock_fd = -1
+        self._services: list[ServiceThread] = []
+        _check_store_dir(self.root)
+        os.makedirs(self.root, exist_ok=True)
+        self._take_lock()
+        try:
+            self._open()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._closed = False
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> MessageStore:
+        return cls(root, config, **overrides)
+
+    # -- opening -------------------------------------------------------------------------
+    def _take_lock(self) -> None:
+        path = os.path.join(self.root, "lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not _shm.ofd_lock(fd):
+            os.close(fd)
+            owner = ""
+            try:
+                owner = f" (pid {_shm.ControlBlock.attach(os.path.join(self.root, CONTROL_BLOCK_NAME)).owner_pid})"
+            except (OSError, ValueError):
+                pass
+            raise StoreLockedError(f"{self.root} is owned by another running store{owner}")
+        os.pwrite(fd, b"lock", 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            _shm.ofd_unlock(self._lock_fd)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _open(self) -> None:
+        cfg = self.config
+        self.abort_path = os.path.join(self.root, "abort")
+        self.last_exit_ok = not os.path.exists(self.abort_path)
+        self.ctl = _shm.ControlBlock.create(
+            os.path.join(self.root, CONTROL_BLOCK_NAME),
+            table_slots=cfg.topic_queue_table_slots,
+            file_size=cfg.mapped_file_size_commit_log,
+            lock_kind=cfg.put_lock_kind,
+            sync_flush=cfg.is_sync_flush,
+        )
+        self.commitlog = CommitLog(self.root, cfg, self.ctl)
+        self.commitlog.queue.load()
+        self.recovery: RecoveryReport = recover_commitlog(
+            self.commitlog.queue, self.ctl, check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok)
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.commitlog.prepare_for_writes()
+        self.ctl.mark_ready()
+        with open(self.abort_path, "wb"):
+            pass
+        self._start_services()
+
+    def _start_services(self) -> None:
+        cfg = self.config
+        allocator = AllocateMappedFileService(
+            self.ctl, self.commitlog.queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
+            warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file,
+            wait_timeout_ms=cfg.allocate_wait_timeout_ms)
+        self.commitlog.allocator = allocator
+        flusher: ServiceThread = (GroupCommitService(self.commitlog) if cfg.is_sync_flush
+                                  else FlushRealTimeService(self.commitlog))
+        self._services = [allocator, flusher]
+        for service in self._services:
+            service.start()
+
+    # -- puts ----------------------------------------------------------------------------
+    def put_message(self, msg: Message) -> PutMessageResult:
+        """Put one message; the result's status names any failure (spec §9)."""
+        return self.commitlog.appender.put_message(msg)
+
+    def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
+        """Put a batch of one topic and queue (spec §9.4)."""
+        return self.commitlog.appender.put_messages(batch)
+
+    def put(self, topic: str, body: bytes = b"", **fields: Any) -> PutMessageResult:
+        """Convenience: build a Message from keyword fields and put it."""
+        return self.commitlog.appender.put_message(Message(topic, body, **fields))
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of topic/queue_id will get."""
+        value = self.ctl.table_get(topic, queue_id)
+        return 0 if value is None else value
+
+    def positions(self) -> dict[str, int]:
+        return self.ctl.positions()
+
+    def stats(self) -> dict[str, int]:
+        return {**self.ctl.stats(), **self.ctl.positions()}
+
+    def flush(self) -> bool:
+        """Flush everything written so far; raises OSError if the disk refuses."""
+        self._check_open()
+        return self.commitlog.flush(0)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.root} is shut down")
+
+    # -- closing -------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop puts, stop services (final flush), flush the checkpoint, remove `abort`."""
+        if self._closed:
+            return
+        self._closed = True
+        self.commitlog.appender.closed = True
+        for service in reversed(self._services):
+            service.shutdown()
+        errors = [s.error for s in self._services if s.error is not None]
+        flushed_all = self.ctl.get("flushed") >= self.ctl.get("wrote")
+        ts = self.ctl.get("flushed_store_timestamp")
+        if ts > 0:
+            self.checkpoint.physic_msg_timestamp = ts
+        self.checkpoint.close()
+        self.commitlog.close()
+        self.ctl.mark_closed()
+        self.ctl.close()
+        if flushed_all and not errors:
+            os.unlink(self.abort_path)
+        else:
+            log.warning("leaving %s: the store did not shut down cleanly (%s)", self.abort_path,
+                        "unflushed data" if not flushed_all else errors[0])
+        self._release_lock()
+
+    close = shutdown
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True) is False and self._lock_fd >= 0:
+            log.warning("MessageStore(%s) was garbage-collected without shutdown()", self.root)

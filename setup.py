@@ -1,0 +1,74 @@
+"""Build script: compiles the Cython kernels in ``ext/`` into ``mqstore._*`` modules.
+
+Switches (environment variables, as uvloop's build_ext has flags):
+  MQSTORE_CYTHON_ANNOTATE=1   write Cython's HTML annotation next to each .pyx
+  MQSTORE_DEBUG=1             build with -O0 -g and Cython's bounds checks on
+  MQSTORE_CYTHON_TRACE=1      enable line tracing (for Cython.Coverage)
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
+
+CYTHON_MIN = (3, 0, 10)
+
+MODULES = ["_codec", "_shm", "_mapped", "_commitlog"]
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "no")
+
+
+class build_ext(_build_ext):
+    """Cythonize lazily so that Cython is only needed when actually building."""
+
+    def finalize_options(self) -> None:
+        import Cython
+        from Cython.Build import cythonize
+
+        version = tuple(int(p) for p in Cython.__version__.split(".")[:3] if p.isdigit())
+        if version < CYTHON_MIN:
+            raise RuntimeError(f"mqstore needs Cython >= {'.'.join(map(str, CYTHON_MIN))}, found {Cython.__version__}")
+        directives = {
+            "language_level": 3,
+            "boundscheck": _flag("MQSTORE_DEBUG"),
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+            "embedsignature": True,
+        }
+        if _flag("MQSTORE_CYTHON_TRACE"):
+            directives.update(linetrace=True, binding=True)
+        self.distribution.ext_modules = cythonize(
+            self.distribution.ext_modules,
+            compiler_directives=directives,
+            include_path=["ext"],
+            annotate=_flag("MQSTORE_CYTHON_ANNOTATE"),
+            quiet=True,
+        )
+        super().finalize_options()
+
+
+def _extension(name: str) -> Extension:
+    debug = _flag("MQSTORE_DEBUG")
+    macros = [("NPY_NO_DEPRECATED_API", "0"), ("_GNU_SOURCE", "1")]
+    if _flag("MQSTORE_CYTHON_TRACE"):
+        macros.append(("CYTHON_TRACE_NOGIL", "1"))
+    return Extension(
+        f"mqstore.{name}",
+        [f"ext/{name}.pyx"],
+        include_dirs=["ext/include"],
+        define_macros=macros,
+        extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-fno-strict-aliasing"],
+        depends=[os.path.join("ext/include", h) for h in os.listdir("ext/include")]
+        + [os.path.join("ext", p) for p in os.listdir("ext") if p.endswith(".pxd")],
+    )
+
+
+setup(
+    ext_modules=[_extension(m) for m in MODULES],
+    cmdclass={"build_ext": build_ext},
+)
