@@ -314,7 +314,9 @@ cdef class CommitLogAppender:
         return PUT_OK
 
     cdef PutMessageResult _fail(self, int status, object detail):
-        if status == MESSAGE_ILLEGAL:
+        if self.closed:
+            pass  # the control block may be unmapped already: no statistics
+        elif status == MESSAGE_ILLEGAL:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_MESSAGE_ILLEGAL), 1)
         elif status == PROPERTIES_SIZE_EXCEEDED:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PROPERTIES_SIZE_EXCEEDED), 1)
@@ -467,7 +469,7 @@ cdef class CommitLogAppender:
                                   f"more than max_message_size={self.max_message_size}")
             from mqstore._codec import decode_batch_body
             try:
-                items = [(flag, body, p) for flag, body, p in decode_batch_body(mb.body)]
+                items = list(decode_batch_body(mb.body))
             except ValueError as exc:
                 return self._fail(MESSAGE_ILLEGAL, f"batch body does not parse: {exc}")
         else:

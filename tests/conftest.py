@@ -1,0 +1,43 @@
+"""Shared fixtures: stores on real files under tmp_path, checked after every test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from mqstore import MessageStore
+from mqstore.checker import check_store
+
+settings.register_profile("ci", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+SMALL = {"mapped_file_size_commit_log": 64 * 1024, "max_message_size": 16 * 1024}
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def open_store(store_dir):
+    """Factory: open_store(**config) -> MessageStore on store_dir (small files by default).
+    Every store it opened is shut down and the directory checked at the end of the test."""
+    opened: list[MessageStore] = []
+
+    def factory(path: str | None = None, **overrides):
+        cfg = {**SMALL, **overrides}
+        store = MessageStore(path or store_dir, **cfg)
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.shutdown()
+    for root in {s.root for s in opened}:
+        check_store(root).raise_if_failed()
