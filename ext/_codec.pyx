@@ -87,7 +87,7 @@ def string_to_properties(str s) -> dict:
 
 def record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len, int sys_flag=0, bint v2=False) -> int:
     """calMsgLength (spec §1.2)."""
-    return mq_record_length(body_len, topic_len, props_len, sys_flag, v2)
+    return mq_record_length(max(body_len, 0), topic_len, max(props_len, 0), sys_flag, v2)
 
 
 def msg_id(store_host, int64_t physical_offset) -> str:
@@ -115,8 +115,6 @@ def encode_record(*, str topic, body, int64_t queue_id=0, int64_t flag=0, int64_
         _check_int(name, value, JAVA_INT_MIN, JAVA_INT_MAX)
     cdef bytes body_b = bytes(body)
     cdef bytes topic_b = topic.encode("utf-8")
-    if len(topic_b) == 0:
-        raise ValueError("topic is empty")
     if not v2 and len(topic_b) > MQ_MAX_TOPIC_BYTES_V1:
         raise ValueError(f"topic is {len(topic_b)} UTF-8 bytes; a V1 record holds at most 127 "
                          "(RocketMQ would wrap the 1-byte length)")
@@ -176,96 +174,152 @@ cdef class _Cursor:
         return p
 
 
+class _Fail(Exception):
+    """checkMessageAndReturnSize returned (size, false)."""
+
+    def __init__(self, int size, str message):
+        super().__init__(message)
+        self.size = size
+
+
+class _Blank(Exception):
+    pass
+
+
+def _java_parse_int(str text):
+    """Integer.parseInt, or None where Java throws NumberFormatException."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not all(c.isdecimal() for c in digits):
+        return None
+    value = int("".join(str(int(c)) for c in digits))
+    if text[:1] == "-":
+        value = -value
+    return value if JAVA_INT_MIN <= value <= JAVA_INT_MAX else None
+
+
+cdef object _parse(buf, Py_ssize_t offset, bint check_crc, bint read_body, bint strict_utf8, bint check_delay):
+    """Follow checkMessageAndReturnSize (spec §5.3) step by step: the same reads in the same
+    order, and Java's quirks (its new byte[totalSize] scratch array, negative lengths read as
+    empty, CRC only for a non-empty body). Raises _Blank, or _Fail(size, why)."""
+    cdef const unsigned char[::1] view = memoryview(buf).cast("B")
+    if offset < 0 or offset > view.shape[0]:
+        raise _Fail(-1, f"offset {offset} is outside the buffer of {view.shape[0]} bytes")
+    cdef _Cursor c = _Cursor(view, offset)
+    cdef int32_t total
+    cdef int32_t magic
+    try:
+        total = mq_get_i32(c.take(4))
+        magic = mq_get_i32(c.take(4))
+    except CorruptRecordError as exc:
+        raise _Fail(-1, str(exc))
+    if magic == MQ_BLANK_MAGIC_CODE:
+        raise _Blank()
+    if magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2:
+        raise _Fail(-1, f"record at offset {offset}: unknown magic code 0x{<uint32_t>magic:08X}")
+    if total < 0:
+        raise _Fail(-1, f"record at offset {offset}: negative TOTALSIZE {total}")
+    cdef bint v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
+    cdef int32_t body_crc, queue_id, flag, sys_flag, reconsume, body_len, actual
+    cdef int64_t queue_offset, physical_offset, born_ts, store_ts, prepared
+    cdef int born_len, store_len
+    cdef Py_ssize_t topic_len
+    cdef int16_t props_len
+    cdef const char *p
+    try:
+        body_crc = mq_get_i32(c.take(4))
+        queue_id = mq_get_i32(c.take(4))
+        flag = mq_get_i32(c.take(4))
+        queue_offset = mq_get_i64(c.take(8))
+        physical_offset = mq_get_i64(c.take(8))
+        sys_flag = mq_get_i32(c.take(4))
+        born_ts = mq_get_i64(c.take(8))
+        born_len = 20 if sys_flag & MQ_BORNHOST_V6_FLAG else 8
+        store_len = 20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8
+        if born_len > total:
+            raise _Fail(-1, f"record at offset {offset}: BORNHOST is longer than TOTALSIZE {total}")
+        born_raw = c.take(born_len)[:born_len]
+        store_ts = mq_get_i64(c.take(8))
+        if store_len > total:
+            raise _Fail(-1, f"record at offset {offset}: STOREHOST is longer than TOTALSIZE {total}")
+        store_raw = c.take(store_len)[:store_len]
+        reconsume = mq_get_i32(c.take(4))
+        prepared = mq_get_i64(c.take(8))
+        body_len = mq_get_i32(c.take(4))
+        body = b"" if read_body else None
+        if body_len > 0:
+            if read_body:
+                if body_len > total:
+                    raise _Fail(-1, f"record at offset {offset}: BODY of {body_len} bytes is longer than TOTALSIZE {total}")
+                p = c.take(body_len)
+                body = p[:body_len]
+                if check_crc:
+                    actual = mq_body_crc(p, body_len)
+                    if actual != body_crc:
+                        raise _Fail(-1, f"record at offset {offset}: body CRC {actual} does not match stored BODYCRC {body_crc}")
+            else:
+                c.take(body_len)
+        if v2:
+            topic_len = mq_get_i16(c.take(2))
+        else:
+            topic_len = <signed char>c.take(1)[0]
+        if topic_len < 0:
+            raise _Fail(-1, f"record at offset {offset}: negative topic length {topic_len}")
+        if topic_len > total:
+            raise _Fail(-1, f"record at offset {offset}: TOPIC is longer than TOTALSIZE {total}")
+        topic_raw = c.take(topic_len)[:topic_len]
+        props_len = mq_get_i16(c.take(2))
+        props_raw = b""
+        if props_len > 0:
+            if props_len > total:
+                raise _Fail(-1, f"record at offset {offset}: PROPERTIES are longer than TOTALSIZE {total}")
+            props_raw = c.take(props_len)[:props_len]
+    except CorruptRecordError as exc:
+        raise _Fail(-1, str(exc))
+    try:
+        topic = topic_raw.decode("utf-8", "strict" if strict_utf8 else "replace")
+        props_s = props_raw.decode("utf-8", "strict" if strict_utf8 else "replace")
+    except UnicodeDecodeError as exc:
+        raise _Fail(-1, f"record at offset {offset}: topic or properties are not UTF-8 ({exc})") from None
+    properties = string_to_properties(props_s)
+    if check_delay and topic == "SCHEDULE_TOPIC_XXXX" and "DELAY" in properties:
+        if _java_parse_int(properties["DELAY"]) is None:
+            raise _Fail(-1, f"record at offset {offset}: DELAY {properties['DELAY']!r} is not a Java int")
+    cdef int expected = mq_record_length(max(body_len, 0), topic_len, max(props_len, 0), sys_flag, v2)
+    if expected != total:
+        raise _Fail(total, f"record at offset {offset}: TOTALSIZE {total} but its fields add up to {expected} bytes")
+    return DecodedRecord(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
+                         born_ts, decode_host(born_raw), store_ts, decode_host(store_raw), reconsume, prepared,
+                         body, topic, properties, props_s)
+
+
 def decode_record(buf, Py_ssize_t offset=0, *, bint check_crc=True, bint read_body=True):
     """Decode the record at offset into a DecodedRecord (spec §1.2, §1.8).
 
     Raises CorruptRecordError naming what is wrong: blank record, bad magic, truncation,
     length mismatch, CRC mismatch, bad UTF-8.
     """
-    cdef const unsigned char[::1] view = memoryview(buf).cast("B")
-    if offset < 0 or offset > view.shape[0]:
-        raise CorruptRecordError(f"offset {offset} is outside the buffer of {view.shape[0]} bytes")
-    cdef _Cursor c = _Cursor(view, offset)
-    cdef int32_t total = mq_get_i32(c.take(4))
-    cdef int32_t magic = mq_get_i32(c.take(4))
-    if magic == MQ_BLANK_MAGIC_CODE:
-        raise CorruptRecordError(f"offset {offset} holds a BLANK (end of file) record of {total} bytes, not a message")
-    if magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2:
-        raise CorruptRecordError(f"offset {offset}: unknown magic code 0x{<uint32_t>magic:08X}")
-    cdef bint v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
-    cdef int32_t body_crc = mq_get_i32(c.take(4))
-    cdef int32_t queue_id = mq_get_i32(c.take(4))
-    cdef int32_t flag = mq_get_i32(c.take(4))
-    cdef int64_t queue_offset = mq_get_i64(c.take(8))
-    cdef int64_t physical_offset = mq_get_i64(c.take(8))
-    cdef int32_t sys_flag = mq_get_i32(c.take(4))
-    cdef int64_t born_ts = mq_get_i64(c.take(8))
-    cdef int born_len = 20 if sys_flag & MQ_BORNHOST_V6_FLAG else 8
-    cdef int store_len = 20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8
-    born_host = decode_host(c.take(born_len)[:born_len])
-    cdef int64_t store_ts = mq_get_i64(c.take(8))
-    store_host = decode_host(c.take(store_len)[:store_len])
-    cdef int32_t reconsume = mq_get_i32(c.take(4))
-    cdef int64_t prepared = mq_get_i64(c.take(8))
-    cdef int32_t body_len = mq_get_i32(c.take(4))
-    cdef const char *body_p = NULL
-    body = None
-    if body_len > 0:
-        body_p = c.take(body_len)
-        if read_body:
-            body = body_p[:body_len]
-            if check_crc:
-                actual = mq_body_crc(body_p, body_len)
-                if actual != body_crc:
-                    raise CorruptRecordError(
-                        f"record at offset {offset}: body CRC {actual} does not match stored BODYCRC {body_crc}")
-    elif read_body:
-        body = b""
-        if check_crc and body_crc != 0:
-            raise CorruptRecordError(f"record at offset {offset}: empty body but BODYCRC is {body_crc}")
-    cdef Py_ssize_t topic_len = (<uint16_t>mq_get_i16(c.take(2))) if v2 else mq_get_u8(c.take(1))
     try:
-        topic = c.take(topic_len)[:topic_len].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"record at offset {offset}: topic is not UTF-8 ({exc})") from None
-    cdef int16_t props_len = mq_get_i16(c.take(2))
-    props_s = ""
-    if props_len > 0:
-        try:
-            props_s = c.take(props_len)[:props_len].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptRecordError(f"record at offset {offset}: properties are not UTF-8 ({exc})") from None
-    cdef int expected = mq_record_length(max(body_len, 0), topic_len, max(props_len, 0), sys_flag, v2)
-    if expected != total:
-        raise CorruptRecordError(
-            f"record at offset {offset}: TOTALSIZE {total} but its fields add up to {expected} bytes")
-    return DecodedRecord(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-                         born_ts, born_host, store_ts, store_host, reconsume, prepared, body, topic,
-                         string_to_properties(props_s), props_s)
+        return _parse(buf, offset, check_crc, read_body, True, False)
+    except _Blank:
+        raise CorruptRecordError(f"offset {offset} holds a BLANK (end of file) record, not a message; "
+                                 "use check_record to detect blanks") from None
+    except _Fail as exc:
+        raise CorruptRecordError(str(exc)) from None
 
 
 def check_record(buf, Py_ssize_t offset=0, *, bint check_crc=True, bint read_body=True):
     """checkMessageAndReturnSize (spec §5.3): (total_size, True) for a valid record, (0, True)
     for a blank, (-1, False) for a bad magic / CRC / truncation, (total_size, False) when
     TOTALSIZE disagrees with the fields."""
-    cdef const unsigned char[::1] view = memoryview(buf).cast("B")
-    cdef Py_ssize_t n = view.shape[0]
-    if offset < 0 or offset + 8 > n:
-        return (-1, False)
-    cdef const char *p = <const char *>&view[0]
-    cdef int32_t total = mq_get_i32(p + offset)
-    cdef int32_t magic = mq_get_i32(p + offset + 4)
-    if magic == MQ_BLANK_MAGIC_CODE:
-        return (0, True)
-    if magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2:
-        return (-1, False)
+    if offset < 0:
+        raise ValueError(f"offset {offset} is negative")
     try:
-        decode_record(buf, offset, check_crc=check_crc, read_body=read_body)
-    except CorruptRecordError as exc:
-        if "TOTALSIZE" in str(exc):
-            return (total, False)
-        return (-1, False)
-    return (total, True)
+        rec = _parse(buf, offset, check_crc, read_body, False, True)
+    except _Blank:
+        return (0, True)
+    except _Fail as exc:
+        return (exc.size, False)
+    return (rec.total_size, True)
 
 
 def encode_batch_body(messages) -> bytes:
@@ -308,10 +362,11 @@ def decode_batch_body(data) -> list:
         props_len = mq_get_i16(p + 20 + body_len)
         if props_len < 0 or pos + 22 + body_len + props_len > n:
             raise CorruptRecordError(f"batch message at byte {pos}: properties length {props_len} runs past the batch end")
-        if total != 22 + body_len + props_len:
-            raise CorruptRecordError(f"batch message at byte {pos}: totalSize {total} disagrees with its lengths")
-        out.append((mq_get_i32(p + 12), p[20:20 + body_len],
-                    p[22 + body_len:22 + body_len + props_len].decode("utf-8")))
+        try:
+            props_s = p[22 + body_len:22 + body_len + props_len].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError(f"batch message at byte {pos}: properties are not UTF-8 ({exc})") from None
+        out.append((mq_get_i32(p + 12), p[20:20 + body_len], props_s))
         pos += 22 + body_len + props_len
     return out
 

@@ -820,8 +820,8 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
         if bl < 0 or hdr + 4 + bl + 3 > size:
             reason = "invalid"
             break
-        tlen = (<unsigned short>mq_get_i16(p + hdr + 4 + bl)) if v2 else <unsigned char>p[hdr + 4 + bl]
-        if hdr + 4 + bl + (2 if v2 else 1) + tlen + 2 > size:
+        tlen = mq_get_i16(p + hdr + 4 + bl) if v2 else <signed char>p[hdr + 4 + bl]
+        if tlen < 0 or hdr + 4 + bl + (2 if v2 else 1) + tlen + 2 > size:
             reason = "invalid"
             break
         pl = mq_get_i16(p + hdr + 4 + bl + (2 if v2 else 1) + tlen)

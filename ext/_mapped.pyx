@@ -96,6 +96,9 @@ cdef class MappedFile:
         Raises FileExistsError if path exists, OSError(ENOSPC/EFBIG/...) when the space
         cannot be allocated; nothing is left behind in that case.
         """
+        name = os.path.basename(path)
+        if len(name) != 20 or not name.isdigit():
+            raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
         if os.path.exists(path):
             raise FileExistsError(f"mapped file {path} already exists")
         tmp = f"{path}.alloc{os.getpid()}"

@@ -7,6 +7,7 @@ field by field.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from dataclasses import dataclass
 
@@ -32,14 +33,18 @@ def encode_host(host: Host) -> bytes:
             addr = socket.inet_pton(family, ip)
         except (OSError, TypeError):
             continue
+        if family == socket.AF_INET6 and addr[:12] == b"\x00" * 10 + b"\xff\xff":
+            addr = addr[12:]  # Java turns an IPv4-mapped address into an Inet4Address
         return addr + int(port).to_bytes(4, "big")
     raise ValueError(f"host {ip!r} is not an IPv4 or IPv6 address")
 
 
 def decode_host(raw: bytes) -> Host:
     """Inverse of encode_host."""
-    family = socket.AF_INET if len(raw) == 8 else socket.AF_INET6
-    return socket.inet_ntop(family, raw[:-4]), int.from_bytes(raw[-4:], "big", signed=True)
+    port = int.from_bytes(raw[-4:], "big", signed=True)
+    if len(raw) == 8:
+        return socket.inet_ntop(socket.AF_INET, raw[:4]), port
+    return str(ipaddress.IPv6Address(raw[:16])), port
 
 
 def parse_host_port(text: str) -> Host:
@@ -102,7 +107,10 @@ class DecodedRecord:
 
     @property
     def msg_id(self) -> str:
-        return (encode_host(self.store_host) + self.physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
+        ip, port = self.store_host
+        addr = ipaddress.ip_address(ip).packed if self.sys_flag & 0x20 else socket.inet_pton(socket.AF_INET, ip)
+        return (addr + port.to_bytes(4, "big", signed=True)
+                + self.physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
 
     @property
     def is_v2(self) -> bool:

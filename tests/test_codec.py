@@ -101,8 +101,6 @@ def test_encode_refuses_what_rocketmq_cannot_store():
         _codec.encode_record(topic="t" * 128, body=b"")
     with pytest.raises(ValueError, match="32767"):
         _codec.encode_record(topic="t", body=b"", properties={"k": "v" * 40000})
-    with pytest.raises(ValueError, match="empty"):
-        _codec.encode_record(topic="", body=b"")
     with pytest.raises(ValueError):
         _codec.encode_record(topic="t", body=b"", born_host=("not-an-ip", 1))
 
@@ -175,3 +173,13 @@ def test_batch_body_parity(messages):
     raw = _codec.encode_batch_body(messages)
     assert raw == twin.encode_batch_body(messages)
     assert _codec.decode_batch_body(raw) == twin.decode_batch_body(raw)
+
+
+@given(record_fields(), st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), min_size=1, max_size=4),
+       st.booleans())
+def test_check_record_parity_on_mutated_records(fields, edits, check_crc):
+    raw = bytearray(_codec.encode_record(**fields))
+    for pos, value in edits:
+        raw[pos % len(raw)] = value
+    data = bytes(raw)
+    assert _codec.check_record(data, check_crc=check_crc) == twin.check_record(data, check_crc=check_crc)
