@@ -646,6 +646,7 @@ cdef class CommitLogAppender:
         self._lock()
         cdef int64_t begin_ms = mq_now_ms()
         cdef int64_t begin_ns = mq_mono_ns()
+        mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_OWNER_PID), _pid)
         mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), begin_ms)
         cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
         mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_ENTRY_WROTE), wrote)

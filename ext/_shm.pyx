@@ -352,6 +352,7 @@ cdef class ControlBlock:
                 r = mq_put_lock(b, kind, token)
         if r != 0 and r != EOWNERDEAD:
             raise OSError(r, f"cannot take the put lock: {os.strerror(r)}")
+        mq_store(mq_cell(b, MQ_CTL_LOCK_OWNER_PID), getpid())
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), mq_now_ms())
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_NS), mq_mono_ns())
         return r == EOWNERDEAD

@@ -68,11 +68,23 @@ static inline void mq_cpu_relax(void) {
 #endif
 }
 
-/* 1 if a process with this pid exists (or we may not signal it), 0 if it is gone. */
+#include <stdio.h>
+#include <string.h>
+/* 1 if a process with this pid is running, 0 if it is gone or a zombie (dead but not yet
+ * reaped: kill(pid, 0) still succeeds on those, yet they hold nothing any more). */
 static inline int mq_pid_alive(int64_t pid) {
     if (pid <= 0) return 0;
-    if (kill((pid_t)pid, 0) == 0) return 1;
-    return errno != ESRCH;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *close_paren = strrchr(buf, ')');
+    if (close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X')) return 0;
+    return 1;
 }
 static inline int64_t mq_gettid(void) { return (int64_t)syscall(SYS_gettid); }
 

@@ -42,7 +42,7 @@ enum {
     MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
     MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
     MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
-    MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672,
+    MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672, MQ_CTL_LOCK_OWNER_PID = 680,
     MQ_CTL_MUTEX = 704,
     MQ_CTL_FUTEX = 768,
     MQ_CTL_FLUSH_REQUEST_UPTO = 832, MQ_CTL_FLUSH_ERROR_COUNT = 840, MQ_CTL_FLUSH_LAST_ERRNO = 848,
@@ -160,11 +160,13 @@ static inline int mq_mutex_init(char *ctl) {
 
 _Static_assert(sizeof(pthread_mutex_t) <= 64, "pthread_mutex_t must fit its 64-byte cell");
 
-/* OS page cache busy (spec §9.2): a put held the lock longer than timeout_ms. */
+/* OS page cache busy (spec §9.2): a put held the lock longer than timeout_ms. A holder that
+ * died inside the lock is not "busy": the next put takes the lock over and repairs. */
 static inline int mq_page_cache_busy(char *ctl, int64_t now_ms, int64_t timeout_ms) {
     int64_t begin = mq_load(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS));
     int64_t diff = now_ms - begin;
-    return begin != 0 && diff < 10000000 && diff > timeout_ms;
+    if (!(begin != 0 && diff < 10000000 && diff > timeout_ms)) return 0;
+    return mq_pid_alive(mq_load(mq_cell(ctl, MQ_CTL_LOCK_OWNER_PID)));
 }
 
 /* ---- topic-queue offset table ("topic-queueId" -> next queue offset) ---- */
