@@ -16,7 +16,7 @@ from mqstore._commitlog import Message, MessageBatch, PutMessageResult
 from mqstore.checkpoint import StoreCheckpoint
 from mqstore.commitlog import CommitLog
 from mqstore.config import StoreConfig
-from mqstore.errors import NotAStoreError, StoreClosedError, StoreLockedError
+from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
 from mqstore.recovery import RecoveryReport, recover_commitlog
 from mqstore.services.allocate import AllocateMappedFileService
 from mqstore.services.base import ServiceThread
@@ -56,6 +56,11 @@ class MessageStore:
         if overrides:
             cfg = cfg.replace(**overrides)
         self.config = cfg.validate()
+        if self.config.transient_store_pool_enable:
+            raise ConfigError("transient_store_pool_enable=true is not implemented yet (the transient store pool "
+                              "and commit service come with the multi-process node); refusing rather than "
+                              "silently writing through the mapped files",
+                              hint="open the store with transient_store_pool_enable=false")
         self._closed = True
         self._lock_fd = -1
         self._services: list[ServiceThread] = []
