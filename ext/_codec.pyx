@@ -132,11 +132,7 @@ def encode_record(*, str topic, body, int64_t queue_id=0, int64_t flag=0, int64_
         raise ValueError(f"properties are {len(props_b)} UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
     cdef bytes born_b = encode_host(tuple(born_host))
     cdef bytes store_b = encode_host(tuple(store_host))
-    cdef int32_t sf = <int32_t>sys_flag & ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
-    if len(born_b) == 20:
-        sf |= MQ_BORNHOST_V6_FLAG
-    if len(store_b) == 20:
-        sf |= MQ_STOREHOST_V6_FLAG
+    cdef int32_t sf = with_host_flags(<int32_t>sys_flag, len(born_b), len(store_b))
     cdef int32_t crc
     if body_crc is None:
         crc = mq_body_crc(PyBytes_AS_STRING(body_b), len(body_b)) if len(body_b) else 0

@@ -68,6 +68,11 @@ def _refresh_pid():
 os.register_at_fork(after_in_child=_refresh_pid)
 
 
+cdef inline bint wait_store_msg_ok(dict props):
+    """WAIT property absent or anything but "false" (case-insensitive): wait for the flush."""
+    return not props or props.get("WAIT", "true").lower() != "false"
+
+
 cdef class Message:
     """A message to put: topic, body and RocketMQ's message fields.
 
@@ -129,7 +134,7 @@ cdef class Message:
 
     @property
     def wait_store_msg_ok(self) -> bool:
-        return self._properties is None or self._properties.get("WAIT", "true").lower() != "false"
+        return wait_store_msg_ok(self._properties)
 
     def __repr__(self):
         return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes, properties={self._properties})"
@@ -347,8 +352,9 @@ cdef class CommitLogAppender:
     cdef object _check_topic(self, str topic, bytes topic_b, int queue_id):
         if topic is None or PyUnicode_GET_LENGTH(topic) == 0:
             return "topic is empty"
-        if utf16_length(topic) > MQ_MAX_TOPIC_BYTES_V1:
-            return f"topic is {utf16_length(topic)} characters, more than 127"
+        cdef Py_ssize_t chars = utf16_length(topic)
+        if chars > MQ_MAX_TOPIC_BYTES_V1:
+            return f"topic is {chars} characters, more than 127"
         if PyBytes_GET_SIZE(topic_b) > MQ_MAX_TOPIC_BYTES_V1:
             return (f"topic is {PyBytes_GET_SIZE(topic_b)} UTF-8 bytes; a V1 record holds at most 127 "
                     "(RocketMQ would wrap the 1-byte length)")
@@ -375,9 +381,8 @@ cdef class CommitLogAppender:
         cdef dict props = msg._properties
         cdef int sys_flag = msg.sys_flag
         cdef int tx = sys_flag & MQ_TRANSACTION_TYPE_MASK
-        cdef bint wait = True
+        cdef bint wait = wait_store_msg_ok(props)
         if props:
-            wait = props.get("WAIT", "true").lower() != "false" if "WAIT" in props else True
             if "DELAY" in props and tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
                 topic, queue_id, props = self._schedule(topic, queue_id, props)
         cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
@@ -385,8 +390,9 @@ cdef class CommitLogAppender:
         if problem is not None:
             return self._fail(MESSAGE_ILLEGAL, problem)
         cdef str props_s = properties_string(props, True) if props else ""
-        if props_s and utf16_length(props_s) > 32767:
-            return self._fail(MESSAGE_ILLEGAL, f"properties string is {utf16_length(props_s)} characters, more than 32767")
+        cdef Py_ssize_t props_chars = utf16_length(props_s) if props_s else 0
+        if props_chars > 32767:
+            return self._fail(MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
         cdef bytes props_b = props_s.encode("utf-8") if props_s else b""
         if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
             return self._fail(PROPERTIES_SIZE_EXCEEDED,
@@ -396,11 +402,7 @@ cdef class CommitLogAppender:
         if body_len > self.max_message_size:
             return self._fail(MESSAGE_ILLEGAL, f"body is {body_len} bytes, more than max_message_size={self.max_message_size}")
         cdef bytes born_b = self._host_bytes(msg.born_host)
-        sys_flag &= ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
-        if PyBytes_GET_SIZE(born_b) == 20:
-            sys_flag |= MQ_BORNHOST_V6_FLAG
-        if PyBytes_GET_SIZE(self.store_host_b) == 20:
-            sys_flag |= MQ_STOREHOST_V6_FLAG
+        sys_flag = with_host_flags(sys_flag, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
         cdef int total = mq_record_length(body_len, PyBytes_GET_SIZE(topic_b), PyBytes_GET_SIZE(props_b), sys_flag, False)
         if total > self.max_message_size + 65536:
             return self._fail(MESSAGE_ILLEGAL, f"record is {total} bytes, more than max_message_size + 64 KiB")
@@ -493,9 +495,8 @@ cdef class CommitLogAppender:
                 size += 22 + PyBytes_GET_SIZE((<Message>m).body) + len(mprops_s.encode("utf-8"))
             if size > self.max_message_size:
                 return self._fail(MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={self.max_message_size}")
+        wait = wait_store_msg_ok(batch_props)
         if batch_props:
-            if batch_props.get("WAIT", "true").lower() == "false":
-                wait = False
             if int(batch_props.get("DELAY", "0") or 0) > 0:
                 return self._fail(MESSAGE_ILLEGAL, "batch messages cannot be delay messages")
         if sys_flag & MQ_TRANSACTION_TYPE_MASK:
@@ -508,11 +509,7 @@ cdef class CommitLogAppender:
         if len(batch_s.encode("utf-8")) > MQ_MAX_PROPERTIES_BYTES:
             return self._fail(PROPERTIES_SIZE_EXCEEDED, "batch properties are more than 32767 UTF-8 bytes")
         cdef bytes born_b = self._host_bytes(born_host)
-        sys_flag &= ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
-        if PyBytes_GET_SIZE(born_b) == 20:
-            sys_flag |= MQ_BORNHOST_V6_FLAG
-        if PyBytes_GET_SIZE(self.store_host_b) == 20:
-            sys_flag |= MQ_STOREHOST_V6_FLAG
+        sys_flag = with_host_flags(sys_flag, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
         if born_ts == 0:
             born_ts = now
         # encode every inner message as a full record, outside the lock
@@ -617,28 +614,10 @@ cdef class CommitLogAppender:
         cdef int64_t wrote = mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))
         if wrote <= entry or self.cur_base == NULL or entry < self.cur_from or wrote > self.cur_from + self.file_size:
             return
-        cdef int64_t pos = entry - self.cur_from, end = wrote - self.cur_from
-        cdef char *b = self.cur_base
-        cdef int32_t size, magic, qid, sf
-        cdef int64_t qoff
-        cdef int tlen, born_len, store_len, bl
-        cdef mq_tq_slot *slot
-        while pos + 8 <= end:
-            size = mq_get_i32(b + pos)
-            magic = mq_get_i32(b + pos + 4)
-            if magic != MQ_MESSAGE_MAGIC_CODE or size <= 0 or pos + size > end:
-                break
-            qid = mq_get_i32(b + pos + MQ_POS_QUEUEID)
-            qoff = mq_get_i64(b + pos + MQ_POS_QUEUEOFFSET)
-            sf = mq_get_i32(b + pos + MQ_POS_SYSFLAG)
-            born_len = 20 if sf & MQ_BORNHOST_V6_FLAG else 8
-            store_len = 20 if sf & MQ_STOREHOST_V6_FLAG else 8
-            bl = mq_get_i32(b + pos + 48 + born_len + 8 + store_len + 12)
-            tlen = <unsigned char>b[pos + 48 + born_len + 8 + store_len + 16 + bl]
-            slot = mq_tq_get_or_insert(self.ctl, b + pos + 48 + born_len + 8 + store_len + 17 + bl, tlen, qid)
-            if slot != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) not in (MQ_TRANSACTION_PREPARED_TYPE, MQ_TRANSACTION_ROLLBACK_TYPE):
-                mq_max(&slot.next_offset, qoff + 1)
-            pos += size
+        try:
+            scan_records(self.cur_file, self.cur_from, entry - self.cur_from, wrote - self.cur_from, False, self.ctl_obj)
+        except OverflowError:
+            pass  # a full table: the put that follows reports it with its status
 
     cdef int _append_locked(self, char *rec, int64_t total, int n, int32_t *sizes, const char *topic, int topic_len,
                             int queue_id, int sys_flag, AppendOut *out) except -1:
@@ -653,6 +632,7 @@ cdef class CommitLogAppender:
         cdef int64_t file_pos = wrote - self.cur_from
         cdef int64_t remaining, acc, q, hold
         cdef int i, tx, ts_pos
+        cdef bint advance
         cdef mq_tq_slot *slot
         cdef char *r
         cdef int result = APPEND_OK
@@ -676,12 +656,13 @@ cdef class CommitLogAppender:
                     result = APPEND_END_OF_FILE
                 else:
                     tx = sys_flag & MQ_TRANSACTION_TYPE_MASK
-                    q = 0 if tx == MQ_TRANSACTION_PREPARED_TYPE or tx == MQ_TRANSACTION_ROLLBACK_TYPE else mq_load(&slot.next_offset)
+                    advance = tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE
+                    q = mq_load(&slot.next_offset) if advance else 0
                     ts_pos = store_timestamp_pos(sys_flag)
                     r = rec
                     acc = 0
                     for i in range(n):
-                        mq_put_i64(r + MQ_POS_QUEUEOFFSET, q + i if q or tx == 0 or tx == 8 else 0)
+                        mq_put_i64(r + MQ_POS_QUEUEOFFSET, q + i if advance else 0)
                         mq_put_i64(r + MQ_POS_PHYSICALOFFSET, wrote + acc)
                         mq_put_i64(r + ts_pos, begin_ms)
                         acc += sizes[i]
@@ -690,7 +671,7 @@ cdef class CommitLogAppender:
                     # publish the write position before the queue offset (see _repair_after_takeover)
                     mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + total)
                     mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), wrote + total)  # no transient pool: committed == wrote
-                    if tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                    if advance:
                         mq_store(&slot.next_offset, q + n)
                     mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), begin_ms)
                     out.wrote_offset = wrote

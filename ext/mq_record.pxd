@@ -83,6 +83,16 @@ cdef inline int mq_record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_s
                  + 4 + body_len + (2 if v2 else 1) + topic_len + 2 + props_len)
 
 
+cdef inline int32_t with_host_flags(int32_t sys_flag, Py_ssize_t born_host_len, Py_ssize_t store_host_len) noexcept nogil:
+    """The V6 sysflag bits follow the encoded host lengths (20 bytes = IPv6), spec §1.3."""
+    sys_flag &= ~(MQ_BORNHOST_V6_FLAG | MQ_STOREHOST_V6_FLAG)
+    if born_host_len == 20:
+        sys_flag |= MQ_BORNHOST_V6_FLAG
+    if store_host_len == 20:
+        sys_flag |= MQ_STOREHOST_V6_FLAG
+    return sys_flag
+
+
 cdef inline int store_timestamp_pos(int sys_flag) noexcept nogil:
     """Byte position of STORETIMESTAMP inside a record (56, or 68 after an IPv6 born host)."""
     return 68 if sys_flag & MQ_BORNHOST_V6_FLAG else 56

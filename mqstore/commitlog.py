@@ -8,13 +8,11 @@ and owns the allocate service hand-off.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from mqstore._commitlog import CommitLogAppender
-from mqstore._mapped import MappedFile
 from mqstore.mapped_file_queue import MappedFileQueue
 
 if TYPE_CHECKING:
@@ -145,10 +143,3 @@ class CommitLog:
         self.appender.forget_current_file()
         self.queue.close()
 
-
-def commitlog_files(root_or_dir: str) -> list[str]:
-    """Names of the CommitLog files in a directory, in offset order."""
-    return sorted(n for n in os.listdir(root_or_dir) if len(n) == 20 and n.isdigit())
-
-
-__all__ = ["CommitLog", "MappedFile", "commitlog_files"]

@@ -158,14 +158,6 @@ class MappedFileQueue:
             start = start_offset - start_offset % self.file_size if last is None else last.file_from + self.file_size
             return self.create(start)
 
-    # -- local-position flush (ConsumeQueue and other single-writer queues) ---------------
-    def flushed_where(self) -> int:
-        with self._lock:
-            for mf in reversed(self._files.values()):
-                if mf.flushed_position:
-                    return mf.file_from + mf.flushed_position
-            return self.min_offset if self._files else 0
-
     # -- truncation and deletion ---------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> tuple[list[str], int]:
         """Keep data before offset (spec §6.2): later files are destroyed, the file holding

@@ -663,9 +663,8 @@ def test_page_cache_busy(make_cb, kind):
     assert cb.page_cache_busy(0) is False
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_put_lock_taken_over_from_killed_holder(make_cb, children, kind):
-    cb = make_cb(kind)
+def kill_lock_holder(children, cb):
+    """A child process takes the put lock and is killed with SIGKILL while holding it."""
     child = children(f"""
         cb = ControlBlock.attach({cb.path!r})
         cb.acquire_put_lock()
@@ -674,6 +673,12 @@ def test_put_lock_taken_over_from_killed_holder(make_cb, children, kind):
     """)
     child.expect("locked")
     child.kill9()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_put_lock_taken_over_from_killed_holder(make_cb, children, kind):
+    cb = make_cb(kind)
+    kill_lock_holder(children, cb)
     assert lock_once_within(cb) is True, "the lock is reported as taken over from a dead holder"
     assert lock_once_within(cb) is False, "a normal acquire afterwards"
     # and another process can still take it normally
@@ -724,14 +729,7 @@ def test_page_cache_not_busy_after_holder_died(make_cb, children, kind):
     lock leaves it set; since puts check page_cache_busy before taking the lock (and so before
     any takeover), a dead holder must not make the store report OS_PAGECACHE_BUSY."""
     cb = make_cb(kind)
-    child = children(f"""
-        cb = ControlBlock.attach({cb.path!r})
-        cb.acquire_put_lock()
-        say("locked")
-        time.sleep(120)
-    """)
-    child.expect("locked")
-    child.kill9()
+    kill_lock_holder(children, cb)
     time.sleep(0.2)
     assert cb.page_cache_busy(100) is False, "no live process holds the put lock"
 

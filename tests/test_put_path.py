@@ -323,3 +323,29 @@ def test_random_put_sequences_keep_every_invariant(tmp_path_factory, ops):
             check_store(root, quiescent=True).raise_if_failed()
     report = check_store(root).raise_if_failed()
     assert {q: s.count for (_, q), s in report.queues.items()} == {q: c for q, c in expected.items() if c}
+
+
+@pytest.mark.parametrize("lock", [True, False], ids=["mutex", "spin"])
+def test_takeover_repairs_an_uncounted_queue_offset(open_store, lock):
+    """A writer died inside the lock after publishing its record but before counting its queue
+    offset: the next put takes the lock over, re-counts, and does not reuse the offset."""
+    import subprocess
+    import sys
+    import textwrap
+
+    store = open_store(use_reentrant_lock_when_put_message=lock)
+    store.put_message(Message("T", b"a")).check()
+    r = store.put_message(Message("T", b"b")).check()
+    store.ctl.table_set("T", 0, 1)  # the dead writer's record (offset 1) was never counted
+    store.ctl.set("lock_entry_wrote", r.wrote_offset)
+    code = textwrap.dedent(f"""
+        import os, signal
+        from mqstore._shm import ControlBlock
+        cb = ControlBlock.attach({store.ctl.path!r})
+        cb.acquire_put_lock()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    subprocess.run([sys.executable, "-c", code], timeout=60)
+    after = store.put_message(Message("T", b"c")).check()
+    assert after.queue_offset == 2
+    assert store.stats()["lock_takeovers"] == 1

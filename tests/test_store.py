@@ -101,11 +101,6 @@ def test_impossible_config_is_refused_at_open(store_dir):
     assert not os.path.exists(os.path.join(store_dir, "lock"))
 
 
-def _last_record(store_dir):
-    report = check_store(store_dir)
-    return report.valid_end
-
-
 def _damage_and_reopen(store_dir, damage):
     with MessageStore(store_dir, **SMALL) as store:
         results = fill(store, 200, body=b"body-%d-" + b"z" * 50)
