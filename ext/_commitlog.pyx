@@ -9,8 +9,9 @@ paths (mapping or allocating the next file) call back into Python outside the lo
 
 import os
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from cpython.unicode cimport PyUnicode_GET_LENGTH
+from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_DecodeUTF8
 from libc.errno cimport EBUSY
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport malloc, free
@@ -179,7 +180,10 @@ cdef class MessageBatch:
                             born_timestamp=first.born_timestamp, born_host=first.born_host)
 
 
+@cython.freelist(64)
+@cython.no_gc
 cdef class PutMessageResult:
+    # no_gc: its fields (ints, str, bytes, a list of ints) can never form a reference cycle
     """Outcome of a put (RocketMQ PutMessageResult + AppendMessageResult)."""
 
     cdef readonly int status_code
@@ -243,6 +247,174 @@ cdef struct AppendOut:
     int64_t need_offset
 
 
+cdef class BatchPlan:
+    """The records of one batch, planned outside the lock: per inner message pointers to its
+    body and stored properties, its flag and record size, then all records encoded into one
+    buffer (spec §9.4). Owns its C arrays; `keep` holds every bytes object pointed into."""
+
+    cdef Py_ssize_t n
+    cdef int64_t total
+    cdef int32_t *sizes
+    cdef int32_t *body_len
+    cdef int32_t *props_len
+    cdef int32_t *flags
+    cdef const char **body_p
+    cdef const char **props_p
+    cdef char *buf
+    cdef list keep
+
+    cdef int _alloc(self, Py_ssize_t n) except -1:
+        self.n = n
+        self.total = 0
+        self.keep = []
+        self.sizes = <int32_t *>malloc(n * 3 * sizeof(int32_t) + n * 2 * sizeof(char *) + n * sizeof(int32_t))
+        if self.sizes == NULL:
+            raise MemoryError()
+        self.body_len = self.sizes + n
+        self.props_len = self.sizes + 2 * n
+        self.flags = self.sizes + 3 * n
+        self.body_p = <const char **>(self.sizes + 4 * n)
+        self.props_p = self.body_p + n
+        return 0
+
+    cdef object from_messages(self, list msgs, str topic, int queue_id, Py_ssize_t topic_len, int sys_flag,
+                              int64_t max_message_size):
+        """Plan a list of Messages of one topic and queue; None, or (status, reason)."""
+        cdef Py_ssize_t i, n = len(msgs), plen
+        cdef int64_t size = 0
+        cdef Message m
+        cdef bytes body, pb
+        self._alloc(n)
+        for i in range(n):
+            m = <Message?>msgs[i]
+            if (m.topic is not topic and m.topic != topic) or m.queue_id != queue_id:
+                return MESSAGE_ILLEGAL, ("a batch holds messages of one topic and one queue "
+                                         f"(got {m.topic!r}/{m.queue_id} after {topic!r}/{queue_id})")
+            body = m.body
+            self.keep.append(body)
+            self.body_p[i] = PyBytes_AS_STRING(body)
+            self.body_len[i] = <int32_t>PyBytes_GET_SIZE(body)
+            plen = 0
+            self.props_p[i] = NULL
+            if m._properties:
+                pb = properties_string(m._properties, True).encode("utf-8")
+                plen = PyBytes_GET_SIZE(pb)
+                if plen > MQ_MAX_PROPERTIES_BYTES:
+                    return PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
+                                                      f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+                self.keep.append(pb)
+                self.props_p[i] = PyBytes_AS_STRING(pb)
+            self.props_len[i] = <int32_t>plen
+            self.flags[i] = m.flag
+            size += 22 + self.body_len[i] + plen
+            self.sizes[i] = mq_record_length(self.body_len[i], topic_len, plen, sys_flag, False)
+            self.total += self.sizes[i]
+        if size > max_message_size:
+            return MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={max_message_size}"
+        return None
+
+    cdef object from_body(self, bytes body, bytes batch_b, Py_ssize_t topic_len, int sys_flag):
+        """Plan a §1.10 batch body; each inner message stores its properties followed by the
+        batch's (joined by \\x02 unless the inner string ends with one). None, or (status, reason)."""
+        cdef const char *b = PyBytes_AS_STRING(body)
+        cdef Py_ssize_t end = PyBytes_GET_SIZE(body), pos = 0, n = 0, i
+        cdef Py_ssize_t batch_len = PyBytes_GET_SIZE(batch_b), plen
+        cdef int32_t blen
+        cdef int16_t ilen
+        cdef const char *p
+        cdef bytes merged
+        while pos < end:  # pass 1: validate and count
+            if pos + 20 > end:
+                return MESSAGE_ILLEGAL, (f"batch body does not parse: batch body truncated at byte {pos}: "
+                                         f"{end - pos} bytes left, header needs 20")
+            p = b + pos
+            blen = mq_get_i32(p + 16)
+            if blen < 0 or pos + 20 + blen + 2 > end:
+                return MESSAGE_ILLEGAL, (f"batch body does not parse: batch message at byte {pos}: body length "
+                                         f"{blen} runs past the batch end")
+            ilen = mq_get_i16(p + 20 + blen)
+            if ilen < 0 or pos + 22 + blen + ilen > end:
+                return MESSAGE_ILLEGAL, (f"batch body does not parse: batch message at byte {pos}: properties "
+                                         f"length {ilen} runs past the batch end")
+            if ilen > 0:
+                try:
+                    PyUnicode_DecodeUTF8(p + 22 + blen, ilen, NULL)
+                except UnicodeDecodeError as exc:
+                    return MESSAGE_ILLEGAL, (f"batch body does not parse: batch message at byte {pos}: properties "
+                                             f"are not UTF-8 ({exc})")
+            pos += 22 + blen + ilen
+            n += 1
+        if n == 0:
+            return MESSAGE_ILLEGAL, "the batch is empty"
+        self._alloc(n)
+        self.keep.append(body)
+        pos = 0
+        for i in range(n):  # pass 2: plan each record
+            p = b + pos
+            blen = mq_get_i32(p + 16)
+            ilen = mq_get_i16(p + 20 + blen)
+            self.body_p[i] = p + 20
+            self.body_len[i] = blen
+            self.flags[i] = mq_get_i32(p + 12)
+            if batch_len == 0:
+                self.props_p[i] = p + 22 + blen
+                plen = ilen
+            elif ilen == 0:
+                self.props_p[i] = PyBytes_AS_STRING(batch_b)
+                plen = batch_len
+            else:
+                merged = p[22 + blen:22 + blen + ilen]
+                merged = merged + (batch_b if merged.endswith(b"\x02") else b"\x02" + batch_b)
+                self.keep.append(merged)
+                self.props_p[i] = PyBytes_AS_STRING(merged)
+                plen = PyBytes_GET_SIZE(merged)
+            if plen > MQ_MAX_PROPERTIES_BYTES:
+                return PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
+                                                  f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+            self.props_len[i] = <int32_t>plen
+            self.sizes[i] = mq_record_length(blen, topic_len, plen, sys_flag, False)
+            self.total += self.sizes[i]
+            pos += 22 + blen + ilen
+        return None
+
+    cdef int encode(self, bytes topic_b, int queue_id, int sys_flag, int64_t born_ts, bytes born_b,
+                    bytes store_b, int reconsume) except -1:
+        """Encode every planned record into one buffer (offsets and store timestamp are set
+        in the lock)."""
+        self.buf = <char *>malloc(self.total)
+        if self.buf == NULL:
+            raise MemoryError()
+        cdef char *p = self.buf
+        cdef const char *topic = PyBytes_AS_STRING(topic_b)
+        cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_b), i
+        cdef const char *born = PyBytes_AS_STRING(born_b)
+        cdef const char *store = PyBytes_AS_STRING(store_b)
+        with nogil:
+            for i in range(self.n):
+                p += encode_record_into(
+                    p, topic, topic_len, self.body_p[i], self.body_len[i], self.props_p[i], self.props_len[i],
+                    queue_id, self.flags[i], 0, 0, sys_flag, born_ts, born, 0, store, reconsume, 0,
+                    mq_body_crc(self.body_p[i], self.body_len[i]) if self.body_len[i] else 0, False)
+        return 0
+
+    cdef list size_list(self):
+        cdef Py_ssize_t i
+        cdef list out = []
+        for i in range(self.n):
+            out.append(self.sizes[i])
+        return out
+
+    cdef void release(self) noexcept:
+        free(self.sizes)
+        free(self.buf)
+        self.sizes = NULL
+        self.buf = NULL
+        self.keep = None
+
+    def __dealloc__(self):
+        free(self.sizes)
+        free(self.buf)
+
 cdef class CommitLogAppender:
     """The put path of one process over a store's control block and CommitLog files."""
 
@@ -266,6 +438,10 @@ cdef class CommitLogAppender:
     cdef object store_host
     cdef object last_topic
     cdef bytes last_topic_b
+    cdef bint last_topic_ok
+    cdef bytes slot_topic_b
+    cdef int slot_queue_id
+    cdef mq_tq_slot *slot_cached
     cdef object delay_levels
 
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
@@ -347,9 +523,16 @@ cdef class CommitLogAppender:
         cdef bytes b = topic.encode("utf-8")
         self.last_topic = topic
         self.last_topic_b = b
+        self.last_topic_ok = False
         return b
 
     cdef object _check_topic(self, str topic, bytes topic_b, int queue_id):
+        """None if topic and queue id are valid, else the reason. The topic checks of the
+        last topic seen are remembered (topic_b is then its cached encoding)."""
+        if queue_id < 0:
+            return f"invalid queue id {queue_id}: queue ids are >= 0"
+        if topic is self.last_topic and self.last_topic_ok:
+            return None
         if topic is None or PyUnicode_GET_LENGTH(topic) == 0:
             return "topic is empty"
         cdef Py_ssize_t chars = utf16_length(topic)
@@ -358,8 +541,8 @@ cdef class CommitLogAppender:
         if PyBytes_GET_SIZE(topic_b) > MQ_MAX_TOPIC_BYTES_V1:
             return (f"topic is {PyBytes_GET_SIZE(topic_b)} UTF-8 bytes; a V1 record holds at most 127 "
                     "(RocketMQ would wrap the 1-byte length)")
-        if queue_id < 0:
-            return f"invalid queue id {queue_id}: queue ids are >= 0"
+        if topic is self.last_topic:
+            self.last_topic_ok = True
         return None
 
     cdef bytes _host_bytes(self, object host):
@@ -371,8 +554,7 @@ cdef class CommitLogAppender:
     def put_message(self, Message msg not None) -> PutMessageResult:
         """Put one message (spec §9.2, §9.3). Returns a PutMessageResult; never raises for a
         bad message (the status names the cause)."""
-        cdef int64_t now = mq_now_ms()
-        cdef int status = self._check_service(now)
+        cdef int status = self._check_service(mq_now_ms_coarse())
         if status != PUT_OK:
             return self._fail(status, self._service_detail(status))
         mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
@@ -381,22 +563,26 @@ cdef class CommitLogAppender:
         cdef dict props = msg._properties
         cdef int sys_flag = msg.sys_flag
         cdef int tx = sys_flag & MQ_TRANSACTION_TYPE_MASK
-        cdef bint wait = wait_store_msg_ok(props)
+        cdef bint wait = True
+        cdef str props_s = ""
+        cdef bytes props_b = b""
+        cdef Py_ssize_t props_chars
         if props:
+            wait = wait_store_msg_ok(props)
             if "DELAY" in props and tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
                 topic, queue_id, props = self._schedule(topic, queue_id, props)
+            props_s = properties_string(props, True)
+            props_chars = utf16_length(props_s)
+            if props_chars > 32767:
+                return self._fail(MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
+            props_b = props_s.encode("utf-8")
+            if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
+                return self._fail(PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 "
+                                  f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
         cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
             return self._fail(MESSAGE_ILLEGAL, problem)
-        cdef str props_s = properties_string(props, True) if props else ""
-        cdef Py_ssize_t props_chars = utf16_length(props_s) if props_s else 0
-        if props_chars > 32767:
-            return self._fail(MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
-        cdef bytes props_b = props_s.encode("utf-8") if props_s else b""
-        if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
-            return self._fail(PROPERTIES_SIZE_EXCEEDED,
-                              f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
         cdef bytes body = msg.body
         cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
         if body_len > self.max_message_size:
@@ -415,7 +601,7 @@ cdef class CommitLogAppender:
             rec = <char *>malloc(total)
         if rec == NULL:
             raise MemoryError()
-        cdef int64_t born_ts = msg.born_timestamp if msg.born_timestamp != 0 else now
+        cdef int64_t born_ts = msg.born_timestamp  # 0: "now", set to the store timestamp in the lock
         cdef int32_t crc = mq_body_crc(PyBytes_AS_STRING(body), body_len) if body_len else 0
         cdef AppendOut out
         cdef int32_t rec_size = total
@@ -425,7 +611,7 @@ cdef class CommitLogAppender:
                                0, 0, sys_flag, born_ts, PyBytes_AS_STRING(born_b), 0,
                                PyBytes_AS_STRING(self.store_host_b), msg.reconsume_times,
                                msg.prepared_transaction_offset, crc, False)
-            status = self._append(rec, total, 1, &rec_size, topic_b, queue_id, sys_flag, &out)
+            status = self._append(rec, total, 1, &rec_size, topic_b, queue_id, sys_flag, born_ts == 0, &out)
         finally:
             if rec != &stack_buf[0]:
                 free(rec)
@@ -450,17 +636,17 @@ cdef class CommitLogAppender:
     def put_messages(self, batch) -> PutMessageResult:
         """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
         queue. All records get consecutive queue and physical offsets and one store timestamp."""
-        cdef int64_t now = mq_now_ms()
-        cdef int status = self._check_service(now)
+        cdef int status = self._check_service(mq_now_ms_coarse())
         if status != PUT_OK:
             return self._fail(status, self._service_detail(status))
         mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
-        cdef list items
+        cdef list msgs = None
+        cdef MessageBatch mb = None
+        cdef Message first
         cdef str topic
         cdef int queue_id, sys_flag, reconsume
         cdef int64_t born_ts
         cdef dict batch_props
-        cdef bint wait = True
         if isinstance(batch, MessageBatch):
             mb = <MessageBatch>batch
             topic, queue_id, sys_flag, born_ts, born_host, reconsume = (
@@ -469,13 +655,8 @@ cdef class CommitLogAppender:
             if mb.body is None or PyBytes_GET_SIZE(mb.body) > self.max_message_size:
                 return self._fail(MESSAGE_ILLEGAL, f"batch body is {0 if mb.body is None else len(mb.body)} bytes, "
                                   f"more than max_message_size={self.max_message_size}")
-            from mqstore._codec import decode_batch_body
-            try:
-                items = list(decode_batch_body(mb.body))
-            except ValueError as exc:
-                return self._fail(MESSAGE_ILLEGAL, f"batch body does not parse: {exc}")
         else:
-            msgs = list(batch)
+            msgs = batch if type(batch) is list else list(batch)
             if not msgs:
                 return self._fail(MESSAGE_ILLEGAL, "the batch is empty")
             first = <Message?>msgs[0]
@@ -483,19 +664,7 @@ cdef class CommitLogAppender:
                 first.topic, first.queue_id, first.sys_flag, first.born_timestamp, first.born_host,
                 first.reconsume_times)
             batch_props = None
-            items = []
-            size = 0
-            for m in msgs:
-                if (<Message?>m).topic != topic or (<Message>m).queue_id != queue_id:
-                    return self._fail(MESSAGE_ILLEGAL, "a batch holds messages of one topic and one queue "
-                                      f"(got {(<Message>m).topic!r}/{(<Message>m).queue_id} after {topic!r}/{queue_id})")
-                mprops = (<Message>m)._properties
-                mprops_s = properties_string(mprops, True) if mprops else ""
-                items.append(((<Message>m).flag, (<Message>m).body, mprops_s))
-                size += 22 + PyBytes_GET_SIZE((<Message>m).body) + len(mprops_s.encode("utf-8"))
-            if size > self.max_message_size:
-                return self._fail(MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={self.max_message_size}")
-        wait = wait_store_msg_ok(batch_props)
+        cdef bint wait = wait_store_msg_ok(batch_props)
         if batch_props:
             if int(batch_props.get("DELAY", "0") or 0) > 0:
                 return self._fail(MESSAGE_ILLEGAL, "batch messages cannot be delay messages")
@@ -505,72 +674,41 @@ cdef class CommitLogAppender:
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
             return self._fail(MESSAGE_ILLEGAL, problem)
-        cdef str batch_s = properties_string(batch_props, True) if batch_props else ""
-        if len(batch_s.encode("utf-8")) > MQ_MAX_PROPERTIES_BYTES:
+        cdef bytes batch_b = properties_string(batch_props, True).encode("utf-8") if batch_props else b""
+        if PyBytes_GET_SIZE(batch_b) > MQ_MAX_PROPERTIES_BYTES:
             return self._fail(PROPERTIES_SIZE_EXCEEDED, "batch properties are more than 32767 UTF-8 bytes")
         cdef bytes born_b = self._host_bytes(born_host)
         sys_flag = with_host_flags(sys_flag, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
-        if born_ts == 0:
-            born_ts = now
-        # encode every inner message as a full record, outside the lock
-        cdef Py_ssize_t n = len(items), i
-        cdef list props_list = []
-        cdef int64_t total = 0
-        cdef int rec_len
-        cdef int32_t *sizes = <int32_t *>malloc(n * sizeof(int32_t))
-        if sizes == NULL:
-            raise MemoryError()
-        cdef char *buf = NULL
-        cdef char *p
-        cdef AppendOut out
-        cdef bytes pb, body
+        cdef BatchPlan plan = BatchPlan()
+        cdef AppendOut out_holder
         try:
-            for i in range(n):
-                inner = items[i][2]
-                s = (inner + "\x02" + batch_s) if (inner and batch_s and not inner.endswith("\x02")) else inner + batch_s
-                pb = s.encode("utf-8")
-                if PyBytes_GET_SIZE(pb) > MQ_MAX_PROPERTIES_BYTES:
-                    return self._fail(PROPERTIES_SIZE_EXCEEDED, f"message {i} of the batch has properties of "
-                                      f"{PyBytes_GET_SIZE(pb)} UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
-                props_list.append(pb)
-                rec_len = mq_record_length(PyBytes_GET_SIZE(items[i][1]), PyBytes_GET_SIZE(topic_b),
-                                           PyBytes_GET_SIZE(pb), sys_flag, False)
-                sizes[i] = rec_len
-                total += rec_len
-            if total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                return self._fail(MESSAGE_ILLEGAL, f"batch of {total} bytes can never fit in a CommitLog file of "
-                                  f"{self.file_size} bytes")
-            buf = <char *>malloc(total)
-            if buf == NULL:
-                raise MemoryError()
-            p = buf
-            for i in range(n):
-                body = items[i][1]
-                pb = props_list[i]
-                p += encode_record_into(
-                    p, PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b), PyBytes_AS_STRING(body),
-                    PyBytes_GET_SIZE(body), PyBytes_AS_STRING(pb), PyBytes_GET_SIZE(pb), queue_id, items[i][0], 0, 0,
-                    sys_flag, born_ts, PyBytes_AS_STRING(born_b), 0, PyBytes_AS_STRING(self.store_host_b), reconsume,
-                    0, mq_body_crc(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body)) if PyBytes_GET_SIZE(body) else 0,
-                    False)
-            status = self._append(buf, total, <int>n, sizes, topic_b, queue_id, sys_flag, &out)
-            record_sizes = [sizes[i] for i in range(n)] if status == PUT_OK or status == FLUSH_DISK_TIMEOUT else None
+            if mb is not None:
+                problem = plan.from_body(mb.body, batch_b, PyBytes_GET_SIZE(topic_b), sys_flag)
+            else:
+                problem = plan.from_messages(msgs, topic, queue_id, PyBytes_GET_SIZE(topic_b), sys_flag,
+                                             self.max_message_size)
+            if problem is not None:
+                return self._fail(problem[0], problem[1])
+            if plan.total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return self._fail(MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
+                                  f"of {self.file_size} bytes")
+            plan.encode(topic_b, queue_id, sys_flag, born_ts, born_b, self.store_host_b, reconsume)
+            status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag,
+                                  born_ts == 0, &out_holder)
+            record_sizes = plan.size_list() if status == PUT_OK or status == FLUSH_DISK_TIMEOUT else None
+            return self._finish(status, &out_holder, plan.n, record_sizes, wait)
         finally:
-            free(sizes)
-            if buf != NULL:
-                free(buf)
-        return self._finish(status, &out, <int>n, record_sizes, wait)
+            plan.release()
 
     # -- the locked section -----------------------------------------------------------------------
     cdef int _append(self, char *rec, int64_t total, int n, int32_t *sizes, bytes topic_b, int queue_id,
-                     int sys_flag, AppendOut *out) except -1:
+                     int sys_flag, bint born_now, AppendOut *out) except -1:
         """Append pre-encoded records, mapping/allocating the next file outside the lock when
         needed. Returns a PutMessageStatus code."""
         cdef int r
         cdef int attempts = 0
         while True:
-            r = self._append_locked(rec, total, n, sizes, PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b),
-                                    queue_id, sys_flag, out)
+            r = self._append_locked(rec, total, n, sizes, topic_b, queue_id, sys_flag, born_now, out)
             if r == APPEND_OK:
                 return PUT_OK
             if r == APPEND_TABLE_FULL:
@@ -619,12 +757,28 @@ cdef class CommitLogAppender:
         except OverflowError:
             pass  # a full table: the put that follows reports it with its status
 
-    cdef int _append_locked(self, char *rec, int64_t total, int n, int32_t *sizes, const char *topic, int topic_len,
-                            int queue_id, int sys_flag, AppendOut *out) except -1:
+    cdef mq_tq_slot *_slot(self, bytes topic_b, int queue_id):
+        """The topic-queue table slot of (topic, queue), remembered for the last pair: slots
+        never move once inserted. Called with the put lock held; NULL when the table is full."""
+        if topic_b is self.slot_topic_b and queue_id == self.slot_queue_id and self.slot_cached != NULL:
+            return self.slot_cached
+        cdef mq_tq_slot *slot = mq_tq_get_or_insert(self.ctl, PyBytes_AS_STRING(topic_b), PyBytes_GET_SIZE(topic_b),
+                                                    queue_id)
+        if slot != NULL:
+            self.slot_topic_b = topic_b
+            self.slot_queue_id = queue_id
+            self.slot_cached = slot
+        return slot
+
+    cdef int _append_locked(self, char *rec, int64_t total, int n, int32_t *sizes, bytes topic_b, int queue_id,
+                            int sys_flag, bint born_now, AppendOut *out) except -1:
+        """The locked section: assign queue offsets, physical offsets and the store timestamp
+        (also the born timestamp when born_now), copy, publish. Counters written here are only
+        ever written under the put lock, so they take plain stores (mq_add_owned)."""
         cdef char *ctl = self.ctl
         self._lock()
-        cdef int64_t begin_ms = mq_now_ms()
-        cdef int64_t begin_ns = mq_mono_ns()
+        cdef int64_t begin_ns = mq_now_ns()
+        cdef int64_t begin_ms = begin_ns // 1000000
         mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_OWNER_PID), _pid)
         mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), begin_ms)
         cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
@@ -640,7 +794,7 @@ cdef class CommitLogAppender:
             out.need_offset = wrote
             result = APPEND_NEED_FILE
         else:
-            slot = mq_tq_get_or_insert(ctl, topic, topic_len, queue_id)
+            slot = self._slot(topic_b, queue_id)
             if slot == NULL:
                 result = APPEND_TABLE_FULL
             else:
@@ -651,7 +805,7 @@ cdef class CommitLogAppender:
                     mq_put_i32(self.cur_base + file_pos + 4, MQ_BLANK_MAGIC_CODE)
                     mq_store(mq_cell(ctl, MQ_CTL_WROTE), self.cur_from + self.file_size)
                     mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
-                    mq_add_relaxed(mq_stat(ctl, MQ_STAT_ROLLS), 1)
+                    mq_add_owned(mq_stat(ctl, MQ_STAT_ROLLS), 1)
                     out.need_offset = self.cur_from + self.file_size
                     result = APPEND_END_OF_FILE
                 else:
@@ -665,6 +819,8 @@ cdef class CommitLogAppender:
                         mq_put_i64(r + MQ_POS_QUEUEOFFSET, q + i if advance else 0)
                         mq_put_i64(r + MQ_POS_PHYSICALOFFSET, wrote + acc)
                         mq_put_i64(r + ts_pos, begin_ms)
+                        if born_now:
+                            mq_put_i64(r + MQ_POS_BORNTIMESTAMP, begin_ms)
                         acc += sizes[i]
                         r += sizes[i]
                     memcpy(self.cur_base + file_pos, rec, total)
@@ -678,15 +834,17 @@ cdef class CommitLogAppender:
                     out.wrote_bytes = total
                     out.queue_offset = q
                     out.store_timestamp = begin_ms
-                    mq_add_relaxed(mq_stat(ctl, MQ_STAT_PUT_MESSAGES), n)
-                    mq_add_relaxed(mq_stat(ctl, MQ_STAT_PUT_BYTES), total)
-        hold = mq_mono_ns() - begin_ns
-        mq_add_relaxed(mq_stat(ctl, MQ_STAT_LOCK_ACQUIRES), 1)
-        mq_add_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_TOTAL), hold)
+                    mq_add_owned(mq_stat(ctl, MQ_STAT_PUT_MESSAGES), n)
+                    mq_add_owned(mq_stat(ctl, MQ_STAT_PUT_BYTES), total)
+        hold = mq_now_ns() - begin_ns  # wall clock, as RocketMQ's beginTimeInLock; a clock step counts 0
+        if hold < 0:
+            hold = 0
+        mq_add_owned(mq_stat(ctl, MQ_STAT_LOCK_ACQUIRES), 1)
+        mq_add_owned(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_TOTAL), hold)
         if hold > mq_load_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_MAX)):
             mq_stat_max(ctl, MQ_STAT_LOCK_HOLD_NS_MAX, hold)
         if hold > self.lock_hold_warn_ns:
-            mq_add_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_WARNS), 1)
+            mq_add_owned(mq_stat(ctl, MQ_STAT_LOCK_HOLD_WARNS), 1)
         mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), 0)
         mq_put_unlock(ctl, self.lock_kind)
         return result

@@ -119,6 +119,11 @@ class MessageStore:
         self.ctl.mark_ready()
         with open(self.abort_path, "wb"):
             pass
+        # the hot path: put_message/put_messages go straight to the compiled appender, without
+        # a Python frame of this class in between (the methods below document the API)
+        appender = self.commitlog.appender
+        self.put_message = appender.put_message  # type: ignore[method-assign]
+        self.put_messages = appender.put_messages  # type: ignore[method-assign]
         self._start_services()
 
     def _start_services(self) -> None:

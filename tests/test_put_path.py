@@ -101,6 +101,56 @@ def test_client_batch_body_with_batch_properties(open_store):
     assert (first.queue_id, first.queue_offset, second.queue_offset) == (2, 0, 1)
 
 
+def test_born_timestamp_zero_is_the_store_timestamp_and_a_given_one_is_kept(open_store):
+    store = open_store()
+    now = store.put_message(Message("T", b"a")).check()
+    assert read_record(store, now.wrote_offset).born_timestamp == now.store_timestamp
+    given = store.put_message(Message("T", b"b", born_timestamp=1234)).check()
+    assert read_record(store, given.wrote_offset).born_timestamp == 1234
+    batch = store.put_messages([Message("T", b"c"), Message("T", b"d")]).check()
+    first = read_record(store, batch.wrote_offset)
+    second = read_record(store, batch.wrote_offset + first.total_size)
+    assert first.born_timestamp == second.born_timestamp == batch.store_timestamp
+
+
+def test_client_batch_body_properties_join_rules(open_store):
+    """Inner properties ending in \x02 take the batch's without another separator; inner
+    messages without properties take the batch's alone (spec §9.4)."""
+    store = open_store()
+    body = (encode_batch_body([(b"one", None, 0)])
+            + (100).to_bytes(4, "big") + bytes(12) + (3).to_bytes(4, "big") + b"two"
+            + (4).to_bytes(2, "big") + b"A\x01a\x02")
+    r = store.put_messages(MessageBatch("B", body, properties={"KEYS": "k"})).check()
+    first = read_record(store, r.wrote_offset)
+    second = read_record(store, r.wrote_offset + first.total_size)
+    assert first.properties == {"KEYS": "k"}
+    assert second.properties_string == "A\x01a\x02KEYS\x01k"
+
+
+@pytest.mark.parametrize("make,status,needle", [
+    (lambda: MessageBatch("B", encode_batch_body([(b"x", None, 0)])[:-2] + b"\x00\x02\xff\xfe"),
+     PutMessageStatus.MESSAGE_ILLEGAL, "not UTF-8"),
+    (lambda: MessageBatch("B", encode_batch_body([(b"x", {"k": "v" * 16000}, 0)]), properties={"K": "w" * 17000}),
+     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, "message 0 of the batch"),
+    (lambda: MessageBatch("B", b""), PutMessageStatus.MESSAGE_ILLEGAL, "empty"),
+    (lambda: [Message("B", b"x"), Message("B", b"y", queue_id=1)], PutMessageStatus.MESSAGE_ILLEGAL, "one queue"),
+])
+def test_bad_batches_get_a_status_and_keep_what_was_stored(open_store, make, status, needle):
+    store = open_store()
+    good = store.put_message(Message("B", b"before")).check()
+    r = store.put_messages(make())
+    assert r.status is status and needle in r.detail, r
+    assert read_record(store, good.wrote_offset).body == b"before"
+    assert store.put_messages(iter([Message("B", b"after")])).check().queue_offset == 1
+
+
+def test_batch_items_must_be_messages(open_store):
+    store = open_store()
+    with pytest.raises(TypeError, match="Message"):
+        store.put_messages([Message("B", b"x"), b"not a message"])
+    assert store.put_message(Message("B", b"y")).check().queue_offset == 0
+
+
 @pytest.mark.parametrize("make,status,needle", [
     (lambda: Message("", b"x"), PutMessageStatus.MESSAGE_ILLEGAL, "empty"),
     (lambda: Message("t" * 128, b"x"), PutMessageStatus.MESSAGE_ILLEGAL, "127"),

@@ -21,6 +21,11 @@ static inline int mq_cas(int64_t *p, int64_t expected, int64_t desired) {
 }
 static inline int64_t mq_fetch_add(int64_t *p, int64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 static inline void mq_add_relaxed(int64_t *p, int64_t v) { __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+/* Add for a cell that only the put-lock holder writes: a plain load and store (no locked
+ * instruction); readers in other processes still see whole 64-bit values. */
+static inline void mq_add_owned(int64_t *p, int64_t v) {
+    __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
 /* Raise *p to at least v; returns the value after the call. Positions only move forward. */
 static inline int64_t mq_max(int64_t *p, int64_t v) {
     int64_t cur = __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -38,6 +43,19 @@ static inline void mq_store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, 
 static inline int64_t mq_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+/* Wall clock in ns (one vDSO read gives both the store timestamp and the lock-hold start). */
+static inline int64_t mq_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+/* Wall clock in ms at tick resolution (~4 ms), a quarter of the cost: for checks that compare
+ * against timeouts of hundreds of ms (OS page cache busy), never for stored timestamps. */
+static inline int64_t mq_now_ms_coarse(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 static inline int64_t mq_mono_ns(void) {

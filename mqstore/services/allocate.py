@@ -136,6 +136,8 @@ class AllocateMappedFileService(ServiceThread):
         if self.warm:
             self.last_warm = mf.warm(self.sync_flush, self.warm_flush_least_pages)
             self.ctl.add_stat("warm_ns_total", self.last_warm["warm_ns"])
+        else:
+            mf.populate()
         elapsed = time.monotonic_ns() - t0
         self.ctl.add_stat("alloc_count")
         self.ctl.add_stat("alloc_ns_total", elapsed)
