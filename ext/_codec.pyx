@@ -38,7 +38,7 @@ def crc32(data) -> int:
     return mq_body_crc(<const char *>&view[0], view.shape[0])
 
 
-def crc32_update(int crc, data) -> int:
+def crc32_update(uint32_t crc, data) -> int:
     """Plain CRC-32 (zlib) continued from crc; equals zlib.crc32(data, crc)."""
     cdef const unsigned char[::1] view = memoryview(data).cast("B")
     if view.shape[0] == 0:

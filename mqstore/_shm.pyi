@@ -1,0 +1,140 @@
+"""Type stubs for the compiled ``mqstore._shm`` (ext/_shm.pyx).
+
+The shared-memory control block: positions, put lock, wake-ups, topic-queue table, stats.
+"""
+
+from typing import Final, Literal
+
+from typing_extensions import disjoint_base
+
+STATE_BUILDING: Final = 0
+STATE_READY: Final = 1
+STATE_CLOSED: Final = 2
+LOCK_SPIN: Final = 0
+LOCK_MUTEX: Final = 1
+HEADER_SIZE: Final[int]
+SLOT_SIZE: Final[int]
+
+# channel name -> channel index
+CHANNELS: Final[dict[str, int]]
+# running-flag name -> bit
+RUNNING_FLAGS: Final[dict[str, int]]
+# Names of the statistics counters, in MQ_STAT_* order.
+STAT_NAMES: Final[tuple[str, ...]]
+
+def control_block_size(table_slots: int) -> int: ...
+
+@disjoint_base
+class ControlBlock:
+    """One store's shared-memory control block, mapped from a file (``<store>/mqstore.shm``)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @staticmethod
+    def create(
+        path: str, *, table_slots: int, file_size: int, lock_kind: Literal["spin", "mutex"], sync_flush: bool
+    ) -> ControlBlock:
+        """Lay out a fresh block in a new file (atomically renamed over any old one).
+
+        The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
+        The block starts in state BUILDING; the owner rebuilds it from the files and then
+        calls ``mark_ready``.
+        """
+
+    @staticmethod
+    def attach(path: str) -> ControlBlock:
+        """Map an existing block (any process). Raises ValueError if it is not one."""
+
+    def close(self) -> None: ...
+    @property
+    def address(self) -> int:
+        """Base address of the mapping, for the put path kernel in this process."""
+
+    # -- header
+    @property
+    def table_slots(self) -> int: ...
+    @property
+    def table_count(self) -> int: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def lock_kind(self) -> Literal["spin", "mutex"]: ...
+    @property
+    def sync_flush(self) -> bool: ...
+    @property
+    def owner_pid(self) -> int: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def state(self) -> int: ...
+    def mark_ready(self) -> None: ...
+    def mark_closed(self) -> None: ...
+
+    # -- cells
+    def get(self, name: str) -> int:
+        """Atomic read of a named cell (positions, flush/alloc cells, running flags)."""
+
+    def set(self, name: str, value: int) -> None:
+        """Atomic store. Only the owner rebuilding the block, or tests, move positions back."""
+
+    def advance(self, name: str, value: int) -> int:
+        """Raise a position to at least value (positions only move forward); returns the new value."""
+
+    def positions(self) -> dict[str, int]: ...
+    def set_running_flag(self, flag: str, on: bool = True) -> None: ...
+    def running_flags(self) -> list[str]: ...
+
+    # -- statistics
+    def stats(self) -> dict[str, int]: ...
+    def add_stat(self, name: str, value: int = 1) -> None: ...
+    def max_stat(self, name: str, value: int) -> None: ...
+    def set_stat(self, name: str, value: int) -> None: ...
+
+    # -- wake-ups
+    def notify(self, channel: str) -> None:
+        """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
+
+    def broadcast(self, channel: str) -> None:
+        """Wake every waiter of channel (e.g. sync writers waiting for 'flushed')."""
+
+    def wait_notified(self, channel: str, timeout_ms: float) -> bool:
+        """Wait for a notify on channel or the timeout (RocketMQ waitForRunning); True if notified."""
+
+    def channel_seq(self, channel: str) -> int: ...
+    def wait_seq_change(self, channel: str, seen: int, timeout_ms: float) -> bool:
+        """Block until the channel's sequence differs from seen, or timeout; True if it changed."""
+
+    def wait_position(self, name: str, target: int, channel: str, timeout_ms: float) -> bool:
+        """Wait until position name reaches target, woken by broadcasts on channel."""
+
+    # -- put lock (tools and tests; the put path uses the same C functions)
+    def acquire_put_lock(self) -> bool:
+        """Take the put lock as a put would (sets begin_time_in_lock); True if it was taken
+        over from a dead holder."""
+
+    def release_put_lock(self) -> None: ...
+    def page_cache_busy(self, timeout_ms: int) -> bool: ...
+    @property
+    def lock_holder(self) -> tuple[int, int] | None:
+        """(pid, tid) of the spin-lock holder, or None (the mutex kind does not record one)."""
+
+    # -- topic-queue table
+    def table_get(self, topic: str, queue_id: int) -> int | None:
+        """Next queue offset of topic-queueId, or None if the queue was never written."""
+
+    def table_set(self, topic: str, queue_id: int, next_offset: int) -> None:
+        """Set (insert) the next offset of a queue. Owner only: used when rebuilding."""
+
+    def table_items(self) -> list[tuple[str, int, int]]:
+        """[(topic, queue_id, next_offset)] of every queue in the table."""
+
+def ofd_lock(fd: int, exclusive: bool = True) -> bool:
+    """Try an open-file-description lock on byte 0 of fd (what RocketMQ's FileChannel.tryLock
+    takes, but owned by the open file, so a second open in the same process conflicts too).
+    Returns False when another holder has it. The kernel drops it when the holder dies."""
+
+def ofd_unlock(fd: int) -> None: ...
+def ofd_is_locked(fd: int) -> bool:
+    """True if some open file description holds a conflicting lock on byte 0."""
