@@ -251,9 +251,13 @@ cdef class ControlBlock:
         return mq_max(mq_cell(self._b(), _POSITIONS[name]), value)
 
     def positions(self) -> dict:
+        """The store's positions. Read trailing position first (confirmed, dispatched, flushed,
+        committed, then wrote): each only grows and each trails the next, so the values read
+        while writers run are still ordered (flushed <= committed <= wrote)."""
         cdef char *b = self._b()
-        return {n: mq_load(mq_cell(b, _POSITIONS[n])) for n in ("wrote", "committed", "flushed", "dispatched",
-                                                                "confirmed", "min_phy")}
+        got = {n: mq_load(mq_cell(b, _POSITIONS[n])) for n in ("min_phy", "confirmed", "dispatched", "flushed",
+                                                               "committed", "wrote")}
+        return {n: got[n] for n in ("wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy")}
 
     def set_running_flag(self, str flag, bint on=True):
         cdef int64_t bit = RUNNING_FLAGS[flag]

@@ -47,6 +47,9 @@ class CheckReport:
     records: int = 0
     valid_end: int = 0
     torn_tail_bytes: int = 0
+    #: with quiescent=False: bytes past the wrote position read before the scan that did not
+    #: parse yet (records being written while the checker ran)
+    in_flight_bytes: int = 0
     queues: dict[tuple[str, int], QueueSummary] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     control_block: dict[str, int] | None = None
@@ -73,7 +76,12 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     allow_torn_tail: a store that crashed and was not reopened may hold a partly written
     record after its valid end; count it in ``torn_tail_bytes`` instead of failing.
     quiescent: no writer is active, so the control block's wrote position must equal the end
-    found in the files (with live writers it may only be <=).
+    found in the files. With quiescent=False (writers may be running) the positions are read
+    before the scan: the log must reach at least that wrote position, and bytes after it that
+    do not parse yet are a record being written, not a problem.
+
+    A partly written record is a torn tail (allow_torn_tail) in the last file that holds data;
+    files after it that the allocate service created ahead are empty.
     """
     report = CheckReport(root=root)
     problems = report.problems
@@ -82,10 +90,11 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         if len(problems) < max_problems:
             problems.append(Problem(where, offset, message))
 
+    live_positions = None if quiescent else _read_positions(root)
     cdir = _commitlog_dir(root)
     names = sorted(n for n in os.listdir(cdir) if len(n) == 20 and n.isdigit()) if os.path.isdir(cdir) else []
     if not names:
-        _check_control_block(root, report, problem, quiescent)
+        _check_control_block(root, report, problem, quiescent, live_positions)
         return report
     sizes = {os.path.getsize(os.path.join(cdir, n)) for n in names}
     if len(sizes) != 1:
@@ -99,6 +108,8 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     if starts[0] % file_size:
         problem("commitlog", starts[0], "first file is not aligned to the file size")
 
+    last_with_data = max((i for i, n in enumerate(names) if _starts_with_data(os.path.join(cdir, n))), default=0)
+    live_wrote = live_positions["wrote"] if live_positions else None
     last_ts = [-1]
     next_q: dict[tuple[bytes, int], int] = {}
     first_q: dict[tuple[bytes, int], int] = {}
@@ -111,7 +122,10 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         try:
             if ended:
                 if mf.read(0, 8) != b"\x00" * 8:
-                    problem(name, base, "file follows the end of the log but holds data")
+                    if live_wrote is not None and base >= live_wrote:
+                        report.in_flight_bytes += _nonzero_extent(mf, 0)  # written since the scan began
+                    else:
+                        problem(name, base, "file follows the end of the log but holds data")
                 continue
 
             def on_record(pos, size, topic, qid, qoff, phy, sys_flag, ts, _base=base, _name=name):
@@ -138,6 +152,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             stop, reason, count, _ = scan_records(mf, base, 0, file_size, check_crc, None, on_record)
             report.records += count
             is_last = index == len(names) - 1
+            last_data_file = index >= last_with_data
             if reason == "blank":
                 blank_total = int.from_bytes(mf.read(stop, 4), "big", signed=True)
                 if blank_total != file_size - stop:
@@ -150,9 +165,12 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             report.valid_end = base + stop
             ended = True
             if reason == "invalid" and not _is_zero(mf, stop, 8):
+                if live_wrote is not None and base + stop >= live_wrote:
+                    report.in_flight_bytes = _nonzero_extent(mf, stop)  # a record being written right now
+                    continue
                 why = _why_invalid(mf, stop, check_crc)
                 tail = _nonzero_extent(mf, stop)
-                if not is_last:
+                if not last_data_file:
                     problem(name, base + stop, f"corrupt record in a file that is not the last: {why}")
                 elif allow_torn_tail:
                     report.torn_tail_bytes = tail
@@ -164,8 +182,29 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     for (topic, qid), nxt in next_q.items():
         report.queues[(topic.decode("utf-8", errors="replace"), qid)] = QueueSummary(
             first_q[(topic, qid)], nxt - 1, counts[(topic, qid)])
-    _check_control_block(root, report, problem, quiescent)
+    _check_control_block(root, report, problem, quiescent, live_positions)
     return report
+
+
+def _starts_with_data(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) != b"\x00" * 8
+
+
+def _read_positions(root: str) -> dict[str, int] | None:
+    from mqstore import _shm
+
+    path = os.path.join(root, "mqstore.shm")
+    if not os.path.exists(path):
+        return None
+    try:
+        ctl = _shm.ControlBlock.attach(path)
+    except (OSError, ValueError):
+        return None  # reported by _check_control_block
+    try:
+        return None if ctl.state == _shm.STATE_BUILDING else ctl.positions()
+    finally:
+        ctl.close()
 
 
 def _is_zero(mf: MappedFile, pos: int, n: int) -> bool:
@@ -193,13 +232,14 @@ def _why_invalid(mf: MappedFile, pos: int, check_crc: bool) -> str:
     try:
         decode_record(view, 0, check_crc=check_crc)
     except CorruptRecordError as exc:
-        return str(exc).replace("offset 0", "this offset")
+        return str(exc.args[0]).replace("offset 0", "this offset")  # without the error's own hint
     finally:
         view.release()
     return "record runs past the end of the file or is malformed"
 
 
-def _check_control_block(root: str, report: CheckReport, problem, quiescent: bool) -> None:
+def _check_control_block(root: str, report: CheckReport, problem, quiescent: bool,
+                         live_positions: dict[str, int] | None = None) -> None:
     from mqstore import _shm
 
     path = os.path.join(root, "mqstore.shm")
@@ -213,7 +253,8 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
     try:
         if ctl.state == _shm.STATE_BUILDING:
             return  # being rebuilt by an owner; nothing to compare yet
-        pos = ctl.positions()
+        # live: the positions read before the scan (the log had reached them then)
+        pos = live_positions if live_positions is not None else ctl.positions()
         report.control_block = pos
         if not pos["flushed"] <= pos["committed"] <= pos["wrote"]:
             problem("control block", pos["wrote"], f"positions out of order: {pos}")
