@@ -215,3 +215,29 @@ def test_warm_on_allocation(env):
     assert abs(svc.last_warm["forces"] - (FS // 4096 // 4 + 1)) <= 1
     assert env.ctl.stats()["warm_ns_total"] > 0
     mf.munlock()
+
+
+def _rss_kb(path: str) -> int:
+    """Rss of this process's mappings of path (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
+                inside = line.rstrip("\n").endswith(path)
+            elif inside and head[:1] == ["Rss:"]:
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["populate", "warm"])
+def test_new_files_are_paged_in_off_the_writer(env, warm):
+    """Without warm-up the service populates each file after handing it out (no page of it
+    is dirtied); with warm-up the file is touched, flushed and locked before it is ready."""
+    svc = env.service(warm=warm)
+    mf = svc.put_request_and_return_mapped_file(0, FS)
+    deadline = time.monotonic() + 10
+    while _rss_kb(mf.path) < FS // 1024 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _rss_kb(mf.path) == FS // 1024
+    assert mf.read(0, FS) == bytes(FS)

@@ -136,8 +136,6 @@ class AllocateMappedFileService(ServiceThread):
         if self.warm:
             self.last_warm = mf.warm(self.sync_flush, self.warm_flush_least_pages)
             self.ctl.add_stat("warm_ns_total", self.last_warm["warm_ns"])
-        else:
-            mf.populate()
         elapsed = time.monotonic_ns() - t0
         self.ctl.add_stat("alloc_count")
         self.ctl.add_stat("alloc_ns_total", elapsed)
@@ -146,6 +144,14 @@ class AllocateMappedFileService(ServiceThread):
         self.ctl.advance("alloc_ready_upto", req.offset)
         req.done.set()
         self.ctl.broadcast("alloc_done")
+        if not self.warm and mf.hold():
+            # after the file is handed out, so a writer that already needs it never waits for
+            # this: the kernel zero-fills the pages here, not on the writer's first touch
+            # (populating pages the writer has reached already is harmless)
+            try:
+                mf.populate()
+            finally:
+                mf.release()
 
     def on_shutdown(self) -> None:
         """Destroy pre-allocated files nobody took (spec §6.3) and fail their waiters."""
