@@ -7,8 +7,18 @@ import os
 import struct
 
 SIZE = 4096
-_FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
+FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
            "confirm_phy_offset")
+
+
+def read_checkpoint_file(path: str) -> dict[str, int]:
+    """The fields of a checkpoint file, read without opening it for writing (StoreCheckpoint
+    maps it read-write and extends a short file). Raises ValueError for a short file."""
+    with open(path, "rb") as f:
+        data = f.read(8 * len(FIELDS))
+    if len(data) < 8 * len(FIELDS):
+        raise ValueError(f"{path} is {len(data)} bytes, too short for a checkpoint")
+    return dict(zip(FIELDS, struct.unpack(f">{len(FIELDS)}q", data)))
 
 
 class StoreCheckpoint:
@@ -46,7 +56,7 @@ class StoreCheckpoint:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
     def to_dict(self) -> dict[str, int]:
-        return {name: self._get(i) for i, name in enumerate(_FIELDS)}
+        return {name: self._get(i) for i, name in enumerate(FIELDS)}
 
     def flush(self) -> None:
         self._map.flush()

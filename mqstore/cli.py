@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import struct
 import sys
 import textwrap
 from collections.abc import Callable
@@ -25,9 +24,9 @@ from typing import Any
 
 from mqstore import _shm
 from mqstore.checker import CheckReport, check_store
-from mqstore.checkpoint import _FIELDS as CHECKPOINT_FIELDS
+from mqstore.checkpoint import read_checkpoint_file
 from mqstore.errors import MQStoreError, NotAStoreError
-from mqstore.store import CONTROL_BLOCK_NAME, _check_store_dir
+from mqstore.store import CONTROL_BLOCK_NAME, check_store_dir
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -43,7 +42,7 @@ def require_store(root: str) -> str:
     root = os.path.abspath(root)
     if not os.path.exists(root):
         raise NotAStoreError(f"{root} does not exist")
-    _check_store_dir(root)  # a file, foreign files only, commitlog not a directory
+    check_store_dir(root)  # a file, foreign files only, commitlog not a directory
     if not os.listdir(root):
         raise NotAStoreError(f"{root} is an empty directory")
     return root
@@ -74,11 +73,10 @@ def read_checkpoint(root: str) -> dict[str, Any] | None:
     path = os.path.join(root, "checkpoint")
     if not os.path.isfile(path):
         return None
-    with open(path, "rb") as f:
-        data = f.read(8 * len(CHECKPOINT_FIELDS))
-    if len(data) < 8 * len(CHECKPOINT_FIELDS):
-        return {"error": f"{path} is {len(data)} bytes, too short for a checkpoint"}
-    return dict(zip(CHECKPOINT_FIELDS, struct.unpack(f">{len(CHECKPOINT_FIELDS)}q", data)))
+    try:
+        return dict(read_checkpoint_file(path))
+    except ValueError as exc:
+        return {"error": str(exc)}
 
 
 def read_control_block(root: str) -> dict[str, Any] | None:

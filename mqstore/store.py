@@ -29,7 +29,9 @@ STORE_ENTRIES = frozenset({"commitlog", "consumequeue", "consumequeue_ext", "ind
                            "config", CONTROL_BLOCK_NAME})
 
 
-def _check_store_dir(root: str) -> None:
+def check_store_dir(root: str) -> None:
+    """Raise NotAStoreError if root exists but cannot be a store: a file, a non-empty
+    directory holding none of a store's entries, or a 'commitlog' that is not a directory."""
     if os.path.exists(root) and not os.path.isdir(root):
         raise NotAStoreError(f"{root} is a file, not a store directory")
     if not os.path.isdir(root):
@@ -64,7 +66,7 @@ class MessageStore:
         self._closed = True
         self._lock_fd = -1
         self._services: list[ServiceThread] = []
-        _check_store_dir(self.root)
+        check_store_dir(self.root)
         os.makedirs(self.root, exist_ok=True)
         self._take_lock()
         try:
