@@ -344,24 +344,21 @@ def decode_batch_body(data) -> list:
     cdef const unsigned char[::1] view = memoryview(data).cast("B")
     cdef Py_ssize_t pos = 0, n = view.shape[0]
     cdef const char *p
-    cdef int32_t total, body_len
+    cdef int32_t body_len
     cdef int16_t props_len
     out = []
     while pos < n:
-        if pos + 20 > n:
-            raise CorruptRecordError(f"batch body truncated at byte {pos}: {n - pos} bytes left, header needs 20")
-        p = <const char *>&view[0] + pos
-        total = mq_get_i32(p)
+        p = <const char *>&view[0]
+        problem = batch_item_problem(p, pos, n)
+        if problem is not None:
+            raise CorruptRecordError(problem)
+        p += pos
         body_len = mq_get_i32(p + 16)
-        if body_len < 0 or pos + 20 + body_len + 2 > n:
-            raise CorruptRecordError(f"batch message at byte {pos}: body length {body_len} runs past the batch end")
         props_len = mq_get_i16(p + 20 + body_len)
-        if props_len < 0 or pos + 22 + body_len + props_len > n:
-            raise CorruptRecordError(f"batch message at byte {pos}: properties length {props_len} runs past the batch end")
         try:
             props_s = p[22 + body_len:22 + body_len + props_len].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CorruptRecordError(f"batch message at byte {pos}: properties are not UTF-8 ({exc})") from None
+            raise CorruptRecordError(batch_properties_not_utf8(pos, exc)) from None
         out.append((mq_get_i32(p + 12), p[20:20 + body_len], props_s))
         pos += 22 + body_len + props_len
     return out

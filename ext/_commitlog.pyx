@@ -324,24 +324,18 @@ cdef class BatchPlan:
         cdef const char *p
         cdef bytes merged
         while pos < end:  # pass 1: validate and count
-            if pos + 20 > end:
-                return MESSAGE_ILLEGAL, (f"batch body does not parse: batch body truncated at byte {pos}: "
-                                         f"{end - pos} bytes left, header needs 20")
+            problem = batch_item_problem(b, pos, end)
             p = b + pos
-            blen = mq_get_i32(p + 16)
-            if blen < 0 or pos + 20 + blen + 2 > end:
-                return MESSAGE_ILLEGAL, (f"batch body does not parse: batch message at byte {pos}: body length "
-                                         f"{blen} runs past the batch end")
-            ilen = mq_get_i16(p + 20 + blen)
-            if ilen < 0 or pos + 22 + blen + ilen > end:
-                return MESSAGE_ILLEGAL, (f"batch body does not parse: batch message at byte {pos}: properties "
-                                         f"length {ilen} runs past the batch end")
-            if ilen > 0:
-                try:
-                    PyUnicode_DecodeUTF8(p + 22 + blen, ilen, NULL)
-                except UnicodeDecodeError as exc:
-                    return MESSAGE_ILLEGAL, (f"batch body does not parse: batch message at byte {pos}: properties "
-                                             f"are not UTF-8 ({exc})")
+            if problem is None:
+                blen = mq_get_i32(p + 16)
+                ilen = mq_get_i16(p + 20 + blen)
+                if ilen > 0:
+                    try:
+                        PyUnicode_DecodeUTF8(p + 22 + blen, ilen, NULL)
+                    except UnicodeDecodeError as exc:
+                        problem = batch_properties_not_utf8(pos, exc)
+            if problem is not None:
+                return MESSAGE_ILLEGAL, f"batch body does not parse: {problem}"
             pos += 22 + blen + ilen
             n += 1
         if n == 0:

@@ -4,7 +4,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from cpython.unicode cimport PyUnicode_GET_LENGTH
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
-from mq_bytes cimport mq_put_i16, mq_put_i32, mq_put_i64, mq_get_i32, mq_body_crc
+from mq_bytes cimport mq_put_i16, mq_put_i32, mq_put_i64, mq_get_i16, mq_get_i32, mq_body_crc
 
 cdef extern from "Python.h":
     int PyUnicode_KIND(object o)
@@ -176,3 +176,25 @@ cdef inline str properties_string(dict props, bint java_order):
             continue
         parts.append(f"{key}\x01{value}")
     return "\x02".join(parts)
+
+
+# -- client batch body (spec §1.10): items of TOTALSIZE(4) MAGIC(4) BODYCRC(4) FLAG(4)
+#    BODYLEN(4) BODY PROPLEN(2) PROPERTIES; FLAG at +12, BODYLEN at +16 -----------------------
+
+cdef inline str batch_item_problem(const char *b, Py_ssize_t pos, Py_ssize_t end):
+    """None if the header, body and properties of the batch item at pos lie inside [pos, end)
+    (the properties' UTF-8 is checked by the caller), else why not."""
+    if pos + 20 > end:
+        return f"batch body truncated at byte {pos}: {end - pos} bytes left, header needs 20"
+    cdef int32_t body_len = mq_get_i32(b + pos + 16)
+    if body_len < 0 or pos + 20 + body_len + 2 > end:
+        return f"batch message at byte {pos}: body length {body_len} runs past the batch end"
+    cdef int props_len = mq_get_i16(b + pos + 20 + body_len)
+    if props_len < 0 or pos + 22 + body_len + props_len > end:
+        return f"batch message at byte {pos}: properties length {props_len} runs past the batch end"
+    return None
+
+
+cdef inline str batch_properties_not_utf8(Py_ssize_t pos, object exc):
+    return f"batch message at byte {pos}: properties are not UTF-8 ({exc})"
+

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from helpers_fs import run_in_tmpfs, tmpfs_supported
+from helpers_mem import mapping_kb
 from mqstore._mapped import MappedFile
 from mqstore._shm import ControlBlock
 from mqstore.mapped_file_queue import MappedFileQueue
@@ -217,19 +218,6 @@ def test_warm_on_allocation(env):
     mf.munlock()
 
 
-def _rss_kb(path: str) -> int:
-    """Rss of this process's mappings of path (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
-                inside = line.rstrip("\n").endswith(path)
-            elif inside and head[:1] == ["Rss:"]:
-                total += int(head[1])
-    return total
-
-
 @pytest.mark.parametrize("warm", [False, True], ids=["populate", "warm"])
 def test_new_files_are_paged_in_off_the_writer(env, warm):
     """Without warm-up the service populates each file after handing it out (no page of it
@@ -237,7 +225,7 @@ def test_new_files_are_paged_in_off_the_writer(env, warm):
     svc = env.service(warm=warm)
     mf = svc.put_request_and_return_mapped_file(0, FS)
     deadline = time.monotonic() + 10
-    while _rss_kb(mf.path) < FS // 1024 and time.monotonic() < deadline:
+    while mapping_kb(mf.path)["Rss"] < FS // 1024 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert _rss_kb(mf.path) == FS // 1024
+    assert mapping_kb(mf.path)["Rss"] == FS // 1024
     assert mf.read(0, FS) == bytes(FS)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from helpers_fs import REPO, run_in_tmpfs, tmpfs_supported
+from helpers_mem import mapping_kb
 from mqstore import _mapped
 from mqstore._mapped import OS_PAGE_SIZE, MappedFile, file_name
 
@@ -219,20 +220,6 @@ def test_flush_range_and_flush(mf):
     assert mf.flush() == 5000, "nothing new: no flush"
 
 
-def mapping_pages(path: str) -> dict[str, int]:
-    """Rss / dirty kB of this process's mapping of path, from /proc/self/smaps."""
-    out: dict[str, int] = {}
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:  # a mapping's header line
-                inside = line.rstrip("\n").endswith(path)
-            elif inside and head and head[0] in ("Rss:", "Shared_Dirty:", "Private_Dirty:"):
-                out[head[0][:-1]] = out.get(head[0][:-1], 0) + int(head[1])
-    return out
-
-
 def test_flush_drops_the_flushed_whole_pages_from_the_mapping_and_keeps_every_byte(tmp_path):
     """flush_range unmaps (MADV_DONTNEED) the whole pages it flushes, so cleaning them costs
     no TLB shootdown per page; the bytes stay in the page cache and on disk, the partial
@@ -241,9 +228,9 @@ def test_flush_drops_the_flushed_whole_pages_from_the_mapping_and_keeps_every_by
     try:
         data = os.urandom(3 * PAGE + 100)
         f.append(data)
-        assert mapping_pages(f.path)["Rss"] >= 16
+        assert mapping_kb(f.path)["Rss"] >= 16
         f.flush_range(0, len(data))
-        assert mapping_pages(f.path)["Rss"] <= 4, "the three whole flushed pages are still mapped"
+        assert mapping_kb(f.path)["Rss"] <= 4, "the three whole flushed pages are still mapped"
         assert f.read(0, len(data)) == data  # faulted back in from the page cache
         f.append(b"tail")  # the partial page is written again after the flush
         f.flush_range(len(data), len(data) + 4)
@@ -260,7 +247,7 @@ def test_populate_maps_every_page_without_dirtying_any(tmp_path):
         f.flush_range(0, 4)
         got = f.populate()
         assert got["ok"] and got["errno"] == 0 and got["populate_ns"] > 0
-        pages = mapping_pages(f.path)
+        pages = mapping_kb(f.path)
         assert pages["Rss"] == FS // 1024, pages
         assert pages["Shared_Dirty"] == pages["Private_Dirty"] == 0, pages
         assert f.read(0, 4) == b"kept" and f.read(4, FS - 4) == bytes(FS - 4)
