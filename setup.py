@@ -15,7 +15,9 @@ from setuptools.command.build_ext import build_ext as _build_ext
 
 CYTHON_MIN = (3, 0, 10)
 
-MODULES = ["_codec", "_shm", "_mapped", "_commitlog"]
+# every ext/<name>.pyx becomes mqstore.<name>
+MODULES = sorted(p[:-4] for p in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ext"))
+                 if p.endswith(".pyx"))
 
 
 def _flag(name: str) -> bool:
