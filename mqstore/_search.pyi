@@ -1,0 +1,44 @@
+"""Type stubs for the compiled ``mqstore._search`` (ext/_search.pyx).
+
+Time -> queue-offset search over one mapped ConsumeQueue file (spec §3 getOffsetInQueueByTime),
+with Kafka's hot/cold ("warm section") split (spec §15) and a count of the pages it touches.
+Result rules (a QUIRK decision, see the module docstring): over the units low..high, r = the
+first unit whose store time is >= ts (removed units are older than any time); an exact match
+returns the earliest such unit, otherwise the nearer of r - 20 and r (ties left); no r returns
+high (high + 20 if every unit is removed); an empty range returns low.
+"""
+
+from typing import Final
+
+from _typeshed import ReadableBuffer
+
+WARM_BYTES_DEFAULT: Final = 8192
+CQ_STORE_UNIT_SIZE: Final = 20
+OS_PAGE_SIZE: Final = 4096
+
+def offset_by_time(
+    cq_address: int,
+    low: int,
+    high: int,
+    ts: int,
+    min_phy: int,
+    cl_bases: ReadableBuffer,
+    cl_first_from: int,
+    cl_file_size: int,
+    warm_bytes: int = 8192,
+) -> tuple[int, int, int, int]:
+    """The unit position in [low, high] (byte positions in the CQ file mapped at cq_address)
+    whose store time is nearest ts, by the module's rules; (position, cq_pages, cl_pages, probes).
+
+    cl_bases[k] is the base address of CommitLog file k (starting at cl_first_from +
+    k * cl_file_size), 0 if not mapped; any C-contiguous buffer of int64 (``array('q')``).
+    Every mapping must stay alive during the call (the search runs without the GIL).
+    Raises ValueError for a position that is negative or not a multiple of 20, a null CQ
+    address, cl_file_size <= 0 or warm_bytes < 0.
+    """
+
+def store_time_at(
+    phy_offset: int, cl_bases: ReadableBuffer, cl_first_from: int, cl_file_size: int, min_phy: int = 0
+) -> int | None:
+    """The STORETIMESTAMP of the CommitLog record at phy_offset as the search reads it, or None
+    when that unit would count as removed (before min_phy, file not mapped or out of range)."""
