@@ -63,12 +63,15 @@ STAT_NAMES = (
     "flush_bytes", "flush_errors", "group_commit_waits", "flush_wait_ns_total",
     "alloc_count", "alloc_ns_total", "alloc_ns_max", "warm_ns_total",
     "alloc_errors", "properties_size_exceeded", "spin_yields", "roll_waits",
+    "dispatch_records", "dispatch_units", "dispatch_batches", "dispatch_ns_total",
+    "dispatch_skipped_bytes", "dispatch_errors", "index_keys", "index_errors",
 )
 assert len(STAT_NAMES) == MQ_STAT_COUNT
 
 _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": MQ_CTL_FLUSHED,
               "dispatched": MQ_CTL_DISPATCHED, "confirmed": MQ_CTL_CONFIRMED, "min_phy": MQ_CTL_MIN_PHY,
-              "last_store_timestamp": MQ_CTL_LAST_STORE_TS, "flushed_store_timestamp": MQ_CTL_FLUSHED_STORE_TS,
+              "last_store_timestamp": MQ_CTL_LAST_STORE_TS,
+              "dispatched_store_timestamp": MQ_CTL_DISPATCHED_STORE_TS, "flushed_store_timestamp": MQ_CTL_FLUSHED_STORE_TS,
               "flush_request_upto": MQ_CTL_FLUSH_REQUEST_UPTO, "flush_error_count": MQ_CTL_FLUSH_ERROR_COUNT,
               "flush_last_errno": MQ_CTL_FLUSH_LAST_ERRNO, "flush_error_offset": MQ_CTL_FLUSH_ERROR_OFFSET,
               "alloc_request_upto": MQ_CTL_ALLOC_REQUEST_UPTO, "alloc_ready_upto": MQ_CTL_ALLOC_READY_UPTO,

@@ -475,6 +475,11 @@ _TABLE: tuple[Definition, ...] = (
          "false: a SLAVE answers out-of-range pulls with the requested offset instead of a "
          "corrected one, so consumers do not jump because the slave lags.",
          java="offsetCheckInSlave"),
+    _key("time_lookup_warm_bytes", int, 8192, "bytes", _NON_NEGATIVE,
+         "Time lookups search the ConsumeQueue units in the last this-many bytes (whole pages) "
+         "first when the target is newer than their first unit (Kafka's hot/cold split), so "
+         "lookups near the tail touch at most these pages; 0 = plain binary search.",
+         java=None, origin=_OWN),
     _key("default_query_max_num", int, 32, "count", _POSITIVE,
          "Default result cap of key/time queries when the caller gives none.",
          java="defaultQueryMaxNum"),

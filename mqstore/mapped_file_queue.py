@@ -23,6 +23,7 @@ class MappedFileQueue:
         self.file_size = file_size
         self._files: SortedDict = SortedDict()
         self._lock = threading.RLock()
+        self.version = 0  # bumped whenever a file is added or removed (readers cache file maps)
 
     # -- loading -----------------------------------------------------------------------
     def load(self) -> None:
@@ -49,6 +50,7 @@ class MappedFileQueue:
                 mf = MappedFile.open(path, self.file_size)
                 mf.wrote_position = mf.committed_position = mf.flushed_position = self.file_size
                 self._files[mf.file_from] = mf
+            self.version += 1
             self._check_contiguous()
 
     def _check_contiguous(self) -> None:
@@ -128,11 +130,13 @@ class MappedFileQueue:
                 return None
             mf = MappedFile.open(path, self.file_size)
             self._files[start] = mf
+            self.version += 1
             return mf
 
     def add(self, mf: MappedFile) -> MappedFile:
         """Register a file created elsewhere (allocate service); keeps an existing mapping."""
         with self._lock:
+            self.version += 1
             return self._files.setdefault(mf.file_from, mf)
 
     def create(self, start: int) -> MappedFile:
@@ -143,8 +147,10 @@ class MappedFileQueue:
             existing = self.map_existing(start)
             if existing is not None:
                 return existing
+            os.makedirs(self.store_path, exist_ok=True)
             mf = MappedFile.create(self.path_of(start), self.file_size)
             self._files[start] = mf
+            self.version += 1
             return mf
 
     def get_last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
@@ -177,7 +183,18 @@ class MappedFileQueue:
                     removed.append(mf.file_name)
                     mf.destroy(1000)
                     del self._files[start]
+                    self.version += 1
         return removed, dropped
+
+    def delete_last_file(self) -> str | None:
+        """Destroy the last file (ConsumeQueue truncation); returns its name."""
+        with self._lock:
+            if not self._files:
+                return None
+            start, mf = self._files.popitem(-1)
+            self.version += 1
+        mf.destroy(1000)
+        return mf.file_name
 
     def delete_expired_file_by_time(self, expired_ms: int, delete_interval_ms: int, interval_forcibly_ms: int,
                                     clean_immediately: bool) -> int:
@@ -193,6 +210,7 @@ class MappedFileQueue:
                 break
             with self._lock:
                 self._files.pop(mf.file_from, None)
+                self.version += 1
             deleted += 1
             if deleted >= DELETE_FILES_BATCH_MAX:
                 break
@@ -205,3 +223,4 @@ class MappedFileQueue:
             for mf in self._files.values():
                 mf.close()
             self._files.clear()
+            self.version += 1

@@ -51,3 +51,17 @@ HINTS = {
     PutMessageStatus.OS_PAGECACHE_BUSY: "another put held the lock longer than os_page_cache_busy_time_out_mills; "
     "retry later (the disk or page cache is saturated)",
 }
+
+
+class GetMessageStatus(IntEnum):
+    """GetMessageStatus of RocketMQ 4.9.7 (spec §11)."""
+
+    FOUND = 0
+    NO_MATCHED_MESSAGE = 1
+    MESSAGE_WAS_REMOVING = 2
+    OFFSET_FOUND_NULL = 3
+    OFFSET_OVERFLOW_BADLY = 4
+    OFFSET_OVERFLOW_ONE = 5
+    OFFSET_TOO_SMALL = 6
+    NO_MATCHED_LOGIC_QUEUE = 7
+    NO_MESSAGE_IN_QUEUE = 8

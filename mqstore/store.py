@@ -1,7 +1,10 @@
-"""MessageStore: open (lock, recover, rebuild the control block), start services, put, close.
+"""MessageStore: RocketMQ's DefaultMessageStore (spec §5.2, §9, §10, §11).
 
-The read path (dispatch, ConsumeQueue, getMessage) comes with the read-path issue; this
-facade is the write half of RocketMQ's DefaultMessageStore (spec §5.2, §9).
+Opening takes the ``lock`` file, recovers the CommitLog and the ConsumeQueues, rebuilds the
+control block, dispatches whatever the queues and the index lack (blocking until nothing is
+behind), creates ``abort`` and starts the services: allocate, CommitLog flush, ConsumeQueue
+flush and dispatch (reput). Shutdown stops them, flushes, writes the checkpoint, and removes
+``abort`` only when everything was flushed and dispatched.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from mqstore.checkpoint import StoreCheckpoint
 from mqstore.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
-from mqstore.recovery import RecoveryReport, recover_commitlog
+from mqstore.consume_queue import ConsumeQueueTable
+from mqstore.dispatch import Dispatcher, ReputMessageService
+from mqstore.reads import MessageReader, QueryMessageResult, TimeLookup
+from mqstore.recovery import RecoveryReport, log_report, recover_store
 from mqstore.services.allocate import AllocateMappedFileService
 from mqstore.services.base import ServiceThread
-from mqstore.services.flush import FlushRealTimeService, GroupCommitService
+from mqstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from mqstore._consumequeue import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
 
@@ -63,6 +70,10 @@ class MessageStore:
                               "and commit service come with the multi-process node); refusing rather than "
                               "silently writing through the mapped files",
                               hint="open the store with transient_store_pool_enable=false")
+        if self.config.enable_consume_queue_ext:
+            raise ConfigError("enable_consume_queue_ext=true is not implemented (ConsumeQueueExt units and "
+                              "bitmap filters); refusing rather than building queues without it",
+                              hint="open the store with enable_consume_queue_ext=false")
         self._closed = True
         self._lock_fd = -1
         self._services: list[ServiceThread] = []
@@ -112,12 +123,34 @@ class MessageStore:
             lock_kind=cfg.put_lock_kind,
             sync_flush=cfg.is_sync_flush,
         )
+        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.commitlog = CommitLog(self.root, cfg, self.ctl)
         self.commitlog.queue.load()
-        self.recovery: RecoveryReport = recover_commitlog(
-            self.commitlog.queue, self.ctl, check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok)
-        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
+                                                cfg.mapped_file_size_consume_queue)
+        self.consume_queues.load()
+        self.index = None
+        if cfg.message_index_enable:
+            try:
+                from mqstore.index import IndexService
+            except ImportError:  # the IndexFile lands with the rest of the read-path issue
+                log.warning("message_index_enable: the key index (IndexFile) is not part of this build; "
+                            "no index is built and query_message finds nothing")
+            else:
+                self.index = IndexService(self.root, cfg, self.checkpoint)
+                self.index.load(self.last_exit_ok)
+        self.recovery: RecoveryReport = recover_store(
+            self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
+            check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
+            index_safe=cfg.message_index_enable and cfg.message_index_safe)
         self.commitlog.prepare_for_writes()
+        self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index, self.ctl,
+                                     delay_levels_ms=cfg.delay_levels_ms)
+        # spec §5.2 step 4: dispatch until nothing is behind before serving
+        self.dispatcher.reset(self.recovery.dispatch_from)
+        self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True)
+        log_report(self.recovery)
+        self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
         self.ctl.mark_ready()
         with open(self.abort_path, "wb"):
             pass
@@ -137,7 +170,11 @@ class MessageStore:
         self.commitlog.allocator = allocator
         flusher: ServiceThread = (GroupCommitService(self.commitlog) if cfg.is_sync_flush
                                   else FlushRealTimeService(self.commitlog))
-        self._services = [allocator, flusher]
+        self.reput = ReputMessageService(self.dispatcher)
+        self.cq_flusher = FlushConsumeQueueService(self.consume_queues, self.dispatcher, self.checkpoint, self.ctl,
+                                                   cfg)
+        # shutdown runs in reverse: dispatch catches up, then queues and the log are flushed
+        self._services = [allocator, flusher, self.cq_flusher, self.reput]
         for service in self._services:
             service.start()
 
@@ -187,9 +224,72 @@ class MessageStore:
         if self._closed:
             raise StoreClosedError(f"store {self.root} is shut down")
 
+    # -- reads (spec §11) --------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
+                    tags: str | None = None) -> GetMessageResult:
+        """Up to max_msg_nums messages of a queue from offset, filtered by a tags expression
+        ("*", "TagA", "TagA || TagB"); the status and next_begin_offset follow spec §11."""
+        self._check_open()
+        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
+
+    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
+        self._check_open()
+        return self.reader.look_message_by_offset(phy_offset)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        self._check_open()
+        return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        self._check_open()
+        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+
+    def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                warm_bytes: int | None = None) -> TimeLookup:
+        """get_offset_in_queue_by_time with the pages and probes the search touched."""
+        self._check_open()
+        return self.reader.offset_in_queue_by_time(topic, queue_id, timestamp, warm_bytes)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reader.get_max_offset_in_queue(topic, queue_id)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.reader.get_min_offset_in_queue(topic, queue_id)
+
+    def get_max_phy_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    def get_min_phy_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        self._check_open()
+        return self.reader.get_earliest_message_time(topic, queue_id)
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int = 2**63 - 1) -> QueryMessageResult:
+        """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key."""
+        self._check_open()
+        return self.reader.query_message(topic, key, max_num, begin, end)
+
+    # -- dispatch ------------------------------------------------------------------------
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self.dispatcher.behind()
+
+    @property
+    def dispatch_lag_ms(self) -> int:
+        return self.dispatcher.lag_ms()
+
+    def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
+        """Wait until everything written (or up to offset) is dispatched."""
+        target = self.ctl.get("committed") if offset is None else offset
+        return self.ctl.wait_position("dispatched", target, "dispatched", timeout_ms)
+
     # -- closing -------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Stop puts, stop services (final flush), flush the checkpoint, remove `abort`."""
+        """Stop puts, stop services (dispatch catches up, final flushes), write the checkpoint,
+        and remove `abort` only when everything was flushed and dispatched (spec §5.2)."""
         if self._closed:
             return
         self._closed = True
@@ -198,18 +298,23 @@ class MessageStore:
             service.shutdown()
         errors = [s.error for s in self._services if s.error is not None]
         flushed_all = self.ctl.get("flushed") >= self.ctl.get("wrote")
+        behind = self.dispatcher.behind()
         ts = self.ctl.get("flushed_store_timestamp")
         if ts > 0:
             self.checkpoint.physic_msg_timestamp = ts
+        if self.index is not None:
+            self.index.close()
+        self.consume_queues.close()
         self.checkpoint.close()
+        self.reader = None  # type: ignore[assignment]
         self.commitlog.close()
         self.ctl.mark_closed()
         self.ctl.close()
-        if flushed_all and not errors:
+        if flushed_all and not errors and behind == 0:
             os.unlink(self.abort_path)
         else:
-            log.warning("leaving %s: the store did not shut down cleanly (%s)", self.abort_path,
-                        "unflushed data" if not flushed_all else errors[0])
+            why = "unflushed data" if not flushed_all else (f"{behind} bytes not dispatched" if behind else errors[0])
+            log.warning("leaving %s: the store did not shut down cleanly (%s)", self.abort_path, why)
         self._release_lock()
 
     close = shutdown

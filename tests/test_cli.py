@@ -197,12 +197,12 @@ def test_info_closed_store(open_store, capsys):
     info = json.loads(out)
     assert code == EXIT_OK
     assert info["status"] == "clean" and info["lock_held"] is False and info["abort_file"] is False
-    assert info["entries"] == ["checkpoint", "commitlog", "lock", "mqstore.shm"]
+    assert info["entries"] == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.shm"]
     assert info["checkpoint"]["physic_msg_timestamp"] > 0
     ctl = info["control_block"]
     assert ctl["state"] == "CLOSED" and ctl["queues"] == 3
     assert ctl["positions"]["wrote"] == ctl["positions"]["flushed"] == check_store(root).valid_end
-    assert ctl["stats"]["put_messages"] == 1000 and len(ctl["stats"]) == 32
+    assert ctl["stats"]["put_messages"] == 1000 and len(ctl["stats"]) == 40
 
 
 def test_info_and_verify_while_the_store_is_held_open(open_store, capsys):

@@ -105,6 +105,7 @@ OWN_KEYS: dict[str, Any] = {
     "allocate_wait_timeout_ms": 5000,
     "group_commit_interval_ms": 10,
     "max_topic_length": 127,
+    "time_lookup_warm_bytes": 8192,
 }
 
 UNITS = {"bytes", "ms", "pages", "hours", "percent", "count", "bits", "chars", "-"}

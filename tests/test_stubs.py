@@ -15,7 +15,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["mqstore._codec", "mqstore._shm", "mqstore._mapped", "mqstore._commitlog"]
+MODULES = ["mqstore._codec", "mqstore._shm", "mqstore._mapped", "mqstore._commitlog", "mqstore._consumequeue",
+           "mqstore._search"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 

@@ -6,7 +6,8 @@
  *
  *   0      header line: magic, layout version, sizes, generation, owner pid, state
  *   64     store-wide settings every process must agree on (lock kind, flush type, flags)
- *   128..  positions: wrote, committed, flushed, dispatched, confirmed, min_phy, timestamps
+ *   128..  positions: wrote, committed, flushed, dispatched (+ its store timestamp at 328),
+ *          confirmed, min_phy, timestamps
  *   640    put lock: spin word, begin_time_in_lock, entry position, takeovers
  *   704    robust process-shared pthread mutex (the "mutex" lock kind)
  *   768    futex words: wake-up sequence numbers and pending flags per service
@@ -27,7 +28,7 @@
 #include "mq_atomic.h"
 
 #define MQ_CTL_MAGIC 0x314C544354534D51ULL /* "MQSTCTL1" */
-#define MQ_CTL_VERSION 1
+#define MQ_CTL_VERSION 2
 #define MQ_CTL_HEADER_SIZE 65536
 #define MQ_TQ_SLOT_SIZE 192
 #define MQ_TQ_TOPIC_MAX 127
@@ -40,7 +41,7 @@ enum {
     MQ_CTL_LOCK_KIND = 64, MQ_CTL_RUNNING_FLAGS = 72, MQ_CTL_FLUSH_DISK_TYPE = 80, MQ_CTL_CREATED_MS = 88,
     MQ_CTL_TABLE_COUNT = 96,
     MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
-    MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
+    MQ_CTL_DISPATCHED_STORE_TS = 328, MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
     MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
     MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672, MQ_CTL_LOCK_OWNER_PID = 680,
     MQ_CTL_MUTEX = 704,
@@ -74,7 +75,9 @@ enum {
     MQ_STAT_FLUSH_BYTES, MQ_STAT_FLUSH_ERRORS, MQ_STAT_GROUP_COMMIT_WAITS, MQ_STAT_FLUSH_WAIT_NS_TOTAL,
     MQ_STAT_ALLOC_COUNT = 24, MQ_STAT_ALLOC_NS_TOTAL, MQ_STAT_ALLOC_NS_MAX, MQ_STAT_WARM_NS_TOTAL,
     MQ_STAT_ALLOC_ERRORS, MQ_STAT_PROPERTIES_SIZE_EXCEEDED, MQ_STAT_SPIN_YIELDS, MQ_STAT_ROLL_WAITS,
-    MQ_STAT_COUNT = 32
+    MQ_STAT_DISPATCH_RECORDS = 32, MQ_STAT_DISPATCH_UNITS, MQ_STAT_DISPATCH_BATCHES, MQ_STAT_DISPATCH_NS_TOTAL,
+    MQ_STAT_DISPATCH_SKIPPED_BYTES, MQ_STAT_DISPATCH_ERRORS, MQ_STAT_INDEX_KEYS, MQ_STAT_INDEX_ERRORS,
+    MQ_STAT_COUNT = 40
 };
 
 static inline int64_t *mq_cell(char *ctl, int off) { return (int64_t *)(ctl + off); }

@@ -1,0 +1,918 @@
+# cython: language_level=3
+"""ConsumeQueue units, the dispatch (reput) parser and the getMessage scan (spec §3, §10.1, §11).
+
+Three kernels share this module because they share the C-level state of a queue:
+
+* ``ConsumeQueueKernel``: the append side of one ConsumeQueue (``consumequeue/<topic>/<queueId>/``,
+  20-byte units ``long commitLogOffset | int size | long tagsCode``). The current file's base
+  address and write position are C fields; a unit is appended without a Python call. The
+  Python class ``mqstore.consume_queue.ConsumeQueue`` extends it with files, recovery,
+  truncation and flush.
+* ``DispatchKernel``: follows the CommitLog, parses each record without its body
+  (checkMessageAndReturnSize with readBody=false), computes the tags code from the
+  properties, finds the record's queue through a C hash table and appends its unit.
+  Records carrying keys are handed to the index builder in Python afterwards.
+* ``LogMap`` and ``get_units``: the CommitLog files by index (base addresses), and the
+  getMessage scan over a ConsumeQueue slice (tag filter, transfer caps) in C.
+"""
+
+import logging
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcmp, memcpy
+
+from mq_bytes cimport *
+from mq_ctl cimport *
+from mq_record cimport *
+
+log = logging.getLogger("mqstore.consumequeue")
+
+cdef enum:
+    CQ_UNIT = 20
+    FILLER_SIZE = 0x7FFFFFFF      # Integer.MAX_VALUE: size of the pre-fill units (spec §3 step 3)
+    MAX_DELAY_LEVEL = 18
+
+CQ_STORE_UNIT_SIZE = CQ_UNIT
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef bytes _SCHEDULE_TOPIC_B = SCHEDULE_TOPIC.encode()
+
+
+cdef inline void put_unit_bytes(char *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
+    mq_put_i64(p, phy)
+    mq_put_i32(p + 8, size)
+    mq_put_i64(p + 12, tags)
+
+
+def filler_units(int64_t count) -> bytes:
+    """count pre-fill units (0, Integer.MAX_VALUE, 0) as RocketMQ's fillPreBlank writes them."""
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, count * CQ_UNIT)
+    cdef char *p = PyBytes_AS_STRING(out)
+    cdef int64_t i
+    for i in range(count):
+        put_unit_bytes(p + i * CQ_UNIT, 0, FILLER_SIZE, 0)
+    return out
+
+
+def scan_units(mapped, int64_t start, int64_t end):
+    """Walk units from start while ``phyOffset >= 0 and size > 0`` (spec §3 recovery).
+
+    Returns (valid_end, last_phy_end): the position after the last valid unit and
+    phyOffset + size of that unit (-1 if none; filler units do not count).
+    """
+    cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
+    if end > view.shape[0]:
+        end = view.shape[0]
+    cdef const char *b = <const char *>&view[0]
+    cdef int64_t pos = start, phy, last = -1
+    cdef int32_t size
+    with nogil:
+        while pos + CQ_UNIT <= end:
+            phy = mq_get_i64(b + pos)
+            size = mq_get_i32(b + pos + 8)
+            if phy < 0 or size <= 0:
+                break
+            if size != FILLER_SIZE or phy != 0:
+                last = phy + size
+            pos += CQ_UNIT
+    return pos, last
+
+
+def truncate_point(mapped, int64_t start, int64_t end, int64_t phy_limit):
+    """First unit position in [start, end) whose record starts at or after phy_limit or that is
+    invalid (spec §3 truncateDirtyLogicFiles), and phyOffset + size of the last kept unit."""
+    cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
+    cdef const char *b = <const char *>&view[0]
+    cdef int64_t pos = start, phy, last = -1
+    cdef int32_t size
+    while pos + CQ_UNIT <= end:
+        phy = mq_get_i64(b + pos)
+        size = mq_get_i32(b + pos + 8)
+        if phy < 0 or size <= 0:
+            break
+        if size != FILLER_SIZE or phy != 0:
+            if phy >= phy_limit:
+                break
+            last = phy + size
+        pos += CQ_UNIT
+    return pos, last
+
+
+cdef class ConsumeQueueKernel:
+    """The append state of one ConsumeQueue; see mqstore.consume_queue.ConsumeQueue."""
+
+    cdef readonly str topic
+    cdef readonly bytes topic_b
+    cdef readonly int queue_id
+    cdef readonly int64_t file_size
+    cdef public int64_t max_physic_offset   # phyOffset + size of the last unit built, -1 none
+    cdef public int64_t min_logic_offset    # byte offset of the first unit in use
+    cdef readonly int64_t gaps              # units written as fillers because an offset was skipped
+    cdef object cur_file
+    cdef char *cur_base
+    cdef int64_t cur_from
+    cdef int64_t cur_wrote
+
+    def __init__(self, str topic, int queue_id, int64_t file_size):
+        if file_size <= 0 or file_size % CQ_UNIT:
+            raise ValueError(f"ConsumeQueue file size {file_size} is not a positive multiple of {CQ_UNIT}")
+        self.topic = topic
+        self.topic_b = topic.encode()
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self.cur_file = None
+        self.cur_base = NULL
+        self.cur_from = -1
+        self.cur_wrote = 0
+
+    # -- the current (last) file ---------------------------------------------------------
+    def set_current_file(self, mapped_file):
+        """Make mapped_file (the queue's last file) the append target, at its wrote_position."""
+        if mapped_file is None:
+            self.cur_file = None
+            self.cur_base = NULL
+            self.cur_from = -1
+            self.cur_wrote = 0
+            return
+        self.cur_file = mapped_file
+        self.cur_base = <char *><size_t>mapped_file.address
+        self.cur_from = mapped_file.file_from
+        self.cur_wrote = mapped_file.wrote_position
+
+    def sync_position(self):
+        """Copy the C write position into the current MappedFile's wrote_position."""
+        if self.cur_file is not None:
+            self.cur_file.wrote_position = self.cur_wrote
+
+    @property
+    def current_file(self):
+        return self.cur_file
+
+    @property
+    def max_logic_offset(self) -> int:
+        """Byte offset after the last unit (0 when the queue has no file)."""
+        if self.cur_base == NULL:
+            return self._empty_max_logic()
+        return self.cur_from + self.cur_wrote
+
+    def _empty_max_logic(self):
+        return 0
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        """The next queue offset to be built (spec §3 maxOffsetInQueue)."""
+        return self.max_logic_offset // CQ_UNIT
+
+    # -- the append (spec §3 putMessagePositionInfo) --------------------------------------
+    def put_message_position_info(self, int64_t phy, int32_t size, int64_t tags_code, int64_t queue_offset) -> bool:
+        """Append the unit of queue_offset; False when it was already built (idempotent)."""
+        cdef int r = self.put_unit(phy, size, tags_code, queue_offset)
+        self.sync_position()
+        return r == 1
+
+    cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags, int64_t q) except -1:
+        """1 = appended, 0 = already built. Slow paths (no file, file full, first file of a
+        queue that starts above 0, a skipped offset) go through Python."""
+        if phy + size <= self.max_physic_offset:
+            return 0
+        cdef int64_t expect = q * CQ_UNIT
+        cdef int64_t current
+        if self.cur_base == NULL or self.cur_wrote >= self.file_size or self.cur_from < 0:
+            self._roll(expect)
+        current = self.cur_from + self.cur_wrote
+        if expect < current:
+            return 0  # duplicate
+        if expect > current:
+            # RocketMQ logs "[BUG] order maybe wrong" and appends at the current position,
+            # which breaks q <-> position for every later unit. We keep the mapping: the
+            # skipped offsets become filler units (read as removed), counted in `gaps`.
+            self._fill_gap(expect)
+            if self.cur_base == NULL or self.cur_wrote >= self.file_size:
+                self._roll(expect)
+        put_unit_bytes(self.cur_base + self.cur_wrote, phy, size, tags)
+        self.cur_wrote += CQ_UNIT
+        self.max_physic_offset = phy + size
+        return 1
+
+    cdef int _roll(self, int64_t expect) except -1:
+        self.sync_position()
+        self.set_current_file(self.next_file(expect))
+        if self.cur_base == NULL:
+            raise OSError(f"ConsumeQueue {self.topic}/{self.queue_id}: no file for offset {expect // CQ_UNIT}")
+        return 0
+
+    cdef int _fill_gap(self, int64_t expect) except -1:
+        cdef int64_t current = self.cur_from + self.cur_wrote
+        log.error("ConsumeQueue %s/%d: expected queue offset %d but the queue ends at %d; the skipped "
+                  "offsets are written as filler units", self.topic, self.queue_id, expect // CQ_UNIT,
+                  current // CQ_UNIT)
+        while current < expect:
+            if self.cur_wrote >= self.file_size:
+                self._roll(current)
+            put_unit_bytes(self.cur_base + self.cur_wrote, 0, FILLER_SIZE, 0)
+            self.cur_wrote += CQ_UNIT
+            self.gaps += 1
+            current += CQ_UNIT
+        return 0
+
+    def next_file(self, int64_t expect):
+        """The file to append the unit at byte offset expect to (overridden in Python)."""
+        raise NotImplementedError
+
+
+# -- the dispatch kernel -----------------------------------------------------------------------
+
+cdef struct Props:
+    const char *tags
+    int tags_len
+    const char *keys
+    int keys_len
+    const char *uniq
+    int uniq_len
+    const char *delay
+    int delay_len
+
+
+cdef inline bint key_is(const char *k, int klen, const char *name, int nlen) noexcept nogil:
+    return klen == nlen and memcmp(k, name, nlen) == 0
+
+
+cdef inline void parse_props(const char *p, int n, Props *out) noexcept nogil:
+    """Find TAGS, KEYS, UNIQ_KEY and DELAY with string2messageProperties' rules (spec §1.4):
+    segments split on \\x02, key before the first \\x01, both non-empty; the last one wins."""
+    out.tags = NULL; out.keys = NULL; out.uniq = NULL; out.delay = NULL
+    out.tags_len = 0; out.keys_len = 0; out.uniq_len = 0; out.delay_len = 0
+    cdef int i = 0, seg, sep, end
+    while i < n:
+        seg = i
+        sep = -1
+        while i < n and p[i] != 2:
+            if sep < 0 and p[i] == 1:
+                sep = i
+            i += 1
+        end = i
+        i += 1
+        if end - seg < 3 or sep <= seg or sep >= end - 1:
+            continue
+        if key_is(p + seg, sep - seg, "TAGS", 4):
+            out.tags = p + sep + 1; out.tags_len = end - sep - 1
+        elif key_is(p + seg, sep - seg, "KEYS", 4):
+            out.keys = p + sep + 1; out.keys_len = end - sep - 1
+        elif key_is(p + seg, sep - seg, "UNIQ_KEY", 8):
+            out.uniq = p + sep + 1; out.uniq_len = end - sep - 1
+        elif key_is(p + seg, sep - seg, "DELAY", 5):
+            out.delay = p + sep + 1; out.delay_len = end - sep - 1
+
+
+cdef inline int64_t tags_hash(const char *p, int n) except? -1:
+    """Java String.hashCode of a UTF-8 tags value (spec §1.6); ASCII is hashed in place."""
+    cdef uint32_t h = 0
+    cdef int i
+    for i in range(n):
+        if <unsigned char>p[i] >= 0x80:
+            return <int64_t>mq_java_hash(PyUnicode_DecodeUTF8(p, n, "replace"))
+        h = 31 * h + <unsigned char>p[i]
+    return <int64_t><int32_t>h
+
+
+cdef inline int parse_small_int(const char *p, int n) noexcept nogil:
+    """Integer.parseInt for a delay level; -1 when not a plain decimal."""
+    cdef int v = 0, i
+    if n <= 0 or n > 9:
+        return -1
+    for i in range(n):
+        if p[i] < 48 or p[i] > 57:
+            return -1
+        v = v * 10 + (p[i] - 48)
+    return v
+
+
+cdef class DispatchKernel:
+    """Parses CommitLog records (no body) and appends their ConsumeQueue units (spec §10.1).
+
+    ``lookup(topic, queue_id)`` returns the ConsumeQueue of a record's queue (created on
+    first use); results are cached in a C hash table keyed like the control block's
+    topic-queue table. Records with KEYS or UNIQ_KEY are collected in ``index_requests`` as
+    (topic, keys, uniq_key, phy_offset, store_timestamp, sys_flag) when index building is on.
+    """
+
+    cdef object lookup
+    cdef uint64_t *hashes
+    cdef PyObject **queues
+    cdef int64_t cap
+    cdef int64_t used
+    cdef public bint index_enable
+    cdef public list index_requests
+    cdef int64_t delays[MAX_DELAY_LEVEL]
+    cdef int n_delays
+    cdef char *ctl
+    cdef object ctl_obj
+    cdef readonly int64_t skipped_bytes
+
+    def __cinit__(self):
+        self.hashes = NULL
+        self.queues = NULL
+
+    def __init__(self, lookup, *, bint index_enable=True, delay_levels_ms=(), control_block=None):
+        self.lookup = lookup
+        self.index_enable = index_enable
+        self.index_requests = []
+        self.n_delays = 0
+        for d in delay_levels_ms:
+            if self.n_delays < MAX_DELAY_LEVEL:
+                self.delays[self.n_delays] = d
+                self.n_delays += 1
+        self.ctl_obj = control_block
+        self.ctl = NULL if control_block is None else <char *><size_t>control_block.address
+        self._grow(64)
+
+    def __dealloc__(self):
+        cdef int64_t i
+        if self.queues != NULL:
+            for i in range(self.cap):
+                Py_XDECREF(self.queues[i])
+            free(self.queues)
+        if self.hashes != NULL:
+            free(self.hashes)
+
+    cdef int _grow(self, int64_t cap) except -1:
+        cdef uint64_t *old_h = self.hashes
+        cdef PyObject **old_q = self.queues
+        cdef int64_t old_cap = self.cap, i, at
+        self.hashes = <uint64_t *>calloc(cap, sizeof(uint64_t))
+        self.queues = <PyObject **>calloc(cap, sizeof(PyObject *))
+        if self.hashes == NULL or self.queues == NULL:
+            raise MemoryError()
+        self.cap = cap
+        for i in range(old_cap):
+            if old_h[i] != 0:
+                at = <int64_t>(old_h[i] & <uint64_t>(cap - 1))
+                while self.hashes[at] != 0:
+                    at = (at + 1) & (cap - 1)
+                self.hashes[at] = old_h[i]
+                self.queues[at] = old_q[i]
+        free(old_h)
+        free(old_q)
+        return 0
+
+    def forget(self):
+        """Drop every cached queue (after queues were destroyed or replaced)."""
+        cdef int64_t i
+        for i in range(self.cap):
+            Py_XDECREF(self.queues[i])
+            self.queues[i] = NULL
+            self.hashes[i] = 0
+        self.used = 0
+
+    cdef ConsumeQueueKernel _queue(self, const char *topic, int tlen, int32_t qid):
+        cdef uint64_t h = mq_tq_hash(topic, tlen, qid)
+        cdef int64_t at = <int64_t>(h & <uint64_t>(self.cap - 1))
+        cdef ConsumeQueueKernel cq
+        while self.hashes[at] != 0:
+            if self.hashes[at] == h:
+                cq = <ConsumeQueueKernel>self.queues[at]
+                if cq.queue_id == qid and PyBytes_GET_SIZE(cq.topic_b) == tlen and \
+                        memcmp(PyBytes_AS_STRING(cq.topic_b), topic, tlen) == 0:
+                    return cq
+            at = (at + 1) & (self.cap - 1)
+        cq = self.lookup(PyUnicode_DecodeUTF8(topic, tlen, "strict"), qid)
+        if (self.used + 1) * 2 > self.cap:
+            self._grow(self.cap * 2)
+            at = <int64_t>(h & <uint64_t>(self.cap - 1))
+            while self.hashes[at] != 0:
+                at = (at + 1) & (self.cap - 1)
+        Py_INCREF(cq)
+        self.hashes[at] = h
+        self.queues[at] = <PyObject *>cq
+        self.used += 1
+        return cq
+
+    def dispatch(self, mapped, int64_t file_from, int64_t start, int64_t end, bint raise_table=False):
+        """Dispatch the records of one CommitLog file from position start to end.
+
+        Returns (stop, reason, records, units, last_store_timestamp) with reason "end",
+        "blank" (end-of-file record: continue at the next file) or "invalid" (a record that
+        does not parse, at stop). With raise_table, each queue's next offset in the control
+        block's topic-queue table is raised to queue_offset + 1 (start-up dispatch).
+        """
+        cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
+        if end > view.shape[0]:
+            end = view.shape[0]
+        cdef const char *b = <const char *>&view[0]
+        cdef int64_t pos = start, records = 0, units = 0, last_ts = -1, qoff, phy, ts, tags
+        cdef int32_t size, magic, qid, sf, bl, pl, tx
+        cdef int born_len, store_len, tlen, hdr, tpos, level
+        cdef bint v2
+        cdef const char *p
+        cdef const char *topic
+        cdef Props props
+        cdef ConsumeQueueKernel cq
+        cdef ConsumeQueueKernel last_cq = None
+        cdef mq_tq_slot *slot
+        reason = "end"
+        try:
+            while pos < end:
+                if pos + 8 > end:
+                    reason = "invalid"
+                    break
+                p = b + pos
+                size = mq_get_i32(p)
+                magic = mq_get_i32(p + 4)
+                if magic == MQ_BLANK_MAGIC_CODE:
+                    reason = "blank"
+                    break
+                if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 \
+                        or pos + size > end:
+                    reason = "invalid"
+                    break
+                v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
+                sf = mq_get_i32(p + MQ_POS_SYSFLAG)
+                born_len = 20 if sf & MQ_BORNHOST_V6_FLAG else 8
+                store_len = 20 if sf & MQ_STOREHOST_V6_FLAG else 8
+                hdr = 48 + born_len + 8 + store_len + 12
+                bl = mq_get_i32(p + hdr)
+                if bl < 0 or hdr + 4 + bl + 3 > size:
+                    reason = "invalid"
+                    break
+                tpos = hdr + 4 + bl + (2 if v2 else 1)
+                tlen = mq_get_i16(p + hdr + 4 + bl) if v2 else <signed char>p[hdr + 4 + bl]
+                if tlen <= 0 or tpos + tlen + 2 > size:
+                    reason = "invalid"
+                    break
+                pl = mq_get_i16(p + tpos + tlen)
+                if pl < 0 or mq_record_length(bl, tlen, pl, sf, v2) != size:
+                    reason = "invalid"
+                    break
+                topic = p + tpos
+                qid = mq_get_i32(p + MQ_POS_QUEUEID)
+                qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
+                phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
+                ts = mq_get_i64(p + store_timestamp_pos(sf))
+                parse_props(p + tpos + tlen + 2, pl, &props)
+                tags = tags_hash(props.tags, props.tags_len) if props.tags != NULL else 0
+                if props.delay != NULL and tlen == 19 and memcmp(topic, PyBytes_AS_STRING(_SCHEDULE_TOPIC_B), 19) == 0:
+                    level = parse_small_int(props.delay, props.delay_len)
+                    if level > self.n_delays:
+                        level = self.n_delays
+                    tags = ts + (self.delays[level - 1] if level > 0 else 1000)
+                tx = sf & MQ_TRANSACTION_TYPE_MASK
+                if tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                    # CommitLogDispatcherBuildConsumeQueue: NOT and COMMIT only
+                    if last_cq is not None and last_cq.queue_id == qid and \
+                            PyBytes_GET_SIZE(last_cq.topic_b) == tlen and \
+                            memcmp(PyBytes_AS_STRING(last_cq.topic_b), topic, tlen) == 0:
+                        cq = last_cq
+                    else:
+                        cq = self._queue(topic, tlen, qid)
+                        if last_cq is not None and last_cq is not cq:
+                            last_cq.sync_position()
+                        last_cq = cq
+                    units += cq.put_unit(phy, size, tags, qoff)
+                    if raise_table and self.ctl != NULL:
+                        slot = mq_tq_get_or_insert(self.ctl, topic, tlen, qid)
+                        if slot == NULL:
+                            raise OverflowError("topic-queue table is full while rebuilding; "
+                                                "raise topic_queue_table_slots")
+                        mq_max(&slot.next_offset, qoff + 1)
+                if self.index_enable and (props.keys != NULL or props.uniq != NULL) and \
+                        tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                    self.index_requests.append((
+                        PyUnicode_DecodeUTF8(topic, tlen, "strict"),
+                        PyUnicode_DecodeUTF8(props.keys, props.keys_len, "replace") if props.keys != NULL else None,
+                        PyUnicode_DecodeUTF8(props.uniq, props.uniq_len, "replace") if props.uniq != NULL else None,
+                        phy, ts, sf))
+                last_ts = ts
+                records += 1
+                pos += size
+        finally:
+            if last_cq is not None:
+                last_cq.sync_position()
+        return pos, reason, records, units, last_ts
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+cdef class LogMap:
+    """CommitLog files by index for C readers: base address of file k (start first_from +
+    k * file_size), NULL when not mapped. Holds the MappedFile objects it points into."""
+
+    cdef readonly int64_t file_size
+    cdef readonly int64_t first_from
+    cdef readonly list files
+    cdef list held
+    cdef int64_t n
+    cdef char **bases
+
+    def __cinit__(self):
+        self.bases = NULL
+
+    def __init__(self, files, int64_t file_size):
+        self.file_size = file_size
+        self.files = list(files)
+        self.n = len(self.files)
+        self.first_from = self.files[0].file_from if self.files else 0
+        self.bases = <char **>calloc(max(self.n, 1), sizeof(char *))
+        if self.bases == NULL:
+            raise MemoryError()
+        cdef int64_t k
+        held = []
+        for mf in self.files:
+            k = (mf.file_from - self.first_from) // file_size
+            if 0 <= k < self.n and mf.hold():
+                held.append(mf)
+                self.bases[k] = <char *><size_t>mf.address
+        self.held = held
+
+    def __dealloc__(self):
+        free(self.bases)
+        if self.held is not None:
+            for mf in self.held:
+                mf.release()
+
+    def __len__(self):
+        return self.n
+
+    @property
+    def end(self) -> int:
+        """First offset past the mapped files."""
+        return self.first_from + self.n * self.file_size
+
+    cdef inline const char *at(self, int64_t phy, int64_t size) noexcept nogil:
+        """Address of [phy, phy + size) if it lies inside one mapped file, else NULL."""
+        if phy < self.first_from:
+            return NULL
+        cdef int64_t k = (phy - self.first_from) // self.file_size
+        cdef int64_t pos = (phy - self.first_from) % self.file_size
+        if k >= self.n or self.bases[k] == NULL or pos + size > self.file_size:
+            return NULL
+        return self.bases[k] + pos
+
+    def base_addresses(self):
+        """The base addresses as an array('q') (0 = not mapped), for the time-search kernel."""
+        from array import array
+        return array("q", [<int64_t><size_t>self.bases[k] for k in range(self.n)])
+
+    def file_of(self, int64_t phy):
+        """The MappedFile holding phy, or None."""
+        if phy < self.first_from:
+            return None
+        cdef int64_t k = (phy - self.first_from) // self.file_size
+        if k >= self.n:
+            return None
+        return self.files[k]
+
+    def store_timestamp(self, int64_t phy) -> int:
+        """STORETIMESTAMP of the record at phy, -1 if its file is not mapped."""
+        cdef const char *r = self.at(phy, 80)
+        if r == NULL:
+            return -1
+        return mq_get_i64(r + store_timestamp_pos(mq_get_i32(r + MQ_POS_SYSFLAG)))
+
+
+# GetMessageStatus codes (mirrors mqstore.status.GetMessageStatus)
+cdef enum:
+    GS_FOUND = 0
+    GS_NO_MATCHED_MESSAGE = 1
+    GS_MESSAGE_WAS_REMOVING = 2
+
+
+cdef class GetMessageResult:
+    """What getMessage found (spec §11): status, next_begin_offset, min/max offsets, and the
+    messages as zero-copy views on the mapped CommitLog files (decoded on access).
+
+    ``len(result)``, ``result[i]`` and iteration give MessageView objects; ``buffers()``
+    gives one memoryview per message. The result keeps the files it points into mapped.
+    """
+
+    cdef public object status
+    cdef public int64_t next_begin_offset
+    cdef public int64_t min_offset
+    cdef public int64_t max_offset
+    cdef public bint suggest_pulling_from_slave
+    cdef public int64_t buffer_total_size
+    cdef public int64_t max_phy_offset_pulling
+    cdef readonly LogMap log_map
+    cdef int64_t *phys
+    cdef int32_t *sizes
+    cdef int count
+    cdef int cap
+
+    def __cinit__(self):
+        self.phys = NULL
+        self.sizes = NULL
+        self.count = 0
+        self.cap = 0
+
+    def __init__(self, status, int64_t next_begin_offset=0, int64_t min_offset=0, int64_t max_offset=0):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.suggest_pulling_from_slave = False
+        self.buffer_total_size = 0
+        self.max_phy_offset_pulling = 0
+
+    def __dealloc__(self):
+        free(self.phys)
+        free(self.sizes)
+
+    cdef int _reserve(self, int n) except -1:
+        if n <= self.cap:
+            return 0
+        cdef int64_t *p = <int64_t *>calloc(n, sizeof(int64_t))
+        cdef int32_t *s = <int32_t *>calloc(n, sizeof(int32_t))
+        if p == NULL or s == NULL:
+            free(p)
+            free(s)
+            raise MemoryError()
+        if self.count:
+            memcpy(p, self.phys, self.count * sizeof(int64_t))
+            memcpy(s, self.sizes, self.count * sizeof(int32_t))
+        free(self.phys)
+        free(self.sizes)
+        self.phys = p
+        self.sizes = s
+        self.cap = n
+        return 0
+
+    @property
+    def message_count(self) -> int:
+        return self.count
+
+    @property
+    def ok(self) -> bool:
+        return self.count > 0
+
+    def __len__(self):
+        return self.count
+
+    def __bool__(self):
+        return True
+
+    def __getitem__(self, Py_ssize_t i):
+        if i < 0:
+            i += self.count
+        if not 0 <= i < self.count:
+            raise IndexError("message index out of range")
+        return self._view(i)
+
+    cdef MessageView _view(self, int i):
+        return make_view(self.log_map, self.phys[i], self.sizes[i])
+
+    def __iter__(self):
+        cdef int i
+        for i in range(self.count):
+            yield self._view(i)
+
+    @property
+    def physical_offsets(self) -> list:
+        return [self.phys[i] for i in range(self.count)]
+
+    @property
+    def sizes_list(self) -> list:
+        return [self.sizes[i] for i in range(self.count)]
+
+    def buffers(self) -> list:
+        """One zero-copy memoryview per message (the whole record)."""
+        return [self._view(i).buffer for i in range(self.count)]
+
+    def __repr__(self):
+        return (f"GetMessageResult(status={self.status!r}, messages={self.count}, "
+                f"next_begin_offset={self.next_begin_offset}, min_offset={self.min_offset}, "
+                f"max_offset={self.max_offset})")
+
+
+cdef MessageView make_view(LogMap log_map, int64_t phy, int32_t size):
+    cdef MessageView v = MessageView.__new__(MessageView)
+    v.owner = log_map
+    v.p = log_map.at(phy, size)
+    v.phy = phy
+    v.size = size
+    return v
+
+
+def view_at(LogMap log_map, int64_t phy):
+    """The record at phy as a MessageView (its size read from the record), or None when phy
+    is not in a mapped file or does not hold a message (spec §11 lookMessageByOffset)."""
+    cdef const char *p = log_map.at(phy, 8)
+    if p == NULL:
+        return None
+    cdef int32_t size = mq_get_i32(p), magic = mq_get_i32(p + 4)
+    if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 or \
+            log_map.at(phy, size) == NULL:
+        return None
+    return make_view(log_map, phy, size)
+
+
+cdef class MessageView:
+    """One stored record, read in place from the mapped CommitLog file. Header fields are
+    read on access; ``body`` and ``buffer`` are zero-copy memoryviews; ``decode()`` gives
+    the full mqstore.record.DecodedRecord. The view keeps the files it points into mapped."""
+
+    cdef object owner
+    cdef const char *p
+    cdef readonly int64_t phy
+    cdef readonly int32_t size
+
+    @property
+    def physical_offset(self) -> int:
+        return self.phy
+
+    @property
+    def total_size(self) -> int:
+        return self.size
+
+    @property
+    def queue_id(self) -> int:
+        return mq_get_i32(self.p + MQ_POS_QUEUEID)
+
+    @property
+    def flag(self) -> int:
+        return mq_get_i32(self.p + MQ_POS_FLAG)
+
+    @property
+    def queue_offset(self) -> int:
+        return mq_get_i64(self.p + MQ_POS_QUEUEOFFSET)
+
+    @property
+    def sys_flag(self) -> int:
+        return mq_get_i32(self.p + MQ_POS_SYSFLAG)
+
+    @property
+    def born_timestamp(self) -> int:
+        return mq_get_i64(self.p + MQ_POS_BORNTIMESTAMP)
+
+    @property
+    def store_timestamp(self) -> int:
+        return mq_get_i64(self.p + store_timestamp_pos(mq_get_i32(self.p + MQ_POS_SYSFLAG)))
+
+    @property
+    def body_crc(self) -> int:
+        return mq_get_i32(self.p + MQ_POS_BODYCRC)
+
+    cdef int _body_pos(self) noexcept:
+        cdef int32_t sf = mq_get_i32(self.p + MQ_POS_SYSFLAG)
+        return 48 + (20 if sf & MQ_BORNHOST_V6_FLAG else 8) + 8 + (20 if sf & MQ_STOREHOST_V6_FLAG else 8) + 12
+
+    cdef bint _v2(self) noexcept:
+        return mq_get_i32(self.p + 4) == MQ_MESSAGE_MAGIC_CODE_V2
+
+    @property
+    def reconsume_times(self) -> int:
+        return mq_get_i32(self.p + self._body_pos() - 12)
+
+    @property
+    def prepared_transaction_offset(self) -> int:
+        return mq_get_i64(self.p + self._body_pos() - 8)
+
+    def _file_view(self):
+        mf = (<LogMap>self.owner).file_of(self.phy)
+        cdef int64_t pos = self.phy - mf.file_from
+        return memoryview(mf)[pos:pos + self.size]
+
+    @property
+    def buffer(self) -> memoryview:
+        """The whole record, zero-copy."""
+        return self._file_view()
+
+    @property
+    def body(self) -> memoryview:
+        """The body bytes, zero-copy (bytes(view.body) copies)."""
+        cdef int bp = self._body_pos()
+        cdef int32_t bl = mq_get_i32(self.p + bp)
+        return self._file_view()[bp + 4:bp + 4 + bl]
+
+    cdef int _topic_pos(self) noexcept:
+        cdef int bp = self._body_pos()
+        return bp + 4 + mq_get_i32(self.p + bp) + (2 if self._v2() else 1)
+
+    cdef int _topic_len(self) noexcept:
+        cdef int bp = self._body_pos()
+        cdef int32_t bl = mq_get_i32(self.p + bp)
+        return mq_get_i16(self.p + bp + 4 + bl) if self._v2() else <unsigned char>self.p[bp + 4 + bl]
+
+    @property
+    def topic(self) -> str:
+        return PyUnicode_DecodeUTF8(self.p + self._topic_pos(), self._topic_len(), "strict")
+
+    @property
+    def properties_string(self) -> str:
+        cdef int at = self._topic_pos() + self._topic_len()
+        cdef int pl = mq_get_i16(self.p + at)
+        return PyUnicode_DecodeUTF8(self.p + at + 2, pl, "strict")
+
+    @property
+    def properties(self) -> dict:
+        from mqstore._codec import string_to_properties
+        return string_to_properties(self.properties_string)
+
+    @property
+    def tags(self):
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list:
+        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+
+    @property
+    def msg_id(self) -> str:
+        from mqstore._codec import msg_id
+        return msg_id(self.decode(read_body=False).store_host, self.phy)
+
+    def decode(self, *, bint read_body=True, bint check_crc=False):
+        """Every field as a mqstore.record.DecodedRecord (copies the body)."""
+        from mqstore._codec import decode_record
+        return decode_record(self._file_view(), 0, check_crc=check_crc, read_body=read_body)
+
+    def __repr__(self):
+        return (f"MessageView(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"physical_offset={self.phy}, size={self.size})")
+
+
+def get_units(GetMessageResult result, LogMap log_map, cq_file, int64_t pos, int64_t end, int64_t min_phy,
+              int64_t max_phy, int max_msg_nums, tag_codes, int64_t in_memory_bytes_limit,
+              int64_t max_bytes_memory, int max_count_memory, int64_t max_bytes_disk, int max_count_disk,
+              int64_t scan_bytes_max):
+    """The getMessage scan (spec §11) over units [pos, end) of one mapped ConsumeQueue file,
+    filling result (status, messages, buffer_total_size, max_phy_offset_pulling).
+
+    tag_codes: None (every message) or a collection of tags codes to keep. Returns the
+    number of units consumed. A unit whose record is below min_phy or not mapped (its file
+    was deleted) is skipped, and makes the status MESSAGE_WAS_REMOVING when nothing was
+    collected yet; later units of that CommitLog file are skipped too.
+    """
+    cdef const unsigned char[::1] view = memoryview(cq_file).cast("B")
+    if end > view.shape[0]:
+        end = view.shape[0]
+    cdef const char *b = <const char *>&view[0]
+    if pos + scan_bytes_max < end:
+        end = pos + scan_bytes_max
+    cdef int64_t start = pos, phy, tags, total = 0, next_file_start = -1, last_phy = -1
+    cdef int32_t size
+    cdef int count = 0, status = GS_NO_MATCHED_MESSAGE, i, ntags = 0
+    cdef bint in_disk, match
+    cdef int64_t codes[32]
+    cdef bint filter_tags = tag_codes is not None
+    cdef frozenset many = None
+    if filter_tags:
+        if len(tag_codes) <= 32:
+            for t in tag_codes:
+                codes[ntags] = t
+                ntags += 1
+        else:
+            many = frozenset(tag_codes)
+    result.log_map = log_map
+    result._reserve(max_msg_nums if max_msg_nums < 1024 else 1024)
+    while pos + CQ_UNIT <= end:
+        phy = mq_get_i64(b + pos)
+        size = mq_get_i32(b + pos + 8)
+        tags = mq_get_i64(b + pos + 12)
+        if next_file_start >= 0 and phy < next_file_start:
+            pos += CQ_UNIT
+            continue
+        in_disk = max_phy - phy > in_memory_bytes_limit
+        if count > 0:  # isTheBatchFull: never before something was collected
+            if count >= max_msg_nums:
+                break
+            if in_disk:
+                if total + size > max_bytes_disk or count >= max_count_disk:
+                    break
+            elif total + size > max_bytes_memory or count >= max_count_memory:
+                break
+        last_phy = phy
+        if filter_tags:
+            if many is not None:
+                match = tags in many
+            else:
+                match = False
+                for i in range(ntags):
+                    if codes[i] == tags:
+                        match = True
+                        break
+            if not match:
+                pos += CQ_UNIT
+                continue
+        if phy < min_phy or size <= 0 or size == FILLER_SIZE or log_map.at(phy, size) == NULL:
+            if count == 0:
+                status = GS_MESSAGE_WAS_REMOVING
+            if phy >= 0:
+                next_file_start = phy - phy % log_map.file_size + log_map.file_size
+            pos += CQ_UNIT
+            continue
+        if count >= result.cap:
+            result._reserve(result.cap * 2)
+        result.phys[count] = phy
+        result.sizes[count] = size
+        total += size
+        count += 1
+        status = GS_FOUND
+        pos += CQ_UNIT
+    result.count = count
+    result.buffer_total_size = total
+    result.max_phy_offset_pulling = last_phy
+    return status, (pos - start) // CQ_UNIT

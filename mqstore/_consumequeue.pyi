@@ -1,0 +1,220 @@
+"""Type stubs for the compiled ``mqstore._consumequeue`` (ext/_consumequeue.pyx).
+
+ConsumeQueue units, the dispatch (reput) parser and the getMessage scan (spec §3, §10.1, §11).
+"""
+
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import Any, Final
+
+from typing_extensions import disjoint_base
+
+from mqstore._mapped import MappedFile
+from mqstore.record import DecodedRecord
+
+CQ_STORE_UNIT_SIZE: Final = 20
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+
+def filler_units(count: int) -> bytes:
+    """count pre-fill units (0, Integer.MAX_VALUE, 0) as RocketMQ's fillPreBlank writes them."""
+
+def scan_units(mapped: Any, start: int, end: int) -> tuple[int, int]:
+    """(valid_end, last_phy_end) of the units from start while phyOffset >= 0 and size > 0."""
+
+def truncate_point(mapped: Any, start: int, end: int, phy_limit: int) -> tuple[int, int]:
+    """First unit position whose record starts at or after phy_limit (or that is invalid),
+    and phyOffset + size of the last kept unit."""
+
+@disjoint_base
+class ConsumeQueueKernel:
+    """The append state of one ConsumeQueue; see mqstore.consume_queue.ConsumeQueue."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def topic_b(self) -> bytes: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def file_size(self) -> int: ...
+    max_physic_offset: int
+    min_logic_offset: int
+    @property
+    def gaps(self) -> int: ...
+    def __init__(self, topic: str, queue_id: int, file_size: int) -> None: ...
+    def set_current_file(self, mapped_file: MappedFile | None) -> None:
+        """Make mapped_file (the queue's last file) the append target, at its wrote_position."""
+
+    def sync_position(self) -> None:
+        """Copy the C write position into the current MappedFile's wrote_position."""
+
+    @property
+    def current_file(self) -> MappedFile | None: ...
+    @property
+    def max_logic_offset(self) -> int:
+        """Byte offset after the last unit (0 when the queue has no file)."""
+
+    def _empty_max_logic(self) -> int: ...
+    @property
+    def max_offset_in_queue(self) -> int:
+        """The next queue offset to be built (spec §3 maxOffsetInQueue)."""
+
+    def put_message_position_info(self, phy: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Append the unit of queue_offset; False when it was already built (idempotent)."""
+
+    def next_file(self, expect: int) -> MappedFile:
+        """The file to append the unit at byte offset expect to (overridden in Python)."""
+
+@disjoint_base
+class DispatchKernel:
+    """Parses CommitLog records (no body) and appends their ConsumeQueue units (spec §10.1)."""
+
+    index_enable: bool
+    index_requests: list[tuple[str, str | None, str | None, int, int, int]]
+    @property
+    def skipped_bytes(self) -> int: ...
+    def __init__(
+        self,
+        lookup: Callable[[str, int], ConsumeQueueKernel],
+        *,
+        index_enable: bool = True,
+        delay_levels_ms: Iterable[int] = (),
+        control_block: Any = None,
+    ) -> None: ...
+    def forget(self) -> None:
+        """Drop every cached queue (after queues were destroyed or replaced)."""
+
+    def dispatch(
+        self, mapped: Any, file_from: int, start: int, end: int, raise_table: bool = False
+    ) -> tuple[int, str, int, int, int]:
+        """(stop, reason, records, units, last_store_timestamp) for one CommitLog file."""
+
+@disjoint_base
+class LogMap:
+    """CommitLog files by index for C readers (holds and maps the files it points into)."""
+
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def first_from(self) -> int: ...
+    @property
+    def files(self) -> list[MappedFile]: ...
+    def __init__(self, files: Iterable[MappedFile], file_size: int) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def end(self) -> int:
+        """First offset past the mapped files."""
+
+    def base_addresses(self) -> Any:
+        """The base addresses as an array('q') (0 = not mapped), for the time-search kernel."""
+
+    def file_of(self, phy: int) -> MappedFile | None:
+        """The MappedFile holding phy, or None."""
+
+    def store_timestamp(self, phy: int) -> int:
+        """STORETIMESTAMP of the record at phy, -1 if its file is not mapped."""
+
+@disjoint_base
+class GetMessageResult:
+    """What getMessage found (spec §11): status, next_begin_offset, min/max offsets, and the
+    messages as zero-copy views on the mapped CommitLog files (decoded on access)."""
+
+    status: Any
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_pulling_from_slave: bool
+    buffer_total_size: int
+    max_phy_offset_pulling: int
+    @property
+    def log_map(self) -> LogMap: ...
+    def __init__(self, status: Any, next_begin_offset: int = 0, min_offset: int = 0, max_offset: int = 0) -> None: ...
+    @property
+    def message_count(self) -> int: ...
+    @property
+    def ok(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def __bool__(self) -> bool: ...
+    def __getitem__(self, key: int, /) -> MessageView: ...
+    def __iter__(self) -> Iterator[MessageView]: ...
+    @property
+    def physical_offsets(self) -> list[int]: ...
+    @property
+    def sizes_list(self) -> list[int]: ...
+    def buffers(self) -> list[memoryview]:
+        """One zero-copy memoryview per message (the whole record)."""
+
+def view_at(log_map: LogMap, phy: int) -> MessageView | None:
+    """The record at phy as a MessageView, or None (spec §11 lookMessageByOffset)."""
+
+@disjoint_base
+class MessageView:
+    """One stored record, read in place from the mapped CommitLog file."""
+
+    @property
+    def phy(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def physical_offset(self) -> int: ...
+    @property
+    def total_size(self) -> int: ...
+    @property
+    def queue_id(self) -> int: ...
+    @property
+    def flag(self) -> int: ...
+    @property
+    def queue_offset(self) -> int: ...
+    @property
+    def sys_flag(self) -> int: ...
+    @property
+    def born_timestamp(self) -> int: ...
+    @property
+    def store_timestamp(self) -> int: ...
+    @property
+    def body_crc(self) -> int: ...
+    @property
+    def reconsume_times(self) -> int: ...
+    @property
+    def prepared_transaction_offset(self) -> int: ...
+    def _file_view(self) -> memoryview: ...
+    @property
+    def buffer(self) -> memoryview:
+        """The whole record, zero-copy."""
+
+    @property
+    def body(self) -> memoryview:
+        """The body bytes, zero-copy (bytes(view.body) copies)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def properties_string(self) -> str: ...
+    @property
+    def properties(self) -> dict[str, str]: ...
+    @property
+    def tags(self) -> str | None: ...
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def msg_id(self) -> str: ...
+    def decode(self, *, read_body: bool = True, check_crc: bool = False) -> DecodedRecord:
+        """Every field as a mqstore.record.DecodedRecord (copies the body)."""
+
+def get_units(
+    result: GetMessageResult,
+    log_map: LogMap,
+    cq_file: Any,
+    pos: int,
+    end: int,
+    min_phy: int,
+    max_phy: int,
+    max_msg_nums: int,
+    tag_codes: Collection[int] | None,
+    in_memory_bytes_limit: int,
+    max_bytes_memory: int,
+    max_count_memory: int,
+    max_bytes_disk: int,
+    max_count_disk: int,
+    scan_bytes_max: int,
+) -> tuple[int, int]:
+    """The getMessage scan (spec §11): fills result; returns (status code, units consumed)."""

@@ -1,0 +1,272 @@
+"""The read path of a store (spec §11, §3 getOffsetInQueueByTime, §4.4 queryMessage).
+
+``MessageReader`` serves getMessage, lookups by physical offset and by key, time lookups and
+the min/max offsets. Messages come back as ``MessageView`` objects: zero-copy views on the
+mapped CommitLog files, decoded field by field on access. The scans run in the compiled
+kernels (mqstore._consumequeue, mqstore._search).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mqstore._codec import java_string_hash
+from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, GetMessageResult, LogMap, MessageView, get_units, view_at
+from mqstore.status import GetMessageStatus
+
+if TYPE_CHECKING:
+    from mqstore.commitlog import CommitLog
+    from mqstore.config import StoreConfig
+    from mqstore.consume_queue import ConsumeQueue, ConsumeQueueTable
+
+UNIT = CQ_STORE_UNIT_SIZE
+SUB_ALL = "*"
+QUERY_ROUNDS = 3
+
+
+def total_physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - every Linux has both
+        return 8 << 30
+
+
+def tag_codes(expression: str | None) -> frozenset[int] | None:
+    """Tags codes of a subscription expression "A || B" (spec §11); None = every message."""
+    if expression is None:
+        return None
+    expression = expression.strip()
+    if not expression or expression == SUB_ALL:
+        return None
+    tags = [t.strip() for t in expression.split("||")]
+    return frozenset(java_string_hash(t) for t in tags if t)
+
+
+@dataclass
+class TimeLookup:
+    """Result of a time → queue offset lookup, with what the search touched."""
+
+    offset: int
+    cq_pages: int = 0
+    commitlog_pages: int = 0
+    probes: int = 0
+
+
+@dataclass
+class QueryMessageResult:
+    """Messages found by key (spec §4.4), ascending by physical offset."""
+
+    messages: list[MessageView] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phy_offset: int = 0
+
+
+class MessageReader:
+    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: Any | None, config: StoreConfig) -> None:
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.config = config
+        self.memory = total_physical_memory()
+        self.in_memory_limit = self.memory * config.access_message_in_memory_max_ratio // 100
+        self.warm_bytes = config.time_lookup_warm_bytes
+        self._map: LogMap | None = None
+        self._map_version = -1
+        self._bases: Any = None
+        self._lock = threading.Lock()
+
+    # -- the CommitLog files as the kernels see them ---------------------------------------
+    def log_map(self) -> LogMap:
+        queue = self.commitlog.queue
+        m = self._map
+        if m is None or self._map_version != queue.version:
+            with self._lock:
+                version = queue.version
+                m = LogMap(queue.files, queue.file_size)
+                self._map, self._map_version, self._bases = m, version, None
+        return m
+
+    def _cl_bases(self, m: LogMap) -> Any:
+        bases = self._bases
+        if bases is None or self._map is not m:
+            bases = m.base_addresses()
+            self._bases = bases
+        return bases
+
+    # -- getMessage (spec §11) ----------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tags: str | None = None) -> GetMessageResult:
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        min_offset = cq.min_offset_in_queue
+        max_offset = cq.max_offset_in_queue
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        got = cq.get_index_buffer(offset)
+        if got is None:
+            per_file = cq.file_size // UNIT
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file,
+                                    min_offset, max_offset)
+        mf, pos, end = got
+        cfg = self.config
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        max_phy = self.commitlog.max_offset
+        code, consumed = get_units(
+            result, self.log_map(), mf, pos, end, self.commitlog.min_offset, max_phy, max_msg_nums,
+            tag_codes(tags), self.in_memory_limit, cfg.max_transfer_bytes_on_message_in_memory,
+            cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_disk,
+            cfg.max_transfer_count_on_message_in_disk, max(16000, max_msg_nums * UNIT))
+        result.status = _SCAN_STATUS[code]
+        result.next_begin_offset = offset + consumed
+        if result.max_phy_offset_pulling >= 0:
+            result.suggest_pulling_from_slave = max_phy - result.max_phy_offset_pulling > self.in_memory_limit
+        return result
+
+    # -- by physical offset --------------------------------------------------------------------
+    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
+        """The message at a CommitLog offset, or None (at/after the max offset, deleted, or
+        not the start of a message)."""
+        if phy_offset >= self.commitlog.max_offset or phy_offset < self.commitlog.min_offset:
+            return None
+        return view_at(self.log_map(), phy_offset)
+
+    def pickup_store_timestamp(self, phy_offset: int) -> int:
+        if phy_offset < self.commitlog.min_offset or phy_offset >= self.commitlog.max_offset:
+            return -1
+        return self.log_map().store_timestamp(phy_offset)
+
+    # -- by queue offset -------------------------------------------------------------------
+    def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
+        cq = self.queues.get(topic, queue_id)
+        unit = None if cq is None else cq.unit(queue_offset)
+        if unit is None:
+            return None
+        return self.look_message_by_offset(unit[0])
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        unit = None if cq is None else cq.unit(queue_offset)
+        if unit is None:
+            return -1
+        return self.pickup_store_timestamp(unit[0])
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """Store time of the first message of a queue, or of the whole CommitLog; -1 if none."""
+        if topic is None:
+            first = self.commitlog.min_offset
+            return self.pickup_store_timestamp(first) if first < self.commitlog.max_offset else -1
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return 0 if cq is None else cq.max_offset_in_queue
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return 0 if cq is None else cq.min_offset_in_queue
+
+    # -- time → queue offset (spec §3, §15) --------------------------------------------------
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        return self.offset_in_queue_by_time(topic, queue_id, timestamp).offset
+
+    def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                warm_bytes: int | None = None) -> TimeLookup:
+        """The queue offset whose store time is nearest to timestamp: the earliest exact
+        match, else the closer neighbour (ties to the older one). Unknown queue → 0."""
+        from mqstore._search import offset_by_time
+
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return TimeLookup(0)
+        files = cq.files.files
+        if not files:
+            return TimeLookup(cq.max_offset_in_queue)
+        m = self.log_map()
+        bases = self._cl_bases(m)
+        min_phy = self.commitlog.min_offset
+        warm = self.warm_bytes if warm_bytes is None else warm_bytes
+        chosen = None
+        for i, mf in enumerate(files):
+            lo, hi = self._unit_range(cq, mf)
+            if hi < lo:
+                continue
+            chosen = (i, mf, lo, hi)
+            last_time = self._unit_time(m, mf, hi, min_phy)
+            if last_time is not None and last_time >= timestamp:
+                break
+        if chosen is None:
+            return TimeLookup(cq.max_offset_in_queue)
+        i, mf, lo, hi = chosen
+        assert mf is not None
+        pos, cq_pages, cl_pages, probes = offset_by_time(
+            mf.address, lo, hi, timestamp, min_phy, bases, m.first_from, m.file_size, warm)
+        result = TimeLookup((mf.file_from + pos) // UNIT, cq_pages, cl_pages, probes)
+        if pos == lo and i > 0:
+            # nearest-entry rule across the file boundary: the previous file's last unit
+            right = self._unit_time(m, mf, pos, min_phy)
+            prev: Any = files[i - 1]
+            plo, phi = self._unit_range(cq, prev)
+            left = self._unit_time(m, prev, phi, min_phy) if phi >= plo else None
+            if right is not None and right > timestamp and left is not None and timestamp - left <= right - timestamp:
+                result.offset = (prev.file_from + phi) // UNIT
+        return result
+
+    def _unit_range(self, cq: ConsumeQueue, mf: Any) -> tuple[int, int]:
+        file_from = mf.file_from
+        lo = max(0, cq.min_logic_offset - file_from)
+        end = cq.max_logic_offset - file_from if mf is cq.current_file else mf.wrote_position
+        end = min(end, cq.file_size)
+        return lo, end - UNIT
+
+    @staticmethod
+    def _unit_time(m: LogMap, mf: Any, pos: int, min_phy: int) -> int | None:
+        phy = int.from_bytes(mf.read(pos, 8), "big", signed=True)
+        if phy < min_phy:
+            return None
+        ts = m.store_timestamp(phy)
+        return ts if ts >= 0 else None
+
+    # -- by key (spec §4.4) -----------------------------------------------------------------
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """Messages of topic whose KEYS or UNIQ_KEY is key, stored in [begin, end] (ms).
+        Every hit of the index is checked against the real key, so a hash collision never
+        returns a wrong message."""
+        result = QueryMessageResult()
+        if self.index is None:
+            return result
+        want = max(1, min(max_num, self.config.max_msgs_num_batch))
+        ask = want
+        for _ in range(QUERY_ROUNDS):
+            found = self.index.query_offset(topic, key, ask, begin, end)
+            result.index_last_update_timestamp = found.index_last_update_timestamp
+            result.index_last_update_phy_offset = found.index_last_update_phy_offset
+            messages = []
+            for phy in sorted(set(found.phy_offsets)):
+                view = self.look_message_by_offset(phy)
+                if view is None or view.topic != topic:
+                    continue
+                props = view.properties
+                if props.get("UNIQ_KEY") == key or key in props.get("KEYS", "").split(" "):
+                    messages.append(view)
+            result.messages = messages[:want]
+            if len(messages) >= want or len(found.phy_offsets) < ask:
+                break
+            ask *= 2  # collisions took places: look further down the chains
+        return result
+
+
+_SCAN_STATUS = {0: GetMessageStatus.FOUND, 1: GetMessageStatus.NO_MATCHED_MESSAGE,
+                2: GetMessageStatus.MESSAGE_WAS_REMOVING}
