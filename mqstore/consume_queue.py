@@ -69,8 +69,7 @@ class ConsumeQueue(ConsumeQueueKernel):
             return last
         first_ever = last is None
         start = expect - expect % self.file_size if last is None else last.file_from + self.file_size
-        if not first_ever and expect >= start + self.file_size:
-            start = expect - expect % self.file_size  # a gap of whole files (filler-filled by the kernel)
+        # files stay contiguous: a gap of whole files is filler-filled by the kernel, file by file
         mf = self.files.create(start)
         mf.wrote_position = mf.committed_position = mf.flushed_position = 0
         if first_ever and expect > 0:

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 UNIT = CQ_STORE_UNIT_SIZE
 SUB_ALL = "*"
-QUERY_ROUNDS = 3
 
 
 def total_physical_memory() -> int:
@@ -248,23 +247,16 @@ class MessageReader:
         if self.index is None:
             return result
         want = max(1, min(max_num, self.config.max_msgs_num_batch))
-        ask = want
-        for _ in range(QUERY_ROUNDS):
-            found = self.index.query_offset(topic, key, ask, begin, end)
-            result.index_last_update_timestamp = found.index_last_update_timestamp
-            result.index_last_update_phy_offset = found.index_last_update_phy_offset
-            messages = []
-            for phy in sorted(set(found.phy_offsets)):
-                view = self.look_message_by_offset(phy)
-                if view is None or view.topic != topic:
-                    continue
-                props = view.properties
-                if props.get("UNIQ_KEY") == key or key in props.get("KEYS", "").split(" "):
-                    messages.append(view)
-            result.messages = messages[:want]
-            if len(messages) >= want or len(found.phy_offsets) < ask:
-                break
-            ask *= 2  # collisions took places: look further down the chains
+        found = self.index.query_offset(topic, key, want, begin, end)
+        result.index_last_update_timestamp = found.index_last_update_timestamp
+        result.index_last_update_phy_offset = found.index_last_update_phy_offset
+        for phy in sorted(set(found.phy_offsets)):  # a re-dispatched newest entry may repeat
+            view = self.look_message_by_offset(phy)
+            if view is None or view.topic != topic:
+                continue
+            props = view.properties
+            if props.get("UNIQ_KEY") == key or key in props.get("KEYS", "").split(" "):
+                result.messages.append(view)
         return result
 
 

@@ -22,6 +22,7 @@ from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
 from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.dispatch import Dispatcher, ReputMessageService
+from mqstore.index import IndexService
 from mqstore.reads import MessageReader, QueryMessageResult, TimeLookup
 from mqstore.recovery import RecoveryReport, log_report, recover_store
 from mqstore.services.allocate import AllocateMappedFileService
@@ -131,14 +132,8 @@ class MessageStore:
         self.consume_queues.load()
         self.index = None
         if cfg.message_index_enable:
-            try:
-                from mqstore.index import IndexService
-            except ImportError:  # the IndexFile lands with the rest of the read-path issue
-                log.warning("message_index_enable: the key index (IndexFile) is not part of this build; "
-                            "no index is built and query_message finds nothing")
-            else:
-                self.index = IndexService(self.root, cfg, self.checkpoint)
-                self.index.load(self.last_exit_ok)
+            self.index = IndexService(self.root, cfg, self.checkpoint)
+            self.index.load(self.last_exit_ok)
         self.recovery: RecoveryReport = recover_store(
             self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,

@@ -39,5 +39,5 @@ def open_store(store_dir):
     yield factory
     for store in opened:
         store.shutdown()
-    for root in {s.root for s in opened}:
-        check_store(root).raise_if_failed()
+    for root, config in {s.root: s.config for s in opened}.items():
+        check_store(root, config=config).raise_if_failed()

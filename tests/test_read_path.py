@@ -319,3 +319,16 @@ def test_damaged_log_tail_truncates_queues_and_reports_them(store_dir):
         assert [store.get_max_offset_in_queue("T", q) for q in range(2)] == [14, 14]
         assert store.put_message(Message("T", b"after", queue_id=1)).check().queue_offset == 14
         assert last.wrote_offset > rep.valid_end
+
+
+def test_gap_of_whole_files_keeps_queue_files_contiguous(tmp_path):
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 10 * UNIT)
+    cq.put_message_position_info(0, 100, 0, 0)
+    cq.put_message_position_info(100, 100, 0, 25)
+    assert sorted(os.listdir(cq.store_path)) == [f"{n * 10 * UNIT:020d}" for n in range(3)]
+    assert cq.gaps == 24 and cq.unit(25) == (100, 100, 0)
+    cq.close()
+    again = ConsumeQueue(str(tmp_path), "T", 0, 10 * UNIT)
+    again.load()  # contiguous files load
+    assert again.recover().max_offset == 26
+    again.close()

@@ -1,0 +1,422 @@
+"""IndexService (spec §4.4): find messages by key in ``ROOT/index/<yyyyMMddHHmmssSSS>`` files.
+
+Every dispatched message with a UNIQ_KEY or KEYS gets one entry per key (``topic#key``) in the
+newest index file; the files themselves are the compiled kernel ``mqstore._index.IndexFile``
+(spec §4.1-§4.3). When the newest file is full a new one is started, and the full one is
+flushed in the background, after which its end timestamp is stored as
+checkpoint.indexMsgTimestamp (spec §5.1). A query walks the files newest to oldest.
+
+Decisions beyond RocketMQ 4.9.7:
+
+* File names strictly increase. A new file is named after the local time of its creation
+  (``yyyyMMddHHmmssSSS``); if that name is not greater than the newest file's (two files in
+  the same millisecond, or a clock that went back), it takes the millisecond after the newest
+  file's name instead. RocketMQ would reuse the name (and map the old file again) or sort the
+  new file before older ones at the next start.
+* Full files are flushed one after the other (each background flush waits for the previous
+  one), so checkpoint.indexMsgTimestamp never covers a file whose flush has not finished.
+* Creating a file is tried three times, one second apart; after that ``build_index`` logs
+  the error and returns False, and the caller (the dispatcher) sets WRITE_INDEX_FILE_ERROR.
+* Loading refuses (NotAStoreError) a file of the wrong size instead of mapping it anyway.
+* MappedFile accepts only 20-digit names (start offsets), so an index file is created and
+  opened through a transient 20-digit hard link, see ``_IndexMapping``.
+
+Threads: one writer (the dispatcher) calls ``build_index``; queries, cleaning and flushes come
+from other threads. Changes to the file list happen under a lock and readers work on a
+snapshot of the list; a file being deleted under a query is protected by its mapped file's
+reference count (the kernel holds it while reading).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from mqstore._index import IndexFile
+from mqstore._mapped import MappedFile
+from mqstore.checkpoint import StoreCheckpoint
+from mqstore.config import StoreConfig
+from mqstore.errors import NotAStoreError, StoreClosedError
+
+__all__ = ["IndexService", "QueryOffsetResult", "index_file_name"]
+
+log = logging.getLogger("mqstore.index")
+
+INDEX_DIR = "index"
+CREATE_TRIES = 3                  # RocketMQ MAX_TRY_IDX_CREATE
+CREATE_RETRY_SLEEP_S = 1.0        # between two attempts to create a file
+DESTROY_INTERVAL_MS = 3000        # a file still held by a reader is deleted forcibly after this
+TRANSACTION_TYPE_MASK = 0xC       # spec §1.3 sys flag bits 2-3
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+_INDEX_NAME = re.compile(r"\d{17}")
+_STAGING_NAME = re.compile(r"000\d{17}(\.alloc\d+)?")   # leftovers of _IndexMapping
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def index_file_name(ms: int) -> str:
+    """yyyyMMddHHmmssSSS of ms since the epoch in local time (RocketMQ timeMillisToHumanString)."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
+
+
+def _name_after(name: str) -> str:
+    """The index file name one millisecond after ``name`` (name + 1 if it is not a valid time)."""
+    try:
+        t = datetime.strptime(name, "%Y%m%d%H%M%S%f") + timedelta(milliseconds=1)
+    except ValueError:
+        return f"{int(name) + 1:017d}"
+    return f"{t:%Y%m%d%H%M%S}{t.microsecond // 1000:03d}"
+
+
+@dataclass
+class QueryOffsetResult:
+    """spec §4.4 queryOffset: the matching commit log offsets (newest first, hash matches only)
+    and the end of the newest index file (how far the index has got)."""
+
+    phy_offsets: list[int] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phy_offset: int = 0
+
+
+class _IndexMapping:
+    """A MappedFile under an index file's own name (what IndexFile needs of a mapped file).
+
+    MappedFile.create/open take only 20-digit names (the start offsets of CommitLog and
+    ConsumeQueue files), while index files are named ``yyyyMMddHHmmssSSS`` (spec §2). So an
+    index file is created and opened through a hard link ``000<name>`` next to it, removed as
+    soon as the file is mapped (the mapping does not depend on the name); ``load`` removes
+    links left by a crash. This wrapper keeps the real path: ``file_name`` is the index name and
+    ``destroy`` deletes the real file. It goes away once MappedFile accepts index names.
+    """
+
+    __slots__ = ("mapped", "path")
+
+    def __init__(self, mapped: MappedFile, path: str) -> None:
+        self.mapped = mapped
+        self.path = path
+
+    @staticmethod
+    def _staging(path: str) -> str:
+        head, name = os.path.split(path)
+        return os.path.join(head, "000" + name)
+
+    @classmethod
+    def create(cls, path: str, file_size: int) -> _IndexMapping:
+        """Create, fully allocate and map a new index file; FileExistsError if path exists."""
+        if os.path.lexists(path):
+            raise FileExistsError(f"index file {path} already exists")
+        staging = cls._staging(path)
+        mapped = MappedFile.create(staging, file_size)
+        try:
+            os.link(staging, path)
+        except BaseException:
+            mapped.close()
+            raise
+        finally:
+            os.unlink(staging)
+        return cls(mapped, path)
+
+    @classmethod
+    def open(cls, path: str, file_size: int) -> _IndexMapping:
+        """Map an existing index file of exactly file_size bytes."""
+        staging = cls._staging(path)
+        os.link(path, staging)
+        try:
+            return cls(MappedFile.open(staging, file_size), path)
+        finally:
+            os.unlink(staging)
+
+    @property
+    def address(self) -> int:
+        return self.mapped.address
+
+    @property
+    def file_size(self) -> int:
+        return self.mapped.file_size
+
+    @property
+    def file_name(self) -> str:
+        return os.path.basename(self.path)
+
+    def hold(self) -> bool:
+        return self.mapped.hold()
+
+    def release(self) -> None:
+        self.mapped.release()
+
+    def flush_range(self, start: int, end: int) -> None:
+        self.mapped.flush_range(start, end)
+
+    def destroy(self, interval_forcibly_ms: int = 0) -> bool:
+        if not self.mapped.destroy(interval_forcibly_ms):
+            return False
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        return True
+
+    def close(self) -> None:
+        self.mapped.close()
+
+
+def _mapping(f: IndexFile) -> _IndexMapping:
+    """The wrapper every IndexFile of the service is built on (to close it)."""
+    mapping = f.mapped_file
+    assert isinstance(mapping, _IndexMapping)
+    return mapping
+
+
+class IndexService:
+    """The index files of one store (spec §4.4); see the module docstring."""
+
+    def __init__(self, root: str, config: StoreConfig, checkpoint: StoreCheckpoint) -> None:
+        self.store_path = os.path.join(root, INDEX_DIR)
+        self.config = config
+        self.checkpoint = checkpoint
+        self.hash_slot_num = int(config.max_hash_slot_num)
+        self.index_num = int(config.max_index_num)
+        self.file_size = config.index_file_size
+        self._files: list[IndexFile] = []
+        self._lock = threading.Lock()
+        self._flushers: list[threading.Thread] = []
+        self._closed = False
+
+    @property
+    def files(self) -> list[IndexFile]:
+        """The index files, oldest first (a snapshot)."""
+        with self._lock:
+            return list(self._files)
+
+    # -- start-up -----------------------------------------------------------------------------
+    def load(self, last_exit_ok: bool) -> None:
+        """spec §4.4 load(lastExitOK): map every ``index/<17 digits>`` file in name order (other
+        names are ignored, links left by an interrupted ``_IndexMapping`` are removed). After an
+        abnormal exit, files whose end timestamp is past checkpoint.indexMsgTimestamp (not known
+        to be flushed) are destroyed; recovery re-dispatches what they held when
+        message_index_safe is set. Raises NotAStoreError for a file of the wrong size."""
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(os.listdir(self.store_path))
+        for name in names:
+            if _STAGING_NAME.fullmatch(name):
+                log.warning("index: removing %s, left by an interrupted index file creation", name)
+                os.unlink(os.path.join(self.store_path, name))
+        loaded: list[IndexFile] = []
+        try:
+            for name in names:
+                path = os.path.join(self.store_path, name)
+                if not _INDEX_NAME.fullmatch(name) or not os.path.isfile(path):
+                    continue
+                size = os.path.getsize(path)
+                if size != self.file_size:
+                    raise NotAStoreError(
+                        f"index file {path} is {size} bytes, but max_hash_slot_num={self.hash_slot_num} and "
+                        f"max_index_num={self.index_num} make index files of {self.file_size} bytes",
+                        hint="open the store with the max_hash_slot_num and max_index_num it was written "
+                             "with, or move the index/ directory away (keys of older messages are then lost)")
+                f = IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num, self.index_num)
+                if not last_exit_ok and f.end_timestamp > self.checkpoint.index_msg_timestamp:
+                    log.warning("index: destroying %s after an abnormal exit: it ends at %d, after the last "
+                                "flushed index file (checkpoint.indexMsgTimestamp %d)", name, f.end_timestamp,
+                                self.checkpoint.index_msg_timestamp)
+                    f.destroy(0)
+                    continue
+                loaded.append(f)
+        except BaseException:
+            for f in loaded:
+                _mapping(f).close()
+            raise
+        log.info("index: loaded %d file(s) from %s", len(loaded), self.store_path)
+        with self._lock:
+            self._files = loaded
+
+    # -- writing (dispatcher thread) ----------------------------------------------------------
+    def build_index(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int,
+                    store_timestamp: int, sys_flag: int) -> bool:
+        """spec §4.4 buildIndex: index ``topic#uniq_key`` and ``topic#k`` for each non-empty k
+        of keys split on " ". Skipped (True): ROLLBACK messages, and messages below the newest
+        file's end_phy_offset (already indexed, so re-dispatch is idempotent). False when no
+        index file could be created (logged): the caller sets WRITE_INDEX_FILE_ERROR."""
+        if self._closed:
+            raise StoreClosedError("the index service is closed")
+        f = self._writable_file()
+        if f is None:
+            return False
+        if phy_offset < f.end_phy_offset:
+            return True
+        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            return True
+        if uniq_key:
+            f = self._put_key(f, f"{topic}#{uniq_key}", phy_offset, store_timestamp)
+            if f is None:
+                return False
+        if keys:
+            for key in keys.split(" "):
+                if key:
+                    f = self._put_key(f, f"{topic}#{key}", phy_offset, store_timestamp)
+                    if f is None:
+                        return False
+        return True
+
+    def _put_key(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile | None:
+        while not f.put_key(key, phy_offset, store_timestamp):
+            log.info("index: %s is full, starting the next file", f.file_name)
+            g = self._writable_file()
+            if g is None or g is f:
+                return None
+            f = g
+        return f
+
+    def _writable_file(self) -> IndexFile | None:
+        """RocketMQ retryGetAndCreateIndexFile: the newest file, or a new one if it is full."""
+        for attempt in range(1, CREATE_TRIES + 1):
+            try:
+                return self._last_or_new_file()
+            except OSError as e:
+                log.error("index: cannot create an index file in %s (attempt %d of %d): %s",
+                          self.store_path, attempt, CREATE_TRIES, e)
+            if attempt < CREATE_TRIES:
+                time.sleep(CREATE_RETRY_SLEEP_S)
+        log.error("index: no index file could be created; keys are not indexed (WRITE_INDEX_FILE_ERROR)")
+        return None
+
+    def _last_or_new_file(self) -> IndexFile:
+        with self._lock:
+            last = self._files[-1] if self._files else None
+        if last is not None and not last.is_write_full:
+            return last
+        # only the dispatcher adds files, so the list cannot grow between the two locks
+        os.makedirs(self.store_path, exist_ok=True)
+        name = index_file_name(_now_ms())
+        if last is not None and name <= last.file_name:
+            name = _name_after(last.file_name)    # same millisecond, or the clock went back
+        while os.path.lexists(os.path.join(self.store_path, name)):
+            name = _name_after(name)
+        mapping = _IndexMapping.create(os.path.join(self.store_path, name), self.file_size)
+        end_phy, end_ts = (last.end_phy_offset, last.end_timestamp) if last is not None else (0, 0)
+        try:
+            f = IndexFile(mapping, self.hash_slot_num, self.index_num, end_phy, end_ts)
+        except BaseException:
+            mapping.destroy(0)
+            raise
+        with self._lock:
+            self._files.append(f)
+        log.info("index: created %s (begin phy %d, ts %d)", name, end_phy, end_ts)
+        if last is not None:
+            self._flush_in_background(last)
+        return f
+
+    def _flush_in_background(self, full: IndexFile) -> None:
+        """spec §4.4: flush a full file off the dispatcher thread, then store its end timestamp
+        as checkpoint.indexMsgTimestamp. Flushes run in order (each waits for the one before)."""
+        previous = self._flushers[-1] if self._flushers else None
+
+        def run() -> None:
+            if previous is not None:
+                previous.join()
+            try:
+                ts = full.end_timestamp if full.is_write_full else 0
+                if full.flush() and ts > 0:
+                    self.checkpoint.index_msg_timestamp = ts
+                    self.checkpoint.flush()
+            except Exception:
+                log.exception("index: flushing full index file %s failed; checkpoint.indexMsgTimestamp "
+                              "stays at %d", full.file_name, self.checkpoint.index_msg_timestamp)
+
+        thread = threading.Thread(target=run, name=f"FlushIndexFile-{full.file_name}", daemon=True)
+        self._flushers = [t for t in self._flushers if t.is_alive()] + [thread]
+        thread.start()
+
+    # -- reading ------------------------------------------------------------------------------
+    def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
+        """spec §4.4 queryOffset: commit log offsets of ``topic#key`` entries stored in
+        [begin, end] (ms), newest file first, at most min(max_num, max_msgs_num_batch). Hash
+        matches only: the caller checks each record's real keys."""
+        max_num = min(max_num, int(self.config.max_msgs_num_batch))
+        files = self.files
+        result = QueryOffsetResult()
+        if not files:
+            return result
+        result.index_last_update_timestamp = files[-1].end_timestamp
+        result.index_last_update_phy_offset = files[-1].end_phy_offset
+        full_key = f"{topic}#{key}"
+        found = result.phy_offsets
+        for f in reversed(files):
+            if f.is_time_matched(begin, end):
+                found.extend(f.select_phy_offset(full_key, max_num - len(found), begin, end))
+            if f.begin_timestamp < begin or len(found) >= max_num:
+                break
+        return result
+
+    # -- cleaning -----------------------------------------------------------------------------
+    def delete_expired_file(self, min_phy: int) -> int:
+        """spec §4.4 deleteExpiredFile: delete files in order while their end_phy_offset is below
+        min_phy (the commit log's min offset), never the newest file. Waits for background
+        flushes first; a file a query still holds stops the run (it is deleted forcibly on a
+        later run). Returns how many files were deleted."""
+        files = self.files
+        if not files or files[0].end_phy_offset >= min_phy:
+            return 0
+        self._wait_for_flushes()
+        expired = []
+        for f in files[:-1]:
+            if f.end_phy_offset >= min_phy:
+                break
+            expired.append(f)
+        deleted = 0
+        with self._lock:
+            for f in expired:
+                if not f.destroy(DESTROY_INTERVAL_MS):
+                    log.error("index: %s is still in use and was not deleted; retried at the next clean",
+                              f.file_name)
+                    break
+                self._files.remove(f)
+                deleted += 1
+        if deleted:
+            log.info("index: deleted %d expired file(s) below phy offset %d", deleted, min_phy)
+        return deleted
+
+    # -- durability and lifetime --------------------------------------------------------------
+    def flush(self) -> None:
+        """Flush every index file (the checkpoint is not touched)."""
+        for f in self.files:
+            f.flush()
+
+    def _wait_for_flushes(self) -> None:
+        for thread in list(self._flushers):
+            thread.join()
+
+    def close(self) -> None:
+        """Wait for background flushes, flush every file and unmap it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wait_for_flushes()
+        with self._lock:
+            files, self._files = self._files, []
+        try:
+            for f in files:
+                f.flush()
+        finally:
+            for f in files:
+                _mapping(f).close()
+
+    shutdown = close
+
+    def destroy(self) -> None:
+        """Delete every index file (waits for background flushes first)."""
+        self._wait_for_flushes()
+        with self._lock:
+            files, self._files = self._files, []
+        for f in files:
+            if not f.destroy(DESTROY_INTERVAL_MS):
+                log.error("index: %s is still in use and was not deleted", f.file_name)
