@@ -35,7 +35,7 @@ def read_store(bench_root, bodies):
     body = bodies["100B"]
     msgs = [Message(TOPIC, body) for _ in range(READ_MSGS)]
     for m in msgs:
-        store.put_message(m)
+        store.put_message(m).check()
     assert store.wait_dispatched(timeout_ms=60_000)
     yield store
     store.shutdown()

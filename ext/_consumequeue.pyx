@@ -392,13 +392,16 @@ cdef class DispatchKernel:
         self.used += 1
         return cq
 
-    def dispatch(self, mapped, int64_t file_from, int64_t start, int64_t end, bint raise_table=False):
+    def dispatch(self, mapped, int64_t file_from, int64_t start, int64_t end, bint raise_table=False,
+                 int64_t stop_after=-1):
         """Dispatch the records of one CommitLog file from position start to end.
 
         Returns (stop, reason, records, units, last_store_timestamp) with reason "end",
         "blank" (end-of-file record: continue at the next file) or "invalid" (a record that
         does not parse, at stop). With raise_table, each queue's next offset in the control
         block's topic-queue table is raised to queue_offset + 1 (start-up dispatch).
+        stop_after >= 0 ends the call at the first record boundary at or after it (a soft
+        limit: ``end`` must be the readable end, so records are never cut).
         """
         cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
         if end > view.shape[0]:
@@ -417,6 +420,8 @@ cdef class DispatchKernel:
         reason = "end"
         try:
             while pos < end:
+                if 0 <= stop_after <= pos:
+                    break
                 if pos + 8 > end:
                     reason = "invalid"
                     break

@@ -84,7 +84,7 @@ class DispatchKernel:
         """Drop every cached queue (after queues were destroyed or replaced)."""
 
     def dispatch(
-        self, mapped: Any, file_from: int, start: int, end: int, raise_table: bool = False
+        self, mapped: Any, file_from: int, start: int, end: int, raise_table: bool = False, stop_after: int = -1
     ) -> tuple[int, str, int, int, int]:
         """(stop, reason, records, units, last_store_timestamp) for one CommitLog file."""
 

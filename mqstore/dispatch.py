@@ -94,10 +94,10 @@ class Dispatcher:
             if mf is None:
                 log.error("dispatch: no CommitLog file holds offset %d (readable end %d)", start, end)
                 return total
-            hi = min(end, file_start + fs, start + CHUNK_BYTES)
+            hi = min(end, file_start + fs)
             t0 = time.monotonic_ns()
             stop, reason, records, units, last_ts = self.kernel.dispatch(
-                mf, file_start, start - file_start, hi - file_start, raise_table)
+                mf, file_start, start - file_start, hi - file_start, raise_table, start + CHUNK_BYTES - file_start)
             new = file_start + stop
             if reason == "blank":
                 new = file_start + fs

@@ -332,3 +332,17 @@ def test_gap_of_whole_files_keeps_queue_files_contiguous(tmp_path):
     again.load()  # contiguous files load
     assert again.recover().max_offset == 26
     again.close()
+
+
+def test_dispatch_chunks_end_at_record_boundaries(open_store, monkeypatch):
+    import mqstore.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "CHUNK_BYTES", 1000)  # far smaller than what is written, not a record multiple
+    store = open_store(**CFG)
+    store.reput.shutdown()
+    for i in range(100):
+        store.put_message(Message("T", b"chunked-%d" % i)).check()
+    assert store.dispatcher.dispatch_available() == 100
+    stats = store.stats()
+    assert stats["dispatch_errors"] == 0 and stats["dispatch_skipped_bytes"] == 0 and stats["dispatch_batches"] >= 5
+    assert store.get_max_offset_in_queue("T", 0) == 100
