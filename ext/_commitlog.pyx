@@ -926,61 +926,38 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     if control_block is not None:
         ctl = <char *><size_t>control_block.address
     cdef int64_t pos = start, count = 0, last_ts = -1, qoff, phy, ts
-    cdef int32_t size, magic, qid, sf, crc, bl, pl
-    cdef int born_len, store_len, tlen, hdr
-    cdef bint v2
+    cdef int32_t qid, sf
+    cdef int r
+    cdef RecordHead h
     cdef const char *p
     cdef mq_tq_slot *slot
     reason = "end"
     while pos < end:
-        if pos + 8 > end:
-            reason = "invalid"
-            break
         p = b + pos
-        size = mq_get_i32(p)
-        magic = mq_get_i32(p + 4)
-        if magic == MQ_BLANK_MAGIC_CODE:
+        r = parse_record_head(p, end - pos, &h)
+        if r == MQ_PARSE_BLANK:
             reason = "blank"
             break
-        if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 or pos + size > end:
+        if r != MQ_PARSE_OK:
             reason = "invalid"
             break
-        v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
-        sf = mq_get_i32(p + MQ_POS_SYSFLAG)
-        born_len = 20 if sf & MQ_BORNHOST_V6_FLAG else 8
-        store_len = 20 if sf & MQ_STOREHOST_V6_FLAG else 8
-        hdr = 48 + born_len + 8 + store_len + 12
-        bl = mq_get_i32(p + hdr)
-        if bl < 0 or hdr + 4 + bl + 3 > size:
+        if check_crc and (mq_body_crc(p + h.body_pos, h.body_len) if h.body_len else 0) != mq_get_i32(p + MQ_POS_BODYCRC):
             reason = "invalid"
             break
-        tlen = mq_get_i16(p + hdr + 4 + bl) if v2 else <signed char>p[hdr + 4 + bl]
-        if tlen < 0 or hdr + 4 + bl + (2 if v2 else 1) + tlen + 2 > size:
-            reason = "invalid"
-            break
-        pl = mq_get_i16(p + hdr + 4 + bl + (2 if v2 else 1) + tlen)
-        if pl < 0 or mq_record_length(bl, tlen, pl, sf, v2) != size:
-            reason = "invalid"
-            break
-        if check_crc:
-            crc = mq_body_crc(p + hdr + 4, bl) if bl else 0
-            if crc != mq_get_i32(p + MQ_POS_BODYCRC):
-                reason = "invalid"
-                break
+        sf = h.sys_flag
         qid = mq_get_i32(p + MQ_POS_QUEUEID)
         qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
         phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
         ts = mq_get_i64(p + store_timestamp_pos(sf))
         if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
                 (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
-            slot = mq_tq_get_or_insert(ctl, p + hdr + 4 + bl + (2 if v2 else 1), tlen, qid)
+            slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)
             if slot == NULL:
                 raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
             mq_max(&slot.next_offset, qoff + 1)
         if on_record is not None:
-            on_record(pos, size, p[hdr + 4 + bl + (2 if v2 else 1):hdr + 4 + bl + (2 if v2 else 1) + tlen],
-                      qid, qoff, phy, sf, ts)
+            on_record(pos, h.size, p[h.topic_pos:h.topic_pos + h.topic_len], qid, qoff, phy, sf, ts)
         last_ts = ts
         count += 1
-        pos += size
+        pos += h.size
     return pos, reason, count, last_ts

@@ -312,7 +312,6 @@ cdef class DispatchKernel:
     cdef int n_delays
     cdef char *ctl
     cdef object ctl_obj
-    cdef readonly int64_t skipped_bytes
 
     def __cinit__(self):
         self.hashes = NULL
@@ -408,9 +407,9 @@ cdef class DispatchKernel:
             end = view.shape[0]
         cdef const char *b = <const char *>&view[0]
         cdef int64_t pos = start, records = 0, units = 0, last_ts = -1, qoff, phy, ts, tags
-        cdef int32_t size, magic, qid, sf, bl, pl, tx
-        cdef int born_len, store_len, tlen, hdr, tpos, level
-        cdef bint v2
+        cdef int32_t size, qid, sf, tx
+        cdef int tlen, level, r
+        cdef RecordHead h
         cdef const char *p
         cdef const char *topic
         cdef Props props
@@ -422,43 +421,23 @@ cdef class DispatchKernel:
             while pos < end:
                 if 0 <= stop_after <= pos:
                     break
-                if pos + 8 > end:
-                    reason = "invalid"
-                    break
                 p = b + pos
-                size = mq_get_i32(p)
-                magic = mq_get_i32(p + 4)
-                if magic == MQ_BLANK_MAGIC_CODE:
+                r = parse_record_head(p, end - pos, &h)
+                if r == MQ_PARSE_BLANK:
                     reason = "blank"
                     break
-                if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 \
-                        or pos + size > end:
+                if r != MQ_PARSE_OK or h.topic_len == 0:  # a queue needs a topic
                     reason = "invalid"
                     break
-                v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
-                sf = mq_get_i32(p + MQ_POS_SYSFLAG)
-                born_len = 20 if sf & MQ_BORNHOST_V6_FLAG else 8
-                store_len = 20 if sf & MQ_STOREHOST_V6_FLAG else 8
-                hdr = 48 + born_len + 8 + store_len + 12
-                bl = mq_get_i32(p + hdr)
-                if bl < 0 or hdr + 4 + bl + 3 > size:
-                    reason = "invalid"
-                    break
-                tpos = hdr + 4 + bl + (2 if v2 else 1)
-                tlen = mq_get_i16(p + hdr + 4 + bl) if v2 else <signed char>p[hdr + 4 + bl]
-                if tlen <= 0 or tpos + tlen + 2 > size:
-                    reason = "invalid"
-                    break
-                pl = mq_get_i16(p + tpos + tlen)
-                if pl < 0 or mq_record_length(bl, tlen, pl, sf, v2) != size:
-                    reason = "invalid"
-                    break
-                topic = p + tpos
+                size = h.size
+                sf = h.sys_flag
+                tlen = h.topic_len
+                topic = p + h.topic_pos
                 qid = mq_get_i32(p + MQ_POS_QUEUEID)
                 qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
                 phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
                 ts = mq_get_i64(p + store_timestamp_pos(sf))
-                parse_props(p + tpos + tlen + 2, pl, &props)
+                parse_props(p + h.props_pos, h.props_len, &props)
                 tags = tags_hash(props.tags, props.tags_len) if props.tags != NULL else 0
                 if props.delay != NULL and tlen == 19 and memcmp(topic, PyBytes_AS_STRING(_SCHEDULE_TOPIC_B), 19) == 0:
                     level = parse_small_int(props.delay, props.delay_len)
@@ -761,8 +740,7 @@ cdef class MessageView:
         return mq_get_i32(self.p + MQ_POS_BODYCRC)
 
     cdef int _body_pos(self) noexcept:
-        cdef int32_t sf = mq_get_i32(self.p + MQ_POS_SYSFLAG)
-        return 48 + (20 if sf & MQ_BORNHOST_V6_FLAG else 8) + 8 + (20 if sf & MQ_STOREHOST_V6_FLAG else 8) + 12
+        return body_len_pos(mq_get_i32(self.p + MQ_POS_SYSFLAG))
 
     cdef bint _v2(self) noexcept:
         return mq_get_i32(self.p + 4) == MQ_MESSAGE_MAGIC_CODE_V2

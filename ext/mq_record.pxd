@@ -98,6 +98,67 @@ cdef inline int store_timestamp_pos(int sys_flag) noexcept nogil:
     return 68 if sys_flag & MQ_BORNHOST_V6_FLAG else 56
 
 
+cdef inline int body_len_pos(int sys_flag) noexcept nogil:
+    """Byte position of BODYLEN inside a record: after the fixed fields and both hosts."""
+    return (48 + (20 if sys_flag & MQ_BORNHOST_V6_FLAG else 8) + 8
+            + (20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8) + 12)
+
+
+cdef enum:
+    MQ_PARSE_OK = 0
+    MQ_PARSE_BLANK = 1
+    MQ_PARSE_INVALID = -1
+
+
+cdef struct RecordHead:
+    int32_t size
+    int32_t sys_flag
+    bint v2
+    int body_pos        # first byte of the body
+    int32_t body_len
+    int topic_pos
+    int topic_len
+    int props_pos       # first byte of the properties string
+    int props_len
+
+
+cdef inline int parse_record_head(const char *p, int64_t avail, RecordHead *h) noexcept nogil:
+    """The structure checks of checkMessageAndReturnSize (spec §5.3, without CRC) on the
+    record at p, of which avail bytes are readable: MQ_PARSE_BLANK for an END_OF_FILE record,
+    MQ_PARSE_INVALID for a bad magic, a record past avail or lengths that disagree with
+    TOTALSIZE, else MQ_PARSE_OK with the variable parts located in h."""
+    if avail < 8:
+        return MQ_PARSE_INVALID
+    cdef int32_t size = mq_get_i32(p), magic = mq_get_i32(p + 4)
+    if magic == MQ_BLANK_MAGIC_CODE:
+        return MQ_PARSE_BLANK
+    if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 or size > avail:
+        return MQ_PARSE_INVALID
+    cdef bint v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
+    cdef int32_t sf = mq_get_i32(p + MQ_POS_SYSFLAG)
+    cdef int hdr = body_len_pos(sf)
+    cdef int32_t bl = mq_get_i32(p + hdr)
+    if bl < 0 or hdr + 4 + bl + 3 > size:
+        return MQ_PARSE_INVALID
+    cdef int tpos = hdr + 4 + bl + (2 if v2 else 1)
+    cdef int tlen = mq_get_i16(p + hdr + 4 + bl) if v2 else <signed char>p[hdr + 4 + bl]
+    if tlen < 0 or tpos + tlen + 2 > size:
+        return MQ_PARSE_INVALID
+    cdef int pl = mq_get_i16(p + tpos + tlen)
+    if pl < 0 or mq_record_length(bl, tlen, pl, sf, v2) != size:
+        return MQ_PARSE_INVALID
+    h.size = size
+    h.sys_flag = sf
+    h.v2 = v2
+    h.body_pos = hdr + 4
+    h.body_len = bl
+    h.topic_pos = tpos
+    h.topic_len = tlen
+    h.props_pos = tpos + tlen + 2
+    h.props_len = pl
+    return MQ_PARSE_OK
+
+
 cdef inline Py_ssize_t encode_record_into(
         char *out, const char *topic, Py_ssize_t topic_len, const char *body, Py_ssize_t body_len,
         const char *props, Py_ssize_t props_len, int32_t queue_id, int32_t flag, int64_t queue_offset,

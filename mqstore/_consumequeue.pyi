@@ -70,8 +70,6 @@ class DispatchKernel:
 
     index_enable: bool
     index_requests: list[tuple[str, str | None, str | None, int, int, int]]
-    @property
-    def skipped_bytes(self) -> int: ...
     def __init__(
         self,
         lookup: Callable[[str, int], ConsumeQueueKernel],

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mqstore._codec import decode_record, java_string_hash, string_to_properties
+from mqstore._index import index_key_hash
 from mqstore._commitlog import scan_records
 from mqstore._consumequeue import scan_units
 from mqstore._mapped import MappedFile
@@ -453,12 +454,6 @@ class _Record:
         if self._key_hashes is None:
             self._key_hashes = {index_key_hash(k): k for k in self.index_keys()}
         return self._key_hashes
-
-
-def index_key_hash(key: str) -> int:
-    """IndexFile keyHash (spec §4.2): |String.hashCode(key)|, Java's abs(MIN_VALUE) mapped to 0."""
-    h = abs(java_string_hash(key))
-    return 0 if h > 0x7FFFFFFF else h
 
 
 class _Log:
