@@ -114,11 +114,7 @@ class CommitLog:
                 return False
             t0 = time.monotonic_ns()
             try:
-                for mf in self.queue.files_between(flushed, target):
-                    lo = max(flushed, mf.file_from) - mf.file_from
-                    hi = min(target, mf.file_from + self.file_size) - mf.file_from
-                    if hi > lo:
-                        mf.flush_range(lo, hi)
+                self.queue.flush_between(flushed, target)
             except OSError as exc:
                 self.ctl.set("flush_last_errno", exc.errno or 5)
                 self.ctl.set("flush_error_offset", flushed)

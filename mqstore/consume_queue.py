@@ -227,12 +227,7 @@ class ConsumeQueue(ConsumeQueueKernel):
             same_file = start // self.file_size == (target - 1) // self.file_size
             if least_pages > 0 and same_file and target // OS_PAGE_SIZE - start // OS_PAGE_SIZE < least_pages:
                 return False
-            for mf in self.files.files_between(start, target):
-                lo = max(start, mf.file_from) - mf.file_from
-                hi = min(target, mf.file_from + self.file_size) - mf.file_from
-                if hi > lo:
-                    mf.flush_range(lo, hi)
-                    mf.flushed_position = hi
+            self.files.flush_between(start, target)
             self.flushed_where = target
             return True
 

@@ -115,6 +115,16 @@ class MappedFileQueue:
             lo = start - start % self.file_size
             return [mf for off, mf in self._files.items() if lo <= off < end]
 
+    def flush_between(self, start: int, end: int) -> None:
+        """msync [start, end) across the files it spans (a flush may cover the tail of one
+        file and the head of the next); raises OSError from the first file that fails."""
+        for mf in self.files_between(start, end):
+            lo = max(start, mf.file_from) - mf.file_from
+            hi = min(end, mf.file_from + self.file_size) - mf.file_from
+            if hi > lo:
+                mf.flush_range(lo, hi)
+                mf.flushed_position = hi
+
     # -- creation ------------------------------------------------------------------------
     def path_of(self, start: int) -> str:
         return os.path.join(self.store_path, file_name(start))

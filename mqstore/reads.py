@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqstore._codec import java_string_hash
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, GetMessageResult, LogMap, MessageView, get_units, view_at
+from mqstore._search import offset_by_time
 from mqstore.status import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -185,8 +186,6 @@ class MessageReader:
                                 warm_bytes: int | None = None) -> TimeLookup:
         """The queue offset whose store time is nearest to timestamp: the earliest exact
         match, else the closer neighbour (ties to the older one). Unknown queue → 0."""
-        from mqstore._search import offset_by_time
-
         cq = self.queues.get(topic, queue_id)
         if cq is None:
             return TimeLookup(0)
