@@ -1,18 +1,22 @@
 """Read-path benchmarks (issue 3): dispatch, getMessage, lookups, time search; lmdb's
-sequential read of the same bodies as the baseline.
+sequential read of the same bodies as the baseline; query by key; recovery speed.
 
 One store of READ_MSGS messages of 100 B in one queue is written once per module (untimed)
-and dispatched; each benchmark then reads it. ``get_message/batch32`` consumes the whole queue
-with getMessage batches of 32 and takes each message's record buffer (a zero-copy
-memoryview); ``get_message/batch32-results`` only asks for the batches (what a broker
-forwarding record slices does). lmdb reads the same bodies with a cursor (``iternext``,
-values as bytes, and with ``buffers=True`` as zero-copy views).
+and dispatched; each benchmark then reads it. ``get_message/batch32-*`` consumes the whole
+queue with getMessage batches of 32 and per message takes: nothing (``results``: what a
+broker forwarding record slices does), a MessageView (``views``), the record as a zero-copy
+memoryview (``buffers``), or the view's body memoryview (``bodies``). lmdb reads the same
+bodies with a cursor (``iternext``, values as bytes, and with ``buffers=True`` as zero-copy
+views).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import statistics
 import struct
+import tempfile
 
 import pytest
 
@@ -28,8 +32,6 @@ TOPIC = "ReadTopic"
 
 @pytest.fixture(scope="module")
 def read_store(bench_root, bodies):
-    import tempfile
-
     path = tempfile.mkdtemp(prefix="read-store-", dir=bench_root)
     store = MessageStore(path, message_index_enable=False, mapped_file_size_commit_log=64 << 20)
     body = bodies["100B"]
@@ -41,40 +43,46 @@ def read_store(bench_root, bodies):
     store.shutdown()
 
 
+def consume_queue(get, take) -> int:
+    """Read the whole queue with getMessage batches of 32; take(result) -> messages handled."""
+    offset, n = 0, 0
+    while True:
+        res = get("bench", TOPIC, 0, offset, 32)
+        if not len(res):
+            return n
+        n += take(res)
+        offset = res.next_begin_offset
+
+
+def take_views(res) -> int:
+    n = 0
+    for _m in res:  # one MessageView per message (fields decoded on access)
+        n += 1
+    return n
+
+
+def take_buffers(res) -> int:
+    n = 0
+    for _b in res.buffers():  # one zero-copy memoryview of the record per message
+        n += 1
+    return n
+
+
+def take_bodies(res) -> int:
+    n = 0
+    for m in res:
+        _body = m.body  # a zero-copy memoryview of the body
+        n += 1
+    return n
+
+
 @pytest.mark.benchmark(group=GROUP_READ)
-def test_get_message_batch32(benchmark, read_store):
+@pytest.mark.parametrize("take", [len, take_views, take_buffers, take_bodies], ids=["results", "views", "buffers", "bodies"])
+def test_get_message_batch32(benchmark, read_store, take):
     get = read_store.get_message
-
-    def consume():
-        offset, n = 0, 0
-        while True:
-            res = get("bench", TOPIC, 0, offset, 32)
-            if not len(res):
-                return n
-            for buf in res.buffers():
-                n += 1
-            offset = res.next_begin_offset
-
-    assert benchmark.pedantic(consume, rounds=10, warmup_rounds=1) == READ_MSGS
-    record_rate(benchmark, "get_message/batch32", READ_MSGS)
-
-
-@pytest.mark.benchmark(group=GROUP_READ)
-def test_get_message_batch32_results(benchmark, read_store):
-    get = read_store.get_message
-
-    def consume():
-        offset, n = 0, 0
-        while True:
-            res = get("bench", TOPIC, 0, offset, 32)
-            k = len(res)
-            if not k:
-                return n
-            n += k
-            offset = res.next_begin_offset
-
-    assert benchmark.pedantic(consume, rounds=10, warmup_rounds=1) == READ_MSGS
-    record_rate(benchmark, "get_message/batch32-results", READ_MSGS)
+    name = {len: "results"}.get(take, take.__name__.removeprefix("take_"))
+    assert benchmark.pedantic(consume_queue, args=(get, take), rounds=10, warmup_rounds=1) == READ_MSGS
+    record_rate(benchmark, f"get_message/batch32-{name}", READ_MSGS)
 
 
 @pytest.mark.benchmark(group=GROUP_READ)
@@ -151,3 +159,87 @@ def test_time_lookup(benchmark, read_store, where, warm):
     record_rate(benchmark, f"time-lookup/{where}/{'hotcold' if warm else 'plain'}", 1000)
     benchmark.extra_info.update(cq_pages=found.cq_pages, commitlog_pages=found.commitlog_pages, probes=found.probes,
                                 us_per_lookup_median=round(benchmark.stats.stats.median / 1000 * 1e6, 3))
+
+
+# -- query by key ------------------------------------------------------------------------------------
+
+KEYED_MSGS = 100_000
+
+
+@pytest.fixture(scope="module")
+def keyed_store(bench_root, bodies):
+    """KEYED_MSGS messages of 100 B, each with its own key, indexed (default IndexFile size)."""
+    path = tempfile.mkdtemp(prefix="keyed-store-", dir=bench_root)
+    store = MessageStore(path, mapped_file_size_commit_log=64 << 20)
+    body = bodies["100B"]
+    for i in range(KEYED_MSGS):
+        store.put_message(Message(TOPIC, body, keys=[f"order-{i}"])).check()
+    assert store.wait_dispatched(timeout_ms=60_000)
+    yield store
+    store.shutdown()
+
+
+@pytest.mark.benchmark(group=GROUP_LOOKUP)
+def test_query_message_by_key(benchmark, keyed_store):
+    rng = random.Random(11)
+    keys = [f"order-{rng.randrange(KEYED_MSGS)}" for _ in range(2_000)]
+    query = keyed_store.query_message
+
+    def run():
+        found = 0
+        for key in keys:
+            found += len(query(TOPIC, key, 32).messages)
+        return found
+
+    assert benchmark.pedantic(run, rounds=10, warmup_rounds=1) == len(keys)
+    record_rate(benchmark, "query_message/by-key", len(keys))
+    benchmark.extra_info["us_per_query_median"] = round(benchmark.stats.stats.median / len(keys) * 1e6, 3)
+
+
+# -- recovery speed ------------------------------------------------------------------------------------
+
+GROUP_RECOVERY = "recovery"
+RECOVERY_LOG_BYTES = {"100B": 64 << 20, "1KiB": 256 << 20}
+
+
+@pytest.fixture(scope="module", params=["100B", "1KiB"])
+def crashed_store(request, bench_root, bodies):
+    """A store of RECOVERY_LOG_BYTES[size] of records, shut down; each round recreates the
+    state of a crash with no usable checkpoint (abort file present, checkpoint removed), so
+    abnormal recovery CRC-checks the whole CommitLog and re-dispatches every record."""
+    size = request.param
+    path = tempfile.mkdtemp(prefix=f"recovery-{size}-", dir=bench_root)
+    cfg = {"mapped_file_size_commit_log": 64 << 20, "message_index_enable": False, "check_crc_on_recover": True}
+    store = MessageStore(path, **cfg)
+    body = bodies[size]
+    while store.get_max_phy_offset() < RECOVERY_LOG_BYTES[size]:
+        store.put_messages([Message(TOPIC, body) for _ in range(64)]).check()
+    store.shutdown()
+    return size, path, cfg
+
+
+@pytest.mark.benchmark(group=GROUP_RECOVERY)
+def test_abnormal_recovery_full_scan(benchmark, crashed_store):
+    size, path, cfg = crashed_store
+    reports = []
+
+    def crash():
+        open(os.path.join(path, "abort"), "wb").close()
+        os.unlink(os.path.join(path, "checkpoint"))
+
+    def reopen():
+        store = MessageStore(path, **cfg)
+        reports.append(store.recovery)
+        store.shutdown()
+
+    benchmark.pedantic(reopen, setup=crash, rounds=5, warmup_rounds=1)
+    report = reports[-1]
+    assert report.mode == "abnormal" and report.first_file_scanned.endswith("0" * 20)
+    assert report.redispatched_records == report.records and report.dropped_bytes == 0
+    gib = report.bytes_scanned / (1 << 30)
+    recover_ms = statistics.median(r.elapsed_ms for r in reports[1:])  # warm-up round left out
+    record_rate(benchmark, f"recovery/abnormal-full-{size}", report.records)
+    benchmark.extra_info.update(
+        bytes_scanned=report.bytes_scanned, records=report.records,
+        open_gib_per_s_median=round(gib / benchmark.stats.stats.median, 3),
+        recover_ms_median=round(recover_ms, 1), recover_gib_per_s_median=round(gib / (recover_ms / 1000), 3))

@@ -18,10 +18,12 @@ Three kernels share this module because they share the C-level state of a queue:
 
 import logging
 
+cimport cython
+
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 
@@ -153,15 +155,16 @@ cdef class ConsumeQueueKernel:
     def current_file(self):
         return self.cur_file
 
-    @property
-    def max_logic_offset(self) -> int:
-        """Byte offset after the last unit (0 when the queue has no file)."""
+    cdef inline int64_t c_max_logic(self) noexcept:
+        # a queue whose files were all deleted keeps its logical position
         if self.cur_base == NULL:
-            return self._empty_max_logic()
+            return self.min_logic_offset
         return self.cur_from + self.cur_wrote
 
-    def _empty_max_logic(self):
-        return 0
+    @property
+    def max_logic_offset(self) -> int:
+        """Byte offset after the last unit (min_logic_offset when the queue has no file)."""
+        return self.c_max_logic()
 
     @property
     def max_offset_in_queue(self) -> int:
@@ -489,6 +492,7 @@ cdef class LogMap:
     cdef readonly int64_t first_from
     cdef readonly list files
     cdef list held
+    cdef list views      # one memoryview per held file: keeps the mapping alive while views exist
     cdef int64_t n
     cdef char **bases
 
@@ -505,15 +509,22 @@ cdef class LogMap:
             raise MemoryError()
         cdef int64_t k
         held = []
+        views = [None] * self.n
         for mf in self.files:
             k = (mf.file_from - self.first_from) // file_size
             if 0 <= k < self.n and mf.hold():
                 held.append(mf)
+                # an exported buffer defers munmap (MappedFile._cleanup), so the addresses
+                # below stay valid for as long as this map or any slice of it lives, even
+                # when a file is destroyed forcibly
+                views[k] = memoryview(mf)
                 self.bases[k] = <char *><size_t>mf.address
         self.held = held
+        self.views = views
 
     def __dealloc__(self):
         free(self.bases)
+        self.views = None
         if self.held is not None:
             for mf in self.held:
                 mf.release()
@@ -535,6 +546,11 @@ cdef class LogMap:
         if k >= self.n or self.bases[k] == NULL or pos + size > self.file_size:
             return NULL
         return self.bases[k] + pos
+
+    cdef object slice_of(self, int64_t phy, int64_t size):
+        """A zero-copy memoryview of [phy, phy + size) (inside one file; checked by callers)."""
+        cdef int64_t pos = (phy - self.first_from) % self.file_size
+        return self.views[(phy - self.first_from) // self.file_size][pos:pos + size]
 
     def base_addresses(self):
         """The base addresses as an array('q') (0 = not mapped), for the time-search kernel."""
@@ -565,6 +581,7 @@ cdef enum:
     GS_MESSAGE_WAS_REMOVING = 2
 
 
+@cython.freelist(64)
 cdef class GetMessageResult:
     """What getMessage found (spec §11): status, next_begin_offset, min/max offsets, and the
     messages as zero-copy views on the mapped CommitLog files (decoded on access).
@@ -650,8 +667,7 @@ cdef class GetMessageResult:
 
     def __iter__(self):
         cdef int i
-        for i in range(self.count):
-            yield self._view(i)
+        return iter([make_view(self.log_map, self.phys[i], self.sizes[i]) for i in range(self.count)])
 
     @property
     def physical_offsets(self) -> list:
@@ -663,7 +679,9 @@ cdef class GetMessageResult:
 
     def buffers(self) -> list:
         """One zero-copy memoryview per message (the whole record)."""
-        return [self._view(i).buffer for i in range(self.count)]
+        cdef int i
+        cdef LogMap m = self.log_map
+        return [m.slice_of(self.phys[i], self.sizes[i]) for i in range(self.count)]
 
     def __repr__(self):
         return (f"GetMessageResult(status={self.status!r}, messages={self.count}, "
@@ -683,6 +701,10 @@ cdef MessageView make_view(LogMap log_map, int64_t phy, int32_t size):
 def view_at(LogMap log_map, int64_t phy):
     """The record at phy as a MessageView (its size read from the record), or None when phy
     is not in a mapped file or does not hold a message (spec §11 lookMessageByOffset)."""
+    return c_view_at(log_map, phy)
+
+
+cdef object c_view_at(LogMap log_map, int64_t phy):
     cdef const char *p = log_map.at(phy, 8)
     if p == NULL:
         return None
@@ -693,6 +715,8 @@ def view_at(LogMap log_map, int64_t phy):
     return make_view(log_map, phy, size)
 
 
+@cython.freelist(512)
+@cython.final
 cdef class MessageView:
     """One stored record, read in place from the mapped CommitLog file. Header fields are
     read on access; ``body`` and ``buffer`` are zero-copy memoryviews; ``decode()`` gives
@@ -754,9 +778,7 @@ cdef class MessageView:
         return mq_get_i64(self.p + self._body_pos() - 8)
 
     def _file_view(self):
-        mf = (<LogMap>self.owner).file_of(self.phy)
-        cdef int64_t pos = self.phy - mf.file_from
-        return memoryview(mf)[pos:pos + self.size]
+        return (<LogMap>self.owner).slice_of(self.phy, self.size)
 
     @property
     def buffer(self) -> memoryview:
@@ -768,7 +790,7 @@ cdef class MessageView:
         """The body bytes, zero-copy (bytes(view.body) copies)."""
         cdef int bp = self._body_pos()
         cdef int32_t bl = mq_get_i32(self.p + bp)
-        return self._file_view()[bp + 4:bp + 4 + bl]
+        return (<LogMap>self.owner).slice_of(self.phy + bp + 4, bl)
 
     cdef int _topic_pos(self) noexcept:
         cdef int bp = self._body_pos()
@@ -817,27 +839,28 @@ cdef class MessageView:
                 f"physical_offset={self.phy}, size={self.size})")
 
 
-def get_units(GetMessageResult result, LogMap log_map, cq_file, int64_t pos, int64_t end, int64_t min_phy,
-              int64_t max_phy, int max_msg_nums, tag_codes, int64_t in_memory_bytes_limit,
-              int64_t max_bytes_memory, int max_count_memory, int64_t max_bytes_disk, int max_count_disk,
-              int64_t scan_bytes_max):
-    """The getMessage scan (spec §11) over units [pos, end) of one mapped ConsumeQueue file,
-    filling result (status, messages, buffer_total_size, max_phy_offset_pulling).
+cdef struct ScanLimits:
+    int64_t min_phy
+    int64_t max_phy
+    int max_msg_nums
+    int64_t in_memory_bytes_limit
+    int64_t max_bytes_memory
+    int max_count_memory
+    int64_t max_bytes_disk
+    int max_count_disk
+    int64_t scan_bytes_max
 
-    tag_codes: None (every message) or a collection of tags codes to keep. Returns the
-    number of units consumed. A unit whose record is below min_phy or not mapped (its file
-    was deleted) is skipped, and makes the status MESSAGE_WAS_REMOVING when nothing was
-    collected yet; later units of that CommitLog file are skipped too.
-    """
-    cdef const unsigned char[::1] view = memoryview(cq_file).cast("B")
-    if end > view.shape[0]:
-        end = view.shape[0]
-    cdef const char *b = <const char *>&view[0]
-    if pos + scan_bytes_max < end:
-        end = pos + scan_bytes_max
+
+cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b, int64_t pos, int64_t end,
+                         const ScanLimits *lim, tag_codes, int64_t *consumed) except -1:
+    """The getMessage scan (spec §11) over units [pos, end) at b; fills result and returns
+    the status code (GS_*), the number of units consumed in *consumed."""
+    if pos + lim.scan_bytes_max < end:
+        end = pos + lim.scan_bytes_max
     cdef int64_t start = pos, phy, tags, total = 0, next_file_start = -1, last_phy = -1
     cdef int32_t size
     cdef int count = 0, status = GS_NO_MATCHED_MESSAGE, i, ntags = 0
+    cdef int max_msg_nums = lim.max_msg_nums
     cdef bint in_disk, match
     cdef int64_t codes[32]
     cdef bint filter_tags = tag_codes is not None
@@ -858,14 +881,14 @@ def get_units(GetMessageResult result, LogMap log_map, cq_file, int64_t pos, int
         if next_file_start >= 0 and phy < next_file_start:
             pos += CQ_UNIT
             continue
-        in_disk = max_phy - phy > in_memory_bytes_limit
+        in_disk = lim.max_phy - phy > lim.in_memory_bytes_limit
         if count > 0:  # isTheBatchFull: never before something was collected
             if count >= max_msg_nums:
                 break
             if in_disk:
-                if total + size > max_bytes_disk or count >= max_count_disk:
+                if total + size > lim.max_bytes_disk or count >= lim.max_count_disk:
                     break
-            elif total + size > max_bytes_memory or count >= max_count_memory:
+            elif total + size > lim.max_bytes_memory or count >= lim.max_count_memory:
                 break
         last_phy = phy
         if filter_tags:
@@ -880,7 +903,7 @@ def get_units(GetMessageResult result, LogMap log_map, cq_file, int64_t pos, int
             if not match:
                 pos += CQ_UNIT
                 continue
-        if phy < min_phy or size <= 0 or size == FILLER_SIZE or log_map.at(phy, size) == NULL:
+        if phy < lim.min_phy or size <= 0 or size == FILLER_SIZE or log_map.at(phy, size) == NULL:
             if count == 0:
                 status = GS_MESSAGE_WAS_REMOVING
             if phy >= 0:
@@ -898,4 +921,202 @@ def get_units(GetMessageResult result, LogMap log_map, cq_file, int64_t pos, int
     result.count = count
     result.buffer_total_size = total
     result.max_phy_offset_pulling = last_phy
-    return status, (pos - start) // CQ_UNIT
+    consumed[0] = (pos - start) // CQ_UNIT
+    return status
+
+
+# -- the read kernel: getMessage and lookups by queue offset in one C call ---------------------------
+
+cdef enum:
+    GS_OFFSET_FOUND_NULL = 3
+    GS_OFFSET_OVERFLOW_BADLY = 4
+    GS_OFFSET_OVERFLOW_ONE = 5
+    GS_OFFSET_TOO_SMALL = 6
+    GS_NO_MESSAGE_IN_QUEUE = 8
+    TAG_CACHE_MAX = 1024
+
+from mqstore.status import GetMessageStatus as _GetMessageStatus
+
+cdef tuple _STATUSES = tuple(sorted(_GetMessageStatus, key=int))
+
+
+cdef class ReadKernel:
+    """The C side of mqstore.reads.MessageReader.
+
+    getMessage and the look-ups by queue offset run here in one call: the queue is found in
+    the ConsumeQueue table's dict, its units are read through the queue's C append state
+    when they lie in its current (last) file (where consumers near the tail read), else
+    through the queue's Python ``get_index_buffer``; the CommitLog files come from a cached
+    LogMap rebuilt when the file list changes (its ``version``); the CommitLog's readable end
+    is read from the control block. Subscription expressions are parsed once and cached.
+    """
+
+    cdef dict k_queues
+    cdef object k_log_files
+    cdef object k_ctl_obj
+    cdef char *k_ctl
+    cdef LogMap k_lmap
+    cdef object k_lmap_version
+    cdef dict k_tag_cache
+    cdef ScanLimits k_lim
+
+    def __init__(self, dict queues, log_files, control_block):
+        self.k_queues = queues
+        self.k_log_files = log_files
+        self.k_ctl_obj = control_block
+        self.k_ctl = <char *><size_t>control_block.address
+        self.k_lmap = None
+        self.k_lmap_version = None
+        self.k_tag_cache = {}
+        # no caps until set_transfer_limits (MessageReader sets them from the store's config)
+        self.k_lim.in_memory_bytes_limit = 0
+        self.k_lim.max_bytes_memory = INT64_MAX
+        self.k_lim.max_count_memory = INT32_MAX
+        self.k_lim.max_bytes_disk = INT64_MAX
+        self.k_lim.max_count_disk = INT32_MAX
+
+    def set_transfer_limits(self, *, int64_t max_bytes_memory, int max_count_memory, int64_t max_bytes_disk,
+                            int max_count_disk):
+        """getMessage's caps for a batch read from memory / from disk (spec §11 isTheBatchFull)."""
+        self.k_lim.max_bytes_memory = max_bytes_memory
+        self.k_lim.max_count_memory = max_count_memory
+        self.k_lim.max_bytes_disk = max_bytes_disk
+        self.k_lim.max_count_disk = max_count_disk
+
+    @property
+    def in_memory_limit(self) -> int:
+        """Bytes behind the CommitLog end still counted as in memory (spec §11: RAM ×
+        access_message_in_memory_max_ratio); older messages get the on-disk transfer caps."""
+        return self.k_lim.in_memory_bytes_limit
+
+    @in_memory_limit.setter
+    def in_memory_limit(self, int64_t value):
+        self.k_lim.in_memory_bytes_limit = value
+
+    cpdef LogMap log_map(self):
+        """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
+        version = self.k_log_files.version
+        if self.k_lmap is None or version != self.k_lmap_version:
+            self.k_lmap = LogMap(self.k_log_files.files, self.k_log_files.file_size)
+            self.k_lmap_version = version
+        return self.k_lmap
+
+    cdef inline int64_t readable_end(self) noexcept:
+        return mq_load(mq_cell(self.k_ctl, MQ_CTL_WROTE))
+
+    cpdef object tag_codes(self, tags):
+        """Tags codes of a subscription expression "A || B" (spec §11), cached; None = all."""
+        if tags is None:
+            return None
+        codes = self.k_tag_cache.get(tags, self)
+        if codes is not self:
+            return codes
+        expression = (<str>tags).strip()
+        if not expression or expression == "*":
+            codes = None
+        else:
+            from mqstore._codec import java_string_hash
+            codes = frozenset(map(java_string_hash, filter(None, map(str.strip, expression.split("||")))))
+        if len(self.k_tag_cache) >= TAG_CACHE_MAX:
+            self.k_tag_cache.clear()
+        self.k_tag_cache[tags] = codes
+        return codes
+
+    cdef GetMessageResult _result(self, int status, int64_t next_begin, int64_t min_offset, int64_t max_offset):
+        cdef GetMessageResult r = GetMessageResult.__new__(GetMessageResult)
+        r.status = _STATUSES[status]
+        r.next_begin_offset = next_begin
+        r.min_offset = min_offset
+        r.max_offset = max_offset
+        r.suggest_pulling_from_slave = False
+        r.buffer_total_size = 0
+        r.max_phy_offset_pulling = 0
+        return r
+
+    def get_message(self, group, str topic, int queue_id, int64_t offset, int max_msg_nums, tags=None):
+        """getMessage (spec §11): up to max_msg_nums messages of a queue from offset."""
+        cq_obj = self.k_queues.get((topic, queue_id))
+        if cq_obj is None:
+            return self._result(GS_NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        cdef ConsumeQueueKernel cq = <ConsumeQueueKernel>cq_obj
+        cdef int64_t min_offset = cq.min_logic_offset // CQ_UNIT
+        cdef int64_t max_offset = cq.c_max_logic() // CQ_UNIT
+        if max_offset == 0:
+            return self._result(GS_NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return self._result(GS_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return self._result(GS_OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return self._result(GS_OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        codes = self.tag_codes(tags)
+        cdef LogMap lmap = self.log_map()
+        cdef GetMessageResult r = self._result(GS_NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        cdef int64_t logic = offset * CQ_UNIT, consumed = 0, end, per_file
+        cdef int status
+        cdef const unsigned char[::1] view
+        self.k_lim.max_phy = self.readable_end()
+        self.k_lim.min_phy = lmap.first_from
+        self.k_lim.max_msg_nums = max_msg_nums
+        self.k_lim.scan_bytes_max = max(16000, <int64_t>max_msg_nums * CQ_UNIT)
+        if cq.cur_base != NULL and cq.cur_from <= logic:
+            # the current file: its units up to the C write position
+            end = cq.cur_wrote if cq.cur_wrote < cq.file_size else cq.file_size
+            status = scan_units_into(r, lmap, cq.cur_base, logic - cq.cur_from, end, &self.k_lim, codes, &consumed)
+        else:
+            got = cq_obj.get_index_buffer(offset)
+            if got is None:
+                per_file = cq.file_size // CQ_UNIT
+                r.status = _STATUSES[GS_OFFSET_FOUND_NULL]
+                r.next_begin_offset = offset + per_file - offset % per_file
+                return r
+            mf, pos, end = got
+            view = memoryview(mf).cast("B")
+            if end > view.shape[0]:
+                end = view.shape[0]
+            r.log_map = lmap
+            status = GS_NO_MATCHED_MESSAGE
+            if pos < end:
+                status = scan_units_into(r, lmap, <const char *>&view[0], pos, end, &self.k_lim, codes, &consumed)
+        r.status = _STATUSES[status]
+        r.next_begin_offset = offset + consumed
+        if r.max_phy_offset_pulling >= 0:
+            r.suggest_pulling_from_slave = self.k_lim.max_phy - r.max_phy_offset_pulling > self.k_lim.in_memory_bytes_limit
+        return r
+
+    cdef int64_t _unit_phy(self, ConsumeQueueKernel cq, object cq_obj, int64_t queue_offset) except? -2:
+        """phyOffset of a queue's unit, -1 if the queue has no such unit."""
+        cdef int64_t logic = queue_offset * CQ_UNIT
+        if queue_offset < 0 or logic < cq.min_logic_offset or logic >= cq.c_max_logic():
+            return -1
+        if cq.cur_base != NULL and logic >= cq.cur_from:
+            return mq_get_i64(cq.cur_base + (logic - cq.cur_from))
+        unit = cq_obj.unit(queue_offset)
+        return -1 if unit is None else unit[0]
+
+    def look_message_by_offset(self, int64_t phy_offset):
+        """The message at a CommitLog offset, or None (at/after the max offset, deleted, or
+        not the start of a message; spec §11 lookMessageByOffset)."""
+        if phy_offset < 0 or phy_offset >= self.readable_end():
+            return None
+        return c_view_at(self.log_map(), phy_offset)
+
+    def look_message_by_queue_offset(self, str topic, int queue_id, int64_t queue_offset):
+        """The message at a queue offset, or None."""
+        cq_obj = self.k_queues.get((topic, queue_id))
+        if cq_obj is None:
+            return None
+        cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
+        if phy < 0 or phy >= self.readable_end():
+            return None
+        return c_view_at(self.log_map(), phy)
+
+    def get_message_store_timestamp(self, str topic, int queue_id, int64_t queue_offset):
+        """STORETIMESTAMP of the message at a queue offset, -1 if none (spec §11)."""
+        cq_obj = self.k_queues.get((topic, queue_id))
+        if cq_obj is None:
+            return -1
+        cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
+        if phy < 0 or phy >= self.readable_end():
+            return -1
+        return self.log_map().store_timestamp(phy)

@@ -4,7 +4,7 @@ ConsumeQueue units, the dispatch (reput) parser and the getMessage scan (spec §
 """
 
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, final
 
 from typing_extensions import disjoint_base
 
@@ -51,9 +51,7 @@ class ConsumeQueueKernel:
     def current_file(self) -> MappedFile | None: ...
     @property
     def max_logic_offset(self) -> int:
-        """Byte offset after the last unit (0 when the queue has no file)."""
-
-    def _empty_max_logic(self) -> int: ...
+        """Byte offset after the last unit (min_logic_offset when the queue has no file)."""
     @property
     def max_offset_in_queue(self) -> int:
         """The next queue offset to be built (spec §3 maxOffsetInQueue)."""
@@ -144,7 +142,7 @@ class GetMessageResult:
 def view_at(log_map: LogMap, phy: int) -> MessageView | None:
     """The record at phy as a MessageView, or None (spec §11 lookMessageByOffset)."""
 
-@disjoint_base
+@final
 class MessageView:
     """One stored record, read in place from the mapped CommitLog file."""
 
@@ -198,21 +196,39 @@ class MessageView:
     def decode(self, *, read_body: bool = True, check_crc: bool = False) -> DecodedRecord:
         """Every field as a mqstore.record.DecodedRecord (copies the body)."""
 
-def get_units(
-    result: GetMessageResult,
-    log_map: LogMap,
-    cq_file: Any,
-    pos: int,
-    end: int,
-    min_phy: int,
-    max_phy: int,
-    max_msg_nums: int,
-    tag_codes: Collection[int] | None,
-    in_memory_bytes_limit: int,
-    max_bytes_memory: int,
-    max_count_memory: int,
-    max_bytes_disk: int,
-    max_count_disk: int,
-    scan_bytes_max: int,
-) -> tuple[int, int]:
-    """The getMessage scan (spec §11): fills result; returns (status code, units consumed)."""
+@disjoint_base
+class ReadKernel:
+    """The C side of mqstore.reads.MessageReader: getMessage and the look-ups by queue offset
+    in one call (units of a queue's current file read through its C append state)."""
+
+    def __init__(self, queues: dict[tuple[str, int], Any], log_files: Any, control_block: Any) -> None: ...
+    def set_transfer_limits(
+        self, *, max_bytes_memory: int, max_count_memory: int, max_bytes_disk: int, max_count_disk: int
+    ) -> None:
+        """getMessage's caps for a batch read from memory / from disk (spec §11 isTheBatchFull)."""
+
+    @property
+    def in_memory_limit(self) -> int:
+        """Bytes behind the CommitLog end still counted as in memory (spec §11)."""
+
+    @in_memory_limit.setter
+    def in_memory_limit(self, value: int) -> None: ...
+    def log_map(self) -> LogMap:
+        """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
+
+    def tag_codes(self, tags: str | None) -> frozenset[int] | None:
+        """Tags codes of a subscription expression "A || B" (spec §11), cached; None = all."""
+
+    def get_message(
+        self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, tags: str | None = None
+    ) -> GetMessageResult:
+        """getMessage (spec §11): up to max_msg_nums messages of a queue from offset."""
+
+    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
+        """The message at a CommitLog offset, or None (spec §11 lookMessageByOffset)."""
+
+    def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
+        """The message at a queue offset, or None."""
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """STORETIMESTAMP of the message at a queue offset, -1 if none (spec §11)."""

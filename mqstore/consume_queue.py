@@ -83,10 +83,6 @@ class ConsumeQueue(ConsumeQueueKernel):
             self.flushed_where = start
         return mf
 
-    def _empty_max_logic(self) -> int:
-        # a queue whose files were all deleted keeps its logical position
-        return self.min_logic_offset
-
     # -- offsets ---------------------------------------------------------------------------
     @property
     def min_offset_in_queue(self) -> int:
@@ -278,6 +274,12 @@ class ConsumeQueueTable:
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))
+
+    @property
+    def by_key(self) -> dict[tuple[str, int], ConsumeQueue]:
+        """The live dict of queues by (topic, queue_id), for the compiled read kernel (which
+        looks queues up without a Python call). Read it; change it only through this class."""
+        return self._queues
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._queues.get((topic, queue_id))

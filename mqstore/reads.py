@@ -9,14 +9,11 @@ kernels (mqstore._consumequeue, mqstore._search).
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqstore._codec import java_string_hash
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, GetMessageResult, LogMap, MessageView, get_units, view_at
+from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, LogMap, MessageView, ReadKernel
 from mqstore._search import offset_by_time
-from mqstore.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from mqstore.commitlog import CommitLog
@@ -24,7 +21,6 @@ if TYPE_CHECKING:
     from mqstore.consume_queue import ConsumeQueue, ConsumeQueueTable
 
 UNIT = CQ_STORE_UNIT_SIZE
-SUB_ALL = "*"
 
 
 def total_physical_memory() -> int:
@@ -32,17 +28,6 @@ def total_physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover - every Linux has both
         return 8 << 30
-
-
-def tag_codes(expression: str | None) -> frozenset[int] | None:
-    """Tags codes of a subscription expression "A || B" (spec §11); None = every message."""
-    if expression is None:
-        return None
-    expression = expression.strip()
-    if not expression or expression == SUB_ALL:
-        return None
-    tags = [t.strip() for t in expression.split("||")]
-    return frozenset(java_string_hash(t) for t in tags if t)
 
 
 @dataclass
@@ -64,118 +49,63 @@ class QueryMessageResult:
     index_last_update_phy_offset: int = 0
 
 
-class MessageReader:
+class MessageReader(ReadKernel):
+    """getMessage, the look-ups and the min/max getters run in the compiled ReadKernel (one C
+    call each); the time search, query by key and the rest are orchestrated here."""
+
     def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: Any | None, config: StoreConfig) -> None:
+        super().__init__(queues.by_key, commitlog.queue, commitlog.ctl)
         self.commitlog = commitlog
-        self.queues = queues
+        self.consume_queues = queues
         self.index = index
-        self.config = config
         self.memory = total_physical_memory()
+        self.config = config
+        self._bases: tuple[LogMap, Any] | None = None
+
+    @property
+    def config(self) -> StoreConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: StoreConfig) -> None:
+        """Take the read limits of config: transfer caps, in-memory share, warm tail bytes."""
+        self._config = config
         self.in_memory_limit = self.memory * config.access_message_in_memory_max_ratio // 100
         self.warm_bytes = config.time_lookup_warm_bytes
-        self._map: LogMap | None = None
-        self._map_version = -1
-        self._bases: Any = None
-        self._lock = threading.Lock()
-
-    # -- the CommitLog files as the kernels see them ---------------------------------------
-    def log_map(self) -> LogMap:
-        queue = self.commitlog.queue
-        m = self._map
-        if m is None or self._map_version != queue.version:
-            with self._lock:
-                version = queue.version
-                m = LogMap(queue.files, queue.file_size)
-                self._map, self._map_version, self._bases = m, version, None
-        return m
+        self.set_transfer_limits(max_bytes_memory=config.max_transfer_bytes_on_message_in_memory,
+                                 max_count_memory=config.max_transfer_count_on_message_in_memory,
+                                 max_bytes_disk=config.max_transfer_bytes_on_message_in_disk,
+                                 max_count_disk=config.max_transfer_count_on_message_in_disk)
 
     def _cl_bases(self, m: LogMap) -> Any:
-        bases = self._bases
-        if bases is None or self._map is not m:
-            bases = m.base_addresses()
-            self._bases = bases
-        return bases
-
-    # -- getMessage (spec §11) ----------------------------------------------------------------
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tags: str | None = None) -> GetMessageResult:
-        cq = self.queues.get(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        min_offset = cq.min_offset_in_queue
-        max_offset = cq.max_offset_in_queue
-        if max_offset == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
-        if offset < min_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if offset == max_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        if offset > max_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
-        got = cq.get_index_buffer(offset)
-        if got is None:
-            per_file = cq.file_size // UNIT
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, offset + per_file - offset % per_file,
-                                    min_offset, max_offset)
-        mf, pos, end = got
-        cfg = self.config
-        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
-        max_phy = self.commitlog.max_offset
-        code, consumed = get_units(
-            result, self.log_map(), mf, pos, end, self.commitlog.min_offset, max_phy, max_msg_nums,
-            tag_codes(tags), self.in_memory_limit, cfg.max_transfer_bytes_on_message_in_memory,
-            cfg.max_transfer_count_on_message_in_memory, cfg.max_transfer_bytes_on_message_in_disk,
-            cfg.max_transfer_count_on_message_in_disk, max(16000, max_msg_nums * UNIT))
-        result.status = _SCAN_STATUS[code]
-        result.next_begin_offset = offset + consumed
-        if result.max_phy_offset_pulling >= 0:
-            result.suggest_pulling_from_slave = max_phy - result.max_phy_offset_pulling > self.in_memory_limit
-        return result
-
-    # -- by physical offset --------------------------------------------------------------------
-    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
-        """The message at a CommitLog offset, or None (at/after the max offset, deleted, or
-        not the start of a message)."""
-        if phy_offset >= self.commitlog.max_offset or phy_offset < self.commitlog.min_offset:
-            return None
-        return view_at(self.log_map(), phy_offset)
+        """The base addresses of m's files for the time-search kernel (cached per LogMap)."""
+        cached = self._bases
+        if cached is None or cached[0] is not m:
+            cached = (m, m.base_addresses())
+            self._bases = cached
+        return cached[1]
 
     def pickup_store_timestamp(self, phy_offset: int) -> int:
         if phy_offset < self.commitlog.min_offset or phy_offset >= self.commitlog.max_offset:
             return -1
         return self.log_map().store_timestamp(phy_offset)
 
-    # -- by queue offset -------------------------------------------------------------------
-    def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
-        cq = self.queues.get(topic, queue_id)
-        unit = None if cq is None else cq.unit(queue_offset)
-        if unit is None:
-            return None
-        return self.look_message_by_offset(unit[0])
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
-        cq = self.queues.get(topic, queue_id)
-        unit = None if cq is None else cq.unit(queue_offset)
-        if unit is None:
-            return -1
-        return self.pickup_store_timestamp(unit[0])
-
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
         """Store time of the first message of a queue, or of the whole CommitLog; -1 if none."""
         if topic is None:
             first = self.commitlog.min_offset
             return self.pickup_store_timestamp(first) if first < self.commitlog.max_offset else -1
-        cq = self.queues.get(topic, queue_id)
+        cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
             return -1
         return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.queues.get(topic, queue_id)
+        cq = self.consume_queues.get(topic, queue_id)
         return 0 if cq is None else cq.max_offset_in_queue
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.queues.get(topic, queue_id)
+        cq = self.consume_queues.get(topic, queue_id)
         return 0 if cq is None else cq.min_offset_in_queue
 
     # -- time → queue offset (spec §3, §15) --------------------------------------------------
@@ -186,7 +116,7 @@ class MessageReader:
                                 warm_bytes: int | None = None) -> TimeLookup:
         """The queue offset whose store time is nearest to timestamp: the earliest exact
         match, else the closer neighbour (ties to the older one). Unknown queue → 0."""
-        cq = self.queues.get(topic, queue_id)
+        cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
             return TimeLookup(0)
         files = cq.files.files
@@ -258,6 +188,3 @@ class MessageReader:
                 result.messages.append(view)
         return result
 
-
-_SCAN_STATUS = {0: GetMessageStatus.FOUND, 1: GetMessageStatus.NO_MATCHED_MESSAGE,
-                2: GetMessageStatus.MESSAGE_WAS_REMOVING}

@@ -6,6 +6,8 @@ import os
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
 from mqstore._codec import java_string_hash
@@ -346,3 +348,55 @@ def test_dispatch_chunks_end_at_record_boundaries(open_store, monkeypatch):
     stats = store.stats()
     assert stats["dispatch_errors"] == 0 and stats["dispatch_skipped_bytes"] == 0 and stats["dispatch_batches"] >= 5
     assert store.get_max_offset_in_queue("T", 0) == 100
+
+
+# -- the compiled getMessage against its pure-Python twin (mqstore.twin.reads) -----------------------
+
+TWIN_TAGS = [None, "*", "A", "A || C", "B||C", "Z", " A || Z "]
+
+
+@pytest.fixture(scope="module")
+def twin_store(tmp_path_factory):
+    """Two queues over several ConsumeQueue files, the first CommitLog files deleted."""
+    root = str(tmp_path_factory.mktemp("twin") / "store")
+    store = MessageStore(root, mapped_file_size_commit_log=4096, max_message_size=2048, **CFG)
+    for i in range(400):
+        msg = Message("T", b"t" * (i % 90) + b"-%d" % i, queue_id=i % 2, properties={"TAGS": "ABC"[i % 3]})
+        store.put_message(msg).check()
+    assert store.wait_dispatched()
+    assert store.commitlog.queue.delete_expired_file_by_time(0, 0, 0, True) >= 2
+    yield store
+    store.shutdown()
+
+
+@given(queue_id=st.sampled_from([0, 1]), offset=st.integers(-2, 205), max_msg_nums=st.integers(1, 64),
+       tags=st.sampled_from(TWIN_TAGS), count_memory=st.integers(1, 40), bytes_memory=st.integers(100, 6000),
+       in_memory=st.sampled_from([0, 3000, 1 << 40]))
+def test_get_message_matches_the_twin(twin_store, queue_id, offset, max_msg_nums, tags, count_memory,
+                                      bytes_memory, in_memory):
+    from mqstore.twin.reads import Limits, get_message as twin_get_message
+
+    store = twin_store
+    reader = store.reader
+    reader.config = store.config.replace(max_transfer_count_on_message_in_memory=count_memory,
+                                         max_transfer_bytes_on_message_in_memory=bytes_memory)
+    reader.in_memory_limit = in_memory
+    cq = store.consume_queues.get("T", queue_id)
+    lm = reader.log_map()
+    units = [cq.unit(q) for q in range(cq.max_offset_in_queue)]
+    cfg = reader.config
+    limits = Limits(min_phy=store.get_min_phy_offset(), max_phy=store.get_max_phy_offset(),
+                    log_file_size=store.config.mapped_file_size_commit_log, in_memory=in_memory,
+                    max_bytes_memory=bytes_memory, max_count_memory=count_memory,
+                    max_bytes_disk=cfg.max_transfer_bytes_on_message_in_disk,
+                    max_count_disk=cfg.max_transfer_count_on_message_in_disk)
+    codes = reader.tag_codes(tags)
+    want = twin_get_message(units, cq.min_offset_in_queue, cq.max_offset_in_queue, CQ_UNITS, offset, max_msg_nums,
+                            codes, limits, lambda phy, size: lm.file_of(phy) is not None and phy >= lm.first_from)
+    got = store.get_message("g", "T", queue_id, offset, max_msg_nums, tags=tags)
+    assert (got.status, got.next_begin_offset, got.physical_offsets, got.buffer_total_size) == \
+        (want.status, want.next_begin_offset, want.physical_offsets, want.buffer_total_size)
+    assert got.suggest_pulling_from_slave == want.suggest_pulling_from_slave
+    expected_codes = None if tags is None or tags.strip() in ("", "*") else \
+        frozenset(java_string_hash(t.strip()) for t in tags.split("||") if t.strip())
+    assert codes == expected_codes
