@@ -16,7 +16,7 @@ from mqstore.errors import (
     StoreClosedError,
     StoreLockedError,
 )
-from mqstore.status import AppendMessageStatus, PutMessageStatus
+from mqstore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from mqstore.store import MessageStore
 
 __version__ = "0.1.0"
@@ -25,6 +25,7 @@ __all__ = [
     "AppendMessageStatus",
     "ConfigError",
     "CorruptRecordError",
+    "GetMessageStatus",
     "MQStoreError",
     "Message",
     "MessageBatch",

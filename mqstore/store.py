@@ -231,6 +231,11 @@ class MessageStore:
         self._check_open()
         return self.reader.look_message_by_offset(phy_offset)
 
+    def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
+        """The message at a queue offset (through its ConsumeQueue unit), or None."""
+        self._check_open()
+        return self.reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
+
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         self._check_open()
         return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
