@@ -243,3 +243,34 @@ def test_abnormal_recovery_full_scan(benchmark, crashed_store):
         bytes_scanned=report.bytes_scanned, records=report.records,
         open_gib_per_s_median=round(gib / benchmark.stats.stats.median, 3),
         recover_ms_median=round(recover_ms, 1), recover_gib_per_s_median=round(gib / (recover_ms / 1000), 3))
+
+
+# -- dispatch lag under the fastest put rate ------------------------------------------------------------
+
+LAG_BATCHES = 2_000
+
+
+@pytest.mark.benchmark(group=GROUP_DISPATCH)
+def test_dispatch_lag_while_putting(benchmark, bench_root, bodies):
+    """put_messages batches of 64 × 100 B (one queue per batch, four queues) as fast as one
+    thread can, while the reput service
+    (a thread of the same process) follows; after every batch the lag (store time of the newest
+    written record minus that of the newest dispatched one, ms) is sampled."""
+    path = tempfile.mkdtemp(prefix="lag-store-", dir=bench_root)
+    store = MessageStore(path, message_index_enable=False, mapped_file_size_commit_log=256 << 20)
+    batches = [[Message(TOPIC, bodies["100B"], queue_id=q)] * 64 for q in range(4)]
+    lags: list[int] = []
+
+    def run():
+        put, sample = store.put_messages, lags.append
+        for i in range(LAG_BATCHES):
+            put(batches[i % 4]).check()
+            sample(store.dispatch_lag_ms)
+
+    benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    assert store.wait_dispatched(timeout_ms=60_000)
+    store.shutdown()
+    lags.sort()
+    record_rate(benchmark, "put_messages+dispatch", LAG_BATCHES * 64)
+    benchmark.extra_info.update(lag_ms_p50=lags[len(lags) // 2], lag_ms_p99=lags[len(lags) * 99 // 100],
+                                lag_ms_max=lags[-1], samples=len(lags))
