@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
+import time
+
+log = logging.getLogger("mqstore.checkpoint")
 
 SIZE = 4096
+FUTURE_SLACK_MS = 24 * 3600 * 1000  # a timestamp later than now + this is not a real store time
 FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
            "confirm_phy_offset")
 
@@ -26,13 +31,37 @@ class StoreCheckpoint:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        #: True when the file did not exist (a new store, or a lost checkpoint)
+        self.created = not os.path.exists(path)
+        #: what was wrong with the file when it was opened ("" if nothing); its fields are
+        #: then all reset to 0, which makes an abnormal recovery check the whole CommitLog
+        self.damage = ""
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < SIZE:
+            size = os.fstat(fd).st_size
+            if size < SIZE:
+                if 0 < size:
+                    self.damage = f"{path} was {size} bytes, not {SIZE}"
                 os.posix_fallocate(fd, 0, SIZE)
             self._map = mmap.mmap(fd, SIZE)
         finally:
             os.close(fd)
+        if not self.damage:
+            self.damage = self._implausible()
+        if self.damage:
+            log.error("checkpoint: %s; its timestamps are reset to 0 (an abnormal recovery then checks the "
+                      "whole CommitLog)", self.damage)
+            self._map[:8 * len(FIELDS)] = bytes(8 * len(FIELDS))
+            self._map.flush()
+
+    def _implausible(self) -> str:
+        """A timestamp no store can have written: negative, or after now + one day."""
+        limit = time.time_ns() // 1_000_000 + FUTURE_SLACK_MS
+        for i, name in enumerate(FIELDS[:3]):
+            value = self._get(i)
+            if value < 0 or value > limit:
+                return f"{name} is {value}, not a store time"
+        return ""
 
     def _get(self, index: int) -> int:
         return struct.unpack_from(">q", self._map, index * 8)[0]

@@ -10,9 +10,14 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import struct
+import sys
 import threading
+from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import islice
+from operator import add, le
 
 from mqstore._consumequeue import (
     CQ_STORE_UNIT_SIZE,
@@ -29,17 +34,28 @@ log = logging.getLogger("mqstore.consumequeue")
 UNIT = CQ_STORE_UNIT_SIZE
 RECOVER_LAST_FILES = 3
 OS_PAGE_SIZE = 4096
+FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
+_UNIT_STRUCT = struct.Struct(">qiq")
 
 
 @dataclass
 class QueueRecovery:
-    """What recovery of one queue found: the kept end and what was dropped past it."""
+    """What recovery of one queue found: the kept end and what was dropped past it.
+
+    ``damage`` names what was wrong with the queue's files (a short file, units that are
+    invalid or out of order while data follows them); empty when the queue simply ended.
+    A damaged queue lacks units the CommitLog still has: recovery re-dispatches them."""
 
     topic: str
     queue_id: int
     max_offset: int = 0
     dropped_units: int = 0
     deleted_files: int = 0
+    damage: list[str] = field(default_factory=list)
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.damage)
 
 
 class ConsumeQueue(ConsumeQueueKernel):
@@ -51,6 +67,8 @@ class ConsumeQueue(ConsumeQueueKernel):
         self.files = MappedFileQueue(self.store_path, file_size)
         self.flushed_where = 0
         self._flush_lock = threading.Lock()
+        self.load_damage: list[str] = []  # what load() repaired (short files), for recover()
+        self.load_dropped_units = 0
 
     def __repr__(self) -> str:
         return (f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset_in_queue}, "
@@ -58,7 +76,70 @@ class ConsumeQueue(ConsumeQueueKernel):
 
     # -- files -----------------------------------------------------------------------------
     def load(self) -> None:
+        self._repair_files()
         self.files.load()
+
+    def _repair_files(self) -> None:
+        """Beyond RocketMQ (which refuses to start): a queue's files are derived from the
+        CommitLog, so a damaged file is cut rather than refused, and the start-up dispatch
+        rebuilds what was cut (recover() reports it).
+
+        * A file shorter than the configured size (a crash while the file system extended it,
+          a copy that stopped, a damaged disk) keeps its whole units and is extended with
+          zeros; the files after it are deleted, so the queue ends at the cut.
+        * A file missing in the middle: the files after the gap are deleted.
+
+        A file is taken as cut when it ends inside a unit, or when another file of the queue
+        has the configured size. Left to MappedFileQueue.load to refuse (NotAStoreError): a
+        file longer than the configured size, short files of whole units with no file of the
+        configured size beside them (the store was written with another
+        mapped_file_size_consume_queue), misaligned names."""
+        if not os.path.isdir(self.store_path):
+            return
+        names = sorted(n for n in os.listdir(self.store_path) if len(n) == 20 and n.isdigit())
+        if not names:
+            return
+        fs = self.file_size
+        sizes = [os.path.getsize(os.path.join(self.store_path, n)) for n in names]
+        starts = [int(n) for n in names]
+        if any(size > fs for size in sizes) or any(start % fs for start in starts):
+            return
+        if not any(size == fs or size % UNIT for size in sizes):
+            return  # files of whole units, none of the configured size: another configured size
+        cut = len(names)  # files from here on are deleted
+        what = ""
+        for i in range(1, len(names)):
+            if starts[i] - starts[i - 1] != fs:
+                cut = i
+                what = f"files between {names[i - 1]} and {names[i]} are missing"
+                break
+        dropped = 0
+        short = next((i for i in range(cut) if sizes[i] < fs), None)
+        if short is not None:
+            path = os.path.join(self.store_path, names[short])
+            size = sizes[short]
+            keep = size - size % UNIT
+            dropped += _nonzero_units(path, keep, None)  # the unit the cut went through
+            with open(path, "r+b") as fh:
+                fh.truncate(keep)
+                fh.truncate(fs)
+                fh.flush()
+                os.fsync(fh.fileno())
+            cut = short + 1
+            what = f"file {names[short]} was {size} bytes, not {fs}: kept its first {keep // UNIT} units"
+        if not what:
+            return
+        later = names[cut:]
+        for name in later:
+            later_path = os.path.join(self.store_path, name)
+            dropped += _nonzero_units(later_path, 0, None)
+            os.unlink(later_path)
+        if later:
+            what += f"; deleted the {len(later)} file(s) after it"
+        log.error("ConsumeQueue %s/%d: %s; the missing units are rebuilt from the CommitLog", self.topic,
+                  self.queue_id, what)
+        self.load_damage.append(what)
+        self.load_dropped_units += dropped
 
     def next_file(self, expect: int) -> MappedFile:
         """Called by the kernel when the unit at byte offset expect needs a file: the last
@@ -143,35 +224,68 @@ class ConsumeQueue(ConsumeQueueKernel):
 
     # -- recovery (spec §3 "Recovery", truncateDirtyLogicFiles) ------------------------------
     def recover(self) -> QueueRecovery:
-        report = QueueRecovery(self.topic, self.queue_id)
+        """spec §3 Recovery: keep the units of the last three files while ``phyOffset >= 0 and
+        size > 0``, and (beyond RocketMQ) while the real units' records follow each other in
+        the CommitLog (phyOffset >= previous phyOffset + size). A unit breaking that order
+        is dropped with the unit before it (one of the two is wrong) and everything after.
+        Non-zero bytes past the kept end are damage (dropped units are counted), zeros are
+        the unwritten rest of the file."""
+        report = QueueRecovery(self.topic, self.queue_id, dropped_units=self.load_dropped_units,
+                               damage=list(self.load_damage))
+        self.load_damage = []
+        self.load_dropped_units = 0
         files = self.files.files
         if not files:
             self.set_current_file(None)
             return report
         index = max(0, len(files) - RECOVER_LAST_FILES)
         valid_end = files[index].file_from
-        max_phy = -1
+        prev_end, prev_pos = -1, -1
+        if index > 0:
+            prev_end, prev_pos = _last_real_unit(files[index - 1], self.file_size)
         for mf in files[index:]:
-            end, last = scan_units(mf, 0, self.file_size)
-            if last >= 0:
-                max_phy = last
+            end, _ = scan_units(mf, 0, self.file_size)
+            brk, prev_end, prev_pos = _order_break(mf, end, prev_end, prev_pos)
+            if brk >= 0:
+                report.damage.append(f"unit {brk // UNIT} is out of CommitLog order with the unit before it")
+                valid_end = brk
+                break
             valid_end = mf.file_from + end
             if end < self.file_size:
                 break
-        if max_phy < 0 and index > 0:
-            max_phy = self._last_phy_before(files[index - 1])
-        self.max_physic_offset = max_phy
         if files[0].file_from > self.min_logic_offset:
             self.min_logic_offset = files[0].file_from
-        removed, _ = self.files.truncate_dirty_files(valid_end)
+        dropped = 0
+        for mf in files:
+            if mf.file_from > valid_end:
+                dropped += _nonzero_units(mf, 0, None)
+        removed, dirty = self.files.truncate_dirty_files(valid_end)
+        dropped += -(-dirty // UNIT)
         report.deleted_files = len(removed)
         self._after_truncate(valid_end)
+        self.max_physic_offset = self._recompute_max_phy()
+        if dropped:
+            report.dropped_units += dropped
+            if not report.damage:
+                report.damage.append(f"{dropped} unit(s) after an invalid unit at queue offset {valid_end // UNIT}")
+        if report.damage:
+            log.error("ConsumeQueue %s/%d: %s; %d unit(s) dropped, kept up to queue offset %d", self.topic,
+                      self.queue_id, "; ".join(report.damage), report.dropped_units, valid_end // UNIT)
         report.max_offset = self.max_offset_in_queue
         return report
 
-    def _last_phy_before(self, mf: MappedFile) -> int:
-        _, last = scan_units(mf, 0, self.file_size)
-        return last
+    def last_unit(self) -> tuple[int, int, int, int] | None:
+        """(queue_offset, phyOffset, size, tagsCode) of the last real (non-filler) unit, or None."""
+        for mf in reversed(self.files.files):
+            end = self.max_logic_offset - mf.file_from if mf is self.current_file else mf.wrote_position
+            end = min(end, self.file_size)
+            pos = end - end % UNIT - UNIT
+            while pos >= 0:
+                phy, size, tags = _UNIT_STRUCT.unpack(mf.read(pos, UNIT))
+                if not (phy == 0 and size == FILLER_SIZE):
+                    return (mf.file_from + pos) // UNIT, phy, size, tags
+                pos -= UNIT
+        return None
 
     def _after_truncate(self, valid_end: int) -> None:
         last = self.files.last()
@@ -226,6 +340,16 @@ class ConsumeQueue(ConsumeQueueKernel):
             self.files.flush_between(start, target)
             self.flushed_where = target
             return True
+
+    def drop_all_files(self) -> None:
+        """Delete every file (newest first, through the file queue) and start the queue
+        afresh at offset 0: recovery rebuilds a queue whose first files are missing."""
+        while self.files.delete_last_file() is not None:
+            pass
+        self.set_current_file(None)
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self.flushed_where = 0
 
     def destroy(self) -> None:
         self.set_current_file(None)
@@ -326,3 +450,66 @@ class ConsumeQueueTable:
             for cq in self._queues.values():
                 cq.close()
             self._queues.clear()
+
+
+def _nonzero_units(f: MappedFile | str, start: int, end: int | None) -> int:
+    """Units from start up to the last non-zero byte before end (None: the file's end)."""
+    if isinstance(f, str):
+        with open(f, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(-1 if end is None else max(0, end - start))
+    else:
+        stop = f.file_size if end is None else min(end, f.file_size)
+        data = f.read(start, max(0, stop - start))
+    return -(-len(data.rstrip(b"\x00")) // UNIT)
+
+
+def _last_real_unit(mf: MappedFile, file_size: int) -> tuple[int, int]:
+    """(phyOffset + size, logical position) of the last real unit of a full earlier file."""
+    end, _ = scan_units(mf, 0, file_size)
+    pos = end - UNIT
+    while pos >= 0:
+        phy, size, _ = _UNIT_STRUCT.unpack(mf.read(pos, UNIT))
+        if not (phy == 0 and size == FILLER_SIZE):
+            return phy + size, mf.file_from + pos
+        pos -= UNIT
+    return -1, -1
+
+
+def _order_break(mf: MappedFile, end: int, prev_end: int, prev_pos: int) -> tuple[int, int, int]:
+    """Check that the real units of [0, end) of mf follow each other in the CommitLog
+    (phyOffset >= the previous real unit's phyOffset + size), after a unit ending at prev_end
+    (-1: none) at logical position prev_pos. Returns (logical position to cut at or -1,
+    end of the last real unit, its logical position). The cut drops the unit before the
+    first break as well: either may be the damaged one."""
+    n = end // UNIT
+    if n == 0:
+        return -1, prev_end, prev_pos
+    data = mf.read(0, n * UNIT)
+    # fast path, C speed: big-endian phyOffsets and sizes as native arrays, ends <= next starts
+    phys = bytearray(8 * n)
+    sizes = bytearray(4 * n)
+    for k in range(8):
+        phys[k::8] = data[k::UNIT]
+    for k in range(4):
+        sizes[k::4] = data[8 + k::UNIT]
+    pa = array("q")
+    pa.frombytes(phys)
+    sa = array("i")
+    sa.frombytes(sizes)
+    if sys.byteorder == "little":
+        pa.byteswap()
+        sa.byteswap()
+    ends = list(map(add, pa, sa))
+    if (prev_end <= pa[0] and all(map(le, ends[:-1], islice(pa, 1, None)))
+            and not (pa[n - 1] == 0 and sa[n - 1] == FILLER_SIZE)):
+        return -1, ends[-1], mf.file_from + (n - 1) * UNIT
+    # slow path: fillers (0, Integer.MAX_VALUE, 0) are skipped; find the first break
+    for i in range(n):
+        phy, size = pa[i], sa[i]
+        if phy == 0 and size == FILLER_SIZE:
+            continue
+        if phy < prev_end:
+            return (prev_pos if prev_pos >= 0 else mf.file_from + i * UNIT), prev_end, prev_pos
+        prev_end, prev_pos = phy + size, mf.file_from + i * UNIT
+    return -1, prev_end, prev_pos

@@ -32,8 +32,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -53,6 +55,13 @@ CREATE_RETRY_SLEEP_S = 1.0        # between two attempts to create a file
 DESTROY_INTERVAL_MS = 3000        # a file still held by a reader is deleted forcibly after this
 TRANSACTION_TYPE_MASK = 0xC       # spec §1.3 sys flag bits 2-3
 TRANSACTION_ROLLBACK_TYPE = 0xC
+
+HEADER_SIZE = 40
+SLOT_SIZE = 4
+ENTRY_SIZE = 20
+_HEADER = struct.Struct(">qqqqii")   # begin ts, end ts, begin phy, end phy, hashSlotCount, indexCount
+_ENTRY = struct.Struct(">iqii")      # keyHash, commitLogOffset, timeDiff (s), previous entry
+_I32 = struct.Struct(">i")
 
 _INDEX_NAME = re.compile(r"\d{17}")
 _STAGING_NAME = re.compile(r"000\d{17}(\.alloc\d+)?")   # leftovers of _IndexMapping
@@ -168,6 +177,22 @@ class _IndexMapping:
         self.mapped.close()
 
 
+def _holds_data(path: str, start: int, end: int) -> bool:
+    """True if any byte of [start, end) of the file is not zero."""
+    chunk = 1 << 20
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        at = start
+        while at < end:
+            data = fh.read(min(chunk, end - at))
+            if not data:
+                return False
+            if data.count(0) != len(data):
+                return True
+            at += len(data)
+    return False
+
+
 def _mapping(f: IndexFile) -> _IndexMapping:
     """The wrapper every IndexFile of the service is built on (to close it)."""
     mapping = f.mapped_file
@@ -189,6 +214,11 @@ class IndexService:
         self._lock = threading.Lock()
         self._flushers: list[threading.Thread] = []
         self._closed = False
+        #: what load() found damaged, the files it deleted for it, and the CommitLog offset
+        #: from which the index lacks entries (-1: none); recovery re-dispatches from there
+        self.damage: list[str] = []
+        self.damaged_files: list[str] = []
+        self.rebuild_from = -1
 
     @property
     def files(self) -> list[IndexFile]:
@@ -202,7 +232,17 @@ class IndexService:
         names are ignored, links left by an interrupted ``_IndexMapping`` are removed). After an
         abnormal exit, files whose end timestamp is past checkpoint.indexMsgTimestamp (not known
         to be flushed) are destroyed; recovery re-dispatches what they held when
-        message_index_safe is set. Raises NotAStoreError for a file of the wrong size."""
+        message_index_safe is set.
+
+        Damage (beyond RocketMQ): a file whose header cannot be right (indexCount outside
+        [1, max_index_num] in a file that is not the newest, counts or offsets out of range)
+        or whose size differs while other files have the configured size is deleted with
+        every newer file (entries are only ever added to the newest file), and
+        ``rebuild_from`` tells recovery where to re-dispatch from to rebuild them: the end of
+        the last file kept. So does a newest file without entries (a file is created for a
+        key and gets it at once: an empty one was zeroed, or the creation was interrupted).
+        Files that all have one wrong size are refused (NotAStoreError): the store was
+        written with another max_hash_slot_num / max_index_num."""
         if not os.path.isdir(self.store_path):
             return
         names = sorted(os.listdir(self.store_path))
@@ -210,19 +250,25 @@ class IndexService:
             if _STAGING_NAME.fullmatch(name):
                 log.warning("index: removing %s, left by an interrupted index file creation", name)
                 os.unlink(os.path.join(self.store_path, name))
+        candidates = [n for n in names if _INDEX_NAME.fullmatch(n) and os.path.isfile(os.path.join(self.store_path, n))]
+        sizes = {n: os.path.getsize(os.path.join(self.store_path, n)) for n in candidates}
+        if candidates and all(size != self.file_size for size in sizes.values()):
+            name = candidates[0]
+            path = os.path.join(self.store_path, name)
+            raise NotAStoreError(
+                f"index file {path} is {sizes[name]} bytes, but max_hash_slot_num={self.hash_slot_num} and "
+                f"max_index_num={self.index_num} make index files of {self.file_size} bytes",
+                hint="open the store with the max_hash_slot_num and max_index_num it was written "
+                     "with, or move the index/ directory away (it is then rebuilt from the CommitLog "
+                     "only for messages dispatched again)")
         loaded: list[IndexFile] = []
         try:
-            for name in names:
+            for i, name in enumerate(candidates):
                 path = os.path.join(self.store_path, name)
-                if not _INDEX_NAME.fullmatch(name) or not os.path.isfile(path):
-                    continue
-                size = os.path.getsize(path)
-                if size != self.file_size:
-                    raise NotAStoreError(
-                        f"index file {path} is {size} bytes, but max_hash_slot_num={self.hash_slot_num} and "
-                        f"max_index_num={self.index_num} make index files of {self.file_size} bytes",
-                        hint="open the store with the max_hash_slot_num and max_index_num it was written "
-                             "with, or move the index/ directory away (keys of older messages are then lost)")
+                problem = self._header_problem(path, sizes[name], newest=i == len(candidates) - 1)
+                if problem:
+                    self._drop_damaged(candidates[i:], problem, loaded)
+                    break
                 f = IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num, self.index_num)
                 if not last_exit_ok and f.end_timestamp > self.checkpoint.index_msg_timestamp:
                     log.warning("index: destroying %s after an abnormal exit: it ends at %d, after the last "
@@ -235,9 +281,121 @@ class IndexService:
             for f in loaded:
                 _mapping(f).close()
             raise
+        if loaded and loaded[-1].index_count <= 1 and self.rebuild_from < 0:
+            newest = loaded[-1]
+            self.rebuild_from = loaded[-2].end_phy_offset if len(loaded) > 1 else 0
+            self.damage.append(f"{newest.file_name} holds no entries: rebuilding from {self.rebuild_from}")
+            log.warning("index: the newest file %s holds no entries; recovery rebuilds it from CommitLog offset %d",
+                        newest.file_name, self.rebuild_from)
         log.info("index: loaded %d file(s) from %s", len(loaded), self.store_path)
         with self._lock:
             self._files = loaded
+
+    def _header_problem(self, path: str, size: int, *, newest: bool) -> str:
+        """Why the index file at path cannot be loaded as it is ("" if it can)."""
+        if size != self.file_size:
+            return f"it is {size} bytes, not {self.file_size}"
+        with open(path, "rb") as fh:
+            begin_ts, end_ts, begin_phy, end_phy, slot_count, count = _HEADER.unpack(fh.read(HEADER_SIZE))
+        if count == 0 and newest:
+            # created and never written (a RocketMQ file gets its header at its first key),
+            # unless the header alone was zeroed: then its slots still point at entries
+            if _holds_data(path, HEADER_SIZE, HEADER_SIZE + SLOT_SIZE * self.hash_slot_num):
+                return "its header is zeroed but its hash slots point at entries"
+            return ""
+        if not 1 <= count <= self.index_num:
+            return f"its indexCount is {count}"
+        if not 0 <= slot_count <= min(self.hash_slot_num, count - 1):
+            return f"its hashSlotCount is {slot_count} with indexCount {count}"
+        if count > 1 and (begin_phy < 0 or end_phy < begin_phy or end_ts < begin_ts):
+            return f"its header says phy [{begin_phy}, {end_phy}], timestamps [{begin_ts}, {end_ts}]"
+        return ""
+
+    def _drop_damaged(self, names: list[str], problem: str, kept: list[IndexFile]) -> None:
+        """Delete names[0] (damaged) and every newer file; the index is rebuilt from the end of
+        the last kept file."""
+        self.rebuild_from = kept[-1].end_phy_offset if kept else 0
+        self.damage.append(f"{names[0]}: {problem}")
+        log.error("index: %s is damaged (%s): deleting it%s; recovery rebuilds the index from CommitLog offset %d",
+                  names[0], problem, f" and the {len(names) - 1} newer file(s)" if len(names) > 1 else "",
+                  self.rebuild_from)
+        for name in names:
+            os.unlink(os.path.join(self.store_path, name))
+            self.damaged_files.append(name)
+
+    # -- recovery -----------------------------------------------------------------------------
+    def truncate_dirty(self, phy_offset: int, timestamp_of: Callable[[int], int]) -> tuple[int, list[str]]:
+        """Drop every entry of a record at or after phy_offset (the CommitLog was truncated
+        there): newer files entirely past it are deleted, the file holding the cut loses its
+        last entries (hash slots go back to the previous entry of their chain, the header's
+        counts and end fields follow; the end timestamp is the store time of the last kept
+        record, from timestamp_of(phy)). Without this, entries would point at records that are
+        gone or replaced, and new records below the old end offset would not be indexed.
+        Returns (entries dropped, files deleted)."""
+        dropped = 0
+        deleted: list[str] = []
+        while True:
+            with self._lock:
+                f = self._files[-1] if self._files else None
+            if f is None or f.end_phy_offset < phy_offset:
+                break
+            count = f.index_count
+            if count <= 1 or f.begin_phy_offset >= phy_offset:
+                if not f.destroy(DESTROY_INTERVAL_MS):
+                    log.error("index: %s is in use and cannot be deleted", f.file_name)
+                    break
+                with self._lock:
+                    self._files.remove(f)
+                dropped += max(0, count - 1)
+                deleted.append(f.file_name)
+                continue
+            n, g = self._truncate_entries(f, phy_offset, timestamp_of)
+            dropped += n
+            with self._lock:
+                self._files[-1] = g
+            break
+        if dropped or deleted:
+            log.warning("index: dropped %d entries%s past the CommitLog's end %d", dropped,
+                        f" and files {', '.join(deleted)}" if deleted else "", phy_offset)
+            with self._lock:
+                last = self._files[-1] if self._files else None
+            if last is not None:
+                last.flush()
+            limit = last.end_timestamp if last is not None else 0
+            if self.checkpoint.index_msg_timestamp > limit:
+                self.checkpoint.index_msg_timestamp = limit
+                self.checkpoint.flush()
+        return dropped, deleted
+
+    def _truncate_entries(self, f: IndexFile, phy_offset: int,
+                          timestamp_of: Callable[[int], int]) -> tuple[int, IndexFile]:
+        mapped = _mapping(f).mapped
+        slots = self.hash_slot_num
+        entries_at = HEADER_SIZE + SLOT_SIZE * slots
+        begin_ts, _end_ts, begin_phy, _end_phy, slot_count, count = _HEADER.unpack(mapped.read(0, HEADER_SIZE))
+        count = max(1, count)
+        keep = count
+        while keep > 2:
+            _, phy, _, _ = _ENTRY.unpack(mapped.read(entries_at + ENTRY_SIZE * (keep - 1), ENTRY_SIZE))
+            if phy < phy_offset:
+                break
+            keep -= 1
+        # undo the puts newest first: each slot goes back to the entry before in its chain
+        for m in range(count - 1, keep - 1, -1):
+            at = entries_at + ENTRY_SIZE * m
+            key_hash, _, _, prev = _ENTRY.unpack(mapped.read(at, ENTRY_SIZE))
+            slot_at = HEADER_SIZE + SLOT_SIZE * (key_hash % slots if key_hash >= 0 else 0)
+            if _I32.unpack(mapped.read(slot_at, SLOT_SIZE))[0] == m:
+                mapped.write_at(slot_at, _I32.pack(prev if 0 < prev < m else 0))
+                if not 0 < prev < m:
+                    slot_count -= 1
+            mapped.write_at(at, bytes(ENTRY_SIZE))
+        _, last_phy, last_diff, _ = _ENTRY.unpack(mapped.read(entries_at + ENTRY_SIZE * (keep - 1), ENTRY_SIZE))
+        end_ts = timestamp_of(last_phy)
+        if end_ts < 0:
+            end_ts = begin_ts + last_diff * 1000
+        mapped.write_at(0, _HEADER.pack(begin_ts, end_ts, begin_phy, last_phy, max(0, slot_count), keep))
+        return count - keep, IndexFile.load(_mapping(f), slots, self.index_num)
 
     # -- writing (dispatcher thread) ----------------------------------------------------------
     def build_index(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sortedcontainers import SortedDict
 
@@ -13,6 +13,14 @@ from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
 
 DELETE_FILES_BATCH_MAX = 10
+
+
+def _all_zeros(path: str, chunk: int = 1 << 20) -> bool:
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            if block.count(0) != len(block):
+                return False
+    return True
 
 
 class MappedFileQueue:
@@ -24,30 +32,56 @@ class MappedFileQueue:
         self._files: SortedDict = SortedDict()
         self._lock = threading.RLock()
         self.version = 0  # bumped whenever a file is added or removed (readers cache file maps)
+        self.extended: list[tuple[str, int]] = []  # cut last files extended by load: (name, size before)
 
     # -- loading -----------------------------------------------------------------------
-    def load(self) -> None:
+    def load(self, last_file_was_cut: Callable[[str], bool] | None = None) -> None:
         """Map every file of the directory (spec §2: all must be exactly file_size bytes).
 
         Leftovers of an allocation that died half way (``*.alloc<pid>``) are removed: they
-        were never renamed into place, so nothing was ever written to them."""
+        were never renamed into place, so nothing was ever written to them.
+
+        ``last_file_was_cut(path)`` (the CommitLog passes recovery.commitlog_file_was_cut):
+        when the last file written to (only never-written, all-zero files, such as the one
+        the allocation service made ahead, may follow it) is shorter than file_size and the predicate says it was cut (its
+        data runs to its end) rather than written with another file size, it is extended with
+        zeros and listed in ``extended`` as (name, size before); recovery then ends the log at
+        the cut. Any other size mismatch is refused before a file is changed."""
         os.makedirs(self.store_path, exist_ok=True)
         with self._lock:
+            names = []
             for name in sorted(os.listdir(self.store_path)):
                 path = os.path.join(self.store_path, name)
                 if ".alloc" in name and name.split(".alloc")[0].isdigit():
                     os.unlink(path)
-                    continue
-                if len(name) != 20 or not name.isdigit():
-                    continue
+                elif len(name) == 20 and name.isdigit():
+                    names.append(name)
+            extend = None
+            for i, name in enumerate(names):
+                path = os.path.join(self.store_path, name)
                 size = os.path.getsize(path)
-                if size != self.file_size:
-                    raise NotAStoreError(
-                        f"{path} is {size} bytes but the configured file size is {self.file_size}",
-                        hint="open the store with the file size it was created with "
-                        "(mapped_file_size_commit_log / mapped_file_size_consume_queue)",
-                    )
-                mf = MappedFile.open(path, self.file_size)
+                if size == self.file_size:
+                    continue
+                if (extend is None and size < self.file_size and last_file_was_cut is not None
+                        and all(_all_zeros(os.path.join(self.store_path, n)) for n in names[i + 1:])
+                        and last_file_was_cut(path)):
+                    extend = (name, size)
+                    continue
+                raise NotAStoreError(
+                    f"{path} is {size} bytes but the configured file size is {self.file_size}",
+                    hint="open the store with the file size it was created with "
+                    "(mapped_file_size_commit_log / mapped_file_size_consume_queue)"
+                    + ("; only the last file written to may be cut short" if size < self.file_size else ""),
+                )
+            if extend is not None:
+                path = os.path.join(self.store_path, extend[0])
+                with open(path, "r+b") as fh:
+                    fh.truncate(self.file_size)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                self.extended.append(extend)
+            for name in names:
+                mf = MappedFile.open(os.path.join(self.store_path, name), self.file_size)
                 mf.wrote_position = mf.committed_position = mf.flushed_position = self.file_size
                 self._files[mf.file_from] = mf
             self.version += 1

@@ -24,7 +24,7 @@ from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.dispatch import Dispatcher, ReputMessageService
 from mqstore.index import IndexService
 from mqstore.reads import MessageReader, QueryMessageResult, TimeLookup
-from mqstore.recovery import RecoveryReport, log_report, recover_store
+from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
 from mqstore.services.allocate import AllocateMappedFileService
 from mqstore.services.base import ServiceThread
 from mqstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
@@ -126,7 +126,7 @@ class MessageStore:
         )
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.commitlog = CommitLog(self.root, cfg, self.ctl)
-        self.commitlog.queue.load()
+        self.commitlog.queue.load(commitlog_file_was_cut)
         self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
                                                 cfg.mapped_file_size_consume_queue)
         self.consume_queues.load()
@@ -137,7 +137,7 @@ class MessageStore:
         self.recovery: RecoveryReport = recover_store(
             self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
-            index_safe=cfg.message_index_enable and cfg.message_index_safe)
+            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index)
         self.commitlog.prepare_for_writes()
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index, self.ctl,
                                      delay_levels_ms=cfg.delay_levels_ms)
