@@ -244,6 +244,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     phys: dict[tuple[bytes, int], array] = {}
     broken: set[tuple[bytes, int]] = set()  # queues whose offsets are not consecutive in the log
     ended = False
+    blank_end: int | None = None
     log = _Log(file_size)
     log.min_offset = starts[0]
     try:
@@ -298,6 +299,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
                 report.valid_end = base + stop if is_last else base + file_size
                 if is_last:
                     ended = True
+                    blank_end = base + file_size
                 continue
             # the log ends in this file
             report.valid_end = base + stop
@@ -323,7 +325,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             queue_phys[key] = phys[(topic, qid)]
             if (topic, qid) in broken:
                 broken_names.add(key)
-        _check_control_block(root, report, problem, quiescent, live_positions)
+        _check_control_block(root, report, problem, quiescent, live_positions, blank_end)
         log.end = report.valid_end
         _check_queues_and_index(root, report, problem, log, queue_phys, broken_names, quiescent=quiescent,
                                 config=config, check_queues_complete=check_queues_complete)
@@ -385,7 +387,10 @@ def _why_invalid(mf: MappedFile, pos: int, check_crc: bool) -> str:
 
 
 def _check_control_block(root: str, report: CheckReport, problem, quiescent: bool,
-                         live_positions: dict[str, int] | None = None) -> None:
+                         live_positions: dict[str, int] | None = None, blank_end: int | None = None) -> None:
+    """blank_end: the end of the last file when it ends with its END_OF_FILE blank. The put
+    path that wrote the blank moved the wrote position there, to the start of a next file
+    that a kill may have kept from being created; recovery ends the log at the blank."""
     from mqstore import _shm
 
     path = os.path.join(root, "mqstore.shm")
@@ -404,9 +409,10 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
         report.control_block = pos
         if not pos["flushed"] <= pos["committed"] <= pos["wrote"]:
             problem("control block", pos["wrote"], f"positions out of order: {pos}")
-        if quiescent and pos["wrote"] != report.valid_end:
+        ends = (report.valid_end, blank_end)
+        if quiescent and pos["wrote"] not in ends:
             problem("control block", pos["wrote"], f"wrote position {pos['wrote']} but the log ends at {report.valid_end}")
-        if pos["wrote"] > report.valid_end:
+        if pos["wrote"] > report.valid_end and pos["wrote"] != blank_end:
             problem("control block", pos["wrote"], f"wrote position is past the end of the log {report.valid_end}")
         if quiescent:
             table = {(t, q): n for t, q, n in ctl.table_items()}
