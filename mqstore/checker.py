@@ -121,16 +121,20 @@ class ConsumeQueueSummary:
 
 @dataclass
 class IndexFileSummary:
+    """An index file's header (spec §4.1), as the checker and ``mqstore inspect`` read it."""
+
     name: str
     size: int
-    index_count: int
-    hash_slot_count: int
-    begin_timestamp: int
-    end_timestamp: int
-    begin_phy_offset: int
-    end_phy_offset: int
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 0
     #: False when the file's size does not match the slot / entry counts in use (header only)
     entries_checked: bool = False
+    #: why the header could not be read ("" when it was)
+    error: str = ""
 
 
 @dataclass
@@ -838,7 +842,7 @@ def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: 
         return
     begin_ts, end_ts, begin_phy, end_phy, slot_count, count = _INDEX_HEADER.unpack(
         os.pread(fd, INDEX_HEADER_SIZE, 0))
-    summary = IndexFileSummary(name, size, count, slot_count, begin_ts, end_ts, begin_phy, end_phy)
+    summary = IndexFileSummary(name, size, begin_ts, end_ts, begin_phy, end_phy, slot_count, count)
     report.index_files.append(summary)
     # header (spec §4.1). indexCount starts at 1 (entry #0 is never used); a file whose header
     # was never written reads 0, which RocketMQ's load() also takes as 1.

@@ -1,0 +1,824 @@
+"""Read-only inspection of a store directory: what ``mqstore inspect``, ``dump`` and ``recover`` show.
+
+Nothing here takes the store's lock or creates, extends, truncates or deletes a file, so it
+may look at a store that another process has open. CommitLog files (and, for the recovery
+dry run, ConsumeQueue files) are mapped with ``MappedFile.open``, so that the store's own
+scanners, decoders and recovery read them in place, and then write-protected with mprotect:
+a stray write faults instead of changing the store. Otherwise ConsumeQueue files are mapped
+read-only, and index headers are read with pread.
+
+- ``inventory(root)``: the CommitLog files and where their records end, every ConsumeQueue
+  (offsets, physical offsets, files) and the index file headers.
+- ``records_at`` / ``queue_records``: records by physical offset or by queue offset, every
+  field decoded, for ``dump``; a bad offset raises ``OffsetError`` naming why.
+- ``plan_recovery(root)``: what opening the store would do (spec §3 recovery and
+  truncateDirtyLogicFiles, §5.2-§5.5): ``mqstore.recovery.recover_store`` itself runs over
+  ``ReadOnlyFileQueue``s, which record what it would zero and delete instead of doing it, so
+  the plan cannot drift from the real recovery. Its ``report`` is the RecoveryReport the open
+  will produce (up to ``elapsed_ms``); the plan adds the details per queue and file.
+
+A store that is being written may change while it is read: the results are then a snapshot
+of a moving target, never a reason to touch a file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import mmap
+import os
+import re
+import shutil
+import struct
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+from mqstore import _shm
+from mqstore._codec import check_record, crc32, decode_record
+from mqstore._commitlog import scan_records
+from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units, truncate_point
+from mqstore._mapped import MappedFile
+from mqstore.checker import IndexFileSummary
+from mqstore.checkpoint import StoreCheckpoint
+from mqstore.config import StoreConfig
+from mqstore.consume_queue import ConsumeQueueTable
+from mqstore.errors import CorruptRecordError, MQStoreError, NotAStoreError
+from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.record import DecodedRecord
+from mqstore.recovery import RecoveryReport, recover_store
+
+UNIT = CQ_STORE_UNIT_SIZE
+FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+PAGE = 4096
+CLEAN_PAGES = 16  # MappedFile.zero_dirty_tail stops after this many all-zero pages
+INDEX_HEADER = struct.Struct(">qqqqii")  # spec §4.1
+_UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
+_INDEX_NAME = re.compile(r"\d{17}")
+_INDEX_STAGING = re.compile(r"000\d{17}(\.alloc\d+)?")  # links an interrupted index creation leaves
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+Buffer = mmap.mmap | bytes
+
+
+class OffsetError(MQStoreError, ValueError):
+    """A physical or queue offset that holds no record: not on a record boundary, past the end
+    of the log, below its first file, or a queue that does not exist."""
+
+    hint = "mqstore inspect STORE_DIR lists the files, queues and their offsets"
+
+
+# -- bytes ---------------------------------------------------------------------------------
+def dirty_extent(buf: Buffer | MappedFile, start: int, size: int) -> int:
+    """Bytes from start to the last non-zero byte before CLEAN_PAGES all-zero pages: what
+    ``MappedFile.zero_dirty_tail(start)`` zeroes and reports (its return minus start)."""
+    end, run, at = start, 0, start
+    with memoryview(buf) as view:
+        while at < size and run < CLEAN_PAGES:
+            page_end = min((at // PAGE + 1) * PAGE, size)
+            data = bytes(view[at:page_end]).rstrip(b"\x00")
+            if data:
+                end, run = at + len(data), 0
+            else:
+                run += 1
+            at = page_end
+    return end - start
+
+
+def _map_read(path: str) -> Buffer:
+    """path mapped read-only (b"" for an empty file, which cannot be mapped)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _offset_names(directory: str) -> list[str]:
+    """The 20-digit file names (start offsets, spec §2) of directory, sorted."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+
+
+def _alloc_leftovers(directory: str) -> list[str]:
+    """``<offset>.alloc<pid>`` files that MappedFileQueue.load removes (an allocation that died)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(n for n in os.listdir(directory) if ".alloc" in n and n.split(".alloc")[0].isdigit())
+
+
+# -- files mapped like the store maps them, write-protected -------------------------------------
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _write_protect(mf: MappedFile) -> None:
+    """Make mf's mapping read-only in this process (mprotect): a write through it, by any code,
+    faults and kills the dry run instead of changing the store."""
+    if _libc.mprotect(ctypes.c_void_p(mf.address), ctypes.c_size_t(mf.file_size), mmap.PROT_READ) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), mf.path)
+
+
+class ReadOnlyFileQueue(MappedFileQueue):
+    """A MappedFileQueue over a store's real files that never changes them. The files are
+    write-protected; truncation and deletion (what recovery does to them) only change this
+    object's list and positions and record what the real ones would zero and delete, so the
+    real recovery can run over them as a dry run. (Recovery reads files only up to their
+    positions, so it sees the same data as after a real truncation.)"""
+
+    def __init__(self, store_path: str, file_size: int) -> None:
+        super().__init__(store_path, file_size)
+        #: file name -> non-zero bytes that truncation would zero in it
+        self.zeroed: dict[str, int] = {}
+        #: names of the files that would be deleted, and the non-zero bytes they hold
+        self.deleted: list[str] = []
+        self.deleted_data = 0
+
+    @classmethod
+    def of_directory(cls, directory: str, file_size: int, what: str, *, contiguous: bool = True
+                     ) -> ReadOnlyFileQueue:
+        """The 20-digit files of directory as MappedFileQueue.load maps them (positions at the
+        file size, nothing removed or created); NotAStoreError where the open would not map
+        them as they are: a file of another size, and (contiguous) a gap or a misaligned
+        first file."""
+        names = _offset_names(directory)
+        for name in names:
+            size = os.path.getsize(os.path.join(directory, name))
+            if size != file_size:
+                raise NotAStoreError(f"{os.path.join(directory, name)} is {size:,} bytes, not {file_size:,} like "
+                                     f"the other {what} files (opening the store refuses such a file, or cuts the "
+                                     f"queue there)")
+        if contiguous:
+            cls._check_contiguous_names(directory, names, file_size)
+        queue = cls(directory, file_size)
+        try:
+            for name in names:
+                mf = MappedFile.open(os.path.join(directory, name), file_size)
+                queue.add(mf)
+                _write_protect(mf)
+                mf.wrote_position = mf.committed_position = mf.flushed_position = file_size
+        except BaseException:
+            queue.close()
+            raise
+        return queue
+
+    @staticmethod
+    def _check_contiguous_names(directory: str, names: list[str], file_size: int) -> None:
+        starts = [int(n) for n in names]
+        for a, b in zip(starts, starts[1:]):
+            if b - a != file_size:
+                raise NotAStoreError(f"{directory}: files {a:020d} and {b:020d} are not contiguous: opening the store "
+                                     f"would fail", hint="a file is missing from the middle; restore it from a backup")
+        if starts and starts[0] % file_size:
+            raise NotAStoreError(f"{directory}: first file {names[0]} is not aligned to the file size {file_size}: "
+                                 f"opening the store would fail")
+
+    def truncate_dirty_files(self, offset: int) -> tuple[list[str], int]:
+        """MappedFileQueue.truncate_dirty_files without writing: (names it would delete,
+        bytes it would zero in the file holding offset)."""
+        removed, dropped = [], 0
+        for mf in self.files:
+            if mf.file_from + self.file_size <= offset:
+                continue
+            if mf.file_from <= offset:
+                pos = offset - mf.file_from
+                mf.wrote_position = mf.committed_position = mf.flushed_position = pos
+                dropped = dirty_extent(mf, pos, self.file_size)
+                if dropped:
+                    self.zeroed[mf.file_name] = dropped
+            else:
+                removed.append(mf.file_name)
+                self._forget(mf)
+        return removed, dropped
+
+    def delete_last_file(self) -> str | None:
+        last = self.last()
+        if last is None:
+            return None
+        self._forget(last)
+        return last.file_name
+
+    def _forget(self, mf: MappedFile) -> None:
+        self.deleted.append(mf.file_name)
+        self.deleted_data += dirty_extent(mf, 0, self.file_size)
+        with self._lock:
+            del self._files[mf.file_from]
+            self.version += 1
+        mf.close()
+
+
+def open_commitlog(root: str, *, contiguous: bool = True) -> ReadOnlyFileQueue:
+    """The CommitLog files of root, write-protected (``MappedFileQueue.load`` would create the
+    directory and remove leftovers); contiguous=False also maps a log with a missing file
+    (to look at, not to recover). Close it with ``.close()``."""
+    cdir = os.path.join(root, "commitlog")
+    names = _offset_names(cdir)
+    file_size = os.path.getsize(os.path.join(cdir, names[0])) if names else 0
+    return ReadOnlyFileQueue.of_directory(cdir, file_size, "CommitLog", contiguous=contiguous)
+
+
+# -- CommitLog -----------------------------------------------------------------------------
+@contextmanager
+def commitlog(root: str) -> Iterator[ReadOnlyFileQueue]:
+    """The CommitLog files to look at (a missing file in the middle is no obstacle)."""
+    queue = open_commitlog(root, contiguous=False)
+    try:
+        yield queue
+    finally:
+        queue.close()
+
+
+@dataclass
+class LogFile:
+    """One CommitLog file: where its records end (records parsed, CRCs not checked)."""
+
+    name: str
+    file_from: int
+    size: int
+    #: where its valid records end; the file size when it ends with the END_OF_FILE blank
+    wrote: int
+    records: int
+    #: scan_records' stop reason: "blank" (END_OF_FILE: full), "end", "invalid" (zeros or a bad record)
+    stop_reason: str
+    #: non-zero bytes after ``wrote`` that do not parse as a record (a torn or corrupt tail)
+    dirty_bytes: int
+    #: the control block's flushed position inside this file; None without a control block
+    flushed: int | None
+
+
+def log_files(queue: MappedFileQueue, flushed: int | None, progress: Progress | None = None) -> list[LogFile]:
+    out = []
+    files = queue.files
+    for i, mf in enumerate(files):
+        stop, reason, count, _ = scan_records(mf, mf.file_from, 0, queue.file_size, False)
+        dirty = dirty_extent(mf, stop, queue.file_size) if reason == "invalid" else 0
+        in_file = None if flushed is None else min(max(flushed - mf.file_from, 0), queue.file_size)
+        out.append(LogFile(mf.file_name, mf.file_from, queue.file_size,
+                           queue.file_size if reason == "blank" else stop, count, reason, dirty, in_file))
+        if progress is not None:
+            progress("commitlog", i + 1, len(files))
+    return out
+
+
+def log_end(files: list[LogFile]) -> int:
+    """Where the log ends: in the first file that does not end with the END_OF_FILE blank."""
+    for f in files:
+        if f.stop_reason == "invalid":
+            return f.file_from + f.wrote
+    return files[-1].file_from + files[-1].size if files else 0
+
+
+# -- ConsumeQueues (spec §3) -----------------------------------------------------------------
+def queue_dirs(root: str) -> list[tuple[str, int, str]]:
+    """(topic, queue id, directory) of every ``consumequeue/<topic>/<int queueId>`` directory,
+    the ones ConsumeQueueTable.load maps (spec §5.2: other names are ignored)."""
+    cq_root = os.path.join(root, "consumequeue")
+    if not os.path.isdir(cq_root):
+        return []
+    out = []
+    for topic in sorted(os.listdir(cq_root)):
+        topic_dir = os.path.join(cq_root, topic)
+        if not os.path.isdir(topic_dir):
+            continue
+        for qid in sorted(os.listdir(topic_dir), key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n)):
+            if qid.isdigit() and os.path.isdir(os.path.join(topic_dir, qid)):
+                out.append((topic, int(qid), os.path.join(topic_dir, qid)))
+    return out
+
+
+class QueueFiles:
+    """The files of one ConsumeQueue mapped read-only: [(file_from, name, buffer)] by start."""
+
+    def __init__(self, topic: str, queue_id: int, directory: str) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = directory
+        self.files: list[tuple[int, str, Buffer]] = []
+        try:
+            for name in _offset_names(directory):
+                self.files.append((int(name), name, _map_read(os.path.join(directory, name))))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for _, _, buf in self.files:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+        self.files = []
+
+    def __enter__(self) -> QueueFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(phyOffset, size, tagsCode) of the unit at queue_offset, None if no file holds it."""
+        at = queue_offset * UNIT
+        for start, _, buf in self.files:
+            if start <= at and at + UNIT <= start + len(buf):
+                phy, size, tags = _UNIT.unpack_from(buf, at - start)
+                return phy, size, tags
+        return None
+
+
+def is_filler(phy: int, size: int) -> bool:
+    return phy == 0 and size == FILLER_SIZE
+
+
+@dataclass
+class QueueFile:
+    name: str
+    #: logical byte offset of its first unit (its name); queue offset = file_from // 20
+    file_from: int
+    size: int
+    #: where its valid units end (the first with phyOffset < 0 or size <= 0)
+    wrote: int
+    #: non-zero bytes after that (torn units; the next open zeroes them)
+    dirty_bytes: int
+
+
+@dataclass
+class QueueInfo:
+    """One ConsumeQueue as its files hold it now (queue offsets; max_offset is the next one)."""
+
+    topic: str
+    queue_id: int
+    files: list[QueueFile]
+    #: the first unit whose record is still in the log (below: removed by retention, or pre-fill)
+    min_offset: int
+    max_offset: int
+    #: physical offsets of the records of the units at min_offset and max_offset - 1 (-1: none)
+    min_phy_offset: int
+    max_phy_offset: int
+
+    @property
+    def messages(self) -> int:
+        """RocketMQ's messageTotal: max - min (skipped offsets, rare, count too)."""
+        return self.max_offset - self.min_offset
+
+
+def queue_info(queue: QueueFiles, log_min: int) -> QueueInfo:
+    """Offsets of one queue: its units are read up to the first invalid one (spec §3 recovery)."""
+    files = []
+    max_offset = queue.files[0][0] // UNIT if queue.files else 0
+    ended = False
+    for start, name, buf in queue.files:
+        size = len(buf)
+        wrote = scan_units(buf, 0, size)[0] if size else 0
+        files.append(QueueFile(name, start, size, wrote, dirty_extent(buf, wrote, size)))
+        if not ended:
+            max_offset = (start + wrote) // UNIT
+            ended = wrote < size
+    min_offset, min_phy = _first_unit_in_log(queue, files, log_min, max_offset)
+    return QueueInfo(queue.topic, queue.queue_id, files, min_offset, max_offset, min_phy,
+                     _last_unit_phy(queue, min_offset, max_offset))
+
+
+def _first_unit_in_log(queue: QueueFiles, files: list[QueueFile], log_min: int, max_offset: int) -> tuple[int, int]:
+    """(queue offset, phy) of the first real unit whose record is at or above log_min."""
+    for (start, _, buf), info in zip(queue.files, files):
+        with memoryview(buf) as view:
+            for i, (phy, size, _) in enumerate(_UNIT.iter_unpack(view[:info.wrote])):
+                q = start // UNIT + i
+                if q >= max_offset:
+                    return max_offset, -1
+                if not is_filler(phy, size) and phy >= log_min:
+                    return q, phy
+    return max_offset, -1
+
+
+def _last_unit_phy(queue: QueueFiles, min_offset: int, max_offset: int) -> int:
+    for q in range(max_offset - 1, min_offset - 1, -1):
+        unit = queue.unit(q)
+        if unit is not None and not is_filler(unit[0], unit[1]):
+            return unit[0]
+    return -1
+
+
+def queue_file_size(dirs: list[tuple[str, int, str]]) -> int:
+    """The ConsumeQueue file size in use: the most common one (a store has one configured)."""
+    sizes = Counter(os.path.getsize(os.path.join(d, n)) for _, _, d in dirs for n in _offset_names(d))
+    return max(sizes, key=lambda s: (sizes[s], s)) if sizes else 0
+
+
+# -- index files (spec §4.1) -------------------------------------------------------------------
+def index_files(root: str) -> list[IndexFileSummary]:
+    """The header of every ``index/<yyyyMMddHHmmssSSS>`` file."""
+    idir = os.path.join(root, "index")
+    if not os.path.isdir(idir):
+        return []
+    out = []
+    for name in sorted(os.listdir(idir)):
+        path = os.path.join(idir, name)
+        if not _INDEX_NAME.fullmatch(name) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = os.pread(fh.fileno(), INDEX_HEADER.size, 0)
+        if len(head) < INDEX_HEADER.size:
+            out.append(IndexFileSummary(name, size, error=f"{size} bytes, shorter than the {INDEX_HEADER.size}-byte "
+                                                       f"header"))
+        else:
+            out.append(IndexFileSummary(name, size, *INDEX_HEADER.unpack(head)))
+    return out
+
+
+# -- the whole store -----------------------------------------------------------------------
+@dataclass
+class Inventory:
+    root: str
+    log_files: list[LogFile]
+    #: start of the first CommitLog file (records below were removed by retention)
+    log_min: int
+    log_end: int
+    queues: list[QueueInfo]
+    index_files: list[IndexFileSummary]
+
+
+def inventory(root: str, *, flushed: int | None = None, progress: Progress | None = None) -> Inventory:
+    """What the store holds; flushed: the control block's flushed position, if known."""
+    with commitlog(root) as queue:
+        files = log_files(queue, flushed, progress)
+    log_min = files[0].file_from if files else 0
+    dirs = queue_dirs(root)
+    queues = []
+    for i, (topic, qid, qdir) in enumerate(dirs):
+        with QueueFiles(topic, qid, qdir) as qf:
+            queues.append(queue_info(qf, log_min))
+        if progress is not None:
+            progress("consumequeues", i + 1, len(dirs))
+    return Inventory(root, files, log_min, log_end(files), queues, index_files(root))
+
+
+# -- records (dump) ------------------------------------------------------------------------
+@dataclass
+class DumpEntry:
+    """One record (or, reading a queue, one unit without a record: ``record`` None, ``note`` why)."""
+
+    phy: int
+    record: DecodedRecord | None = None
+    #: the body's CRC computed now (RocketMQ crc32 & 0x7FFFFFFF); compare record.body_crc
+    computed_crc: int = 0
+    file_name: str = ""
+    #: reading a queue: the unit's queue offset and (phyOffset, size, tagsCode)
+    queue_offset: int | None = None
+    unit: tuple[int, int, int] | None = None
+    note: str = ""
+
+    @property
+    def crc_ok(self) -> bool:
+        return self.record is not None and self.computed_crc == self.record.body_crc
+
+
+class LogReader:
+    """The CommitLog files of a store mapped for reading, with record lookups by offset."""
+
+    def __init__(self, root: str) -> None:
+        self.queue = open_commitlog(root, contiguous=False)
+        self.file_size = self.queue.file_size
+        self._scans: dict[int, tuple[int, str]] = {}
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset if len(self.queue) else 0
+
+    def stop(self, mf: MappedFile) -> tuple[int, str]:
+        """(position where the file's records end, scan_records' reason), CRCs not checked."""
+        got = self._scans.get(mf.file_from)
+        if got is None:
+            stop, reason, _, _ = scan_records(mf, mf.file_from, 0, self.file_size, False)
+            got = self._scans[mf.file_from] = (stop, reason)
+        return got
+
+    def end(self) -> int:
+        """Where the log ends (the first file not ended by the END_OF_FILE blank)."""
+        files = self.queue.files
+        for mf in files:
+            stop, reason = self.stop(mf)
+            if reason == "invalid":
+                return mf.file_from + stop
+        return files[-1].file_from + self.file_size if files else 0
+
+    def locate(self, phy: int) -> MappedFile:
+        """The file holding the record at phy; OffsetError naming why phy holds none."""
+        files = self.queue.files
+        if not files:
+            raise OffsetError(f"offset {phy} is past the end of the log: the CommitLog has no files")
+        if phy < 0:
+            raise OffsetError(f"offset {phy} is negative")
+        if phy < files[0].file_from:
+            raise OffsetError(f"offset {phy} is below the CommitLog's first file {files[0].file_name} (starts at "
+                              f"{files[0].file_from}): removed by retention")
+        mf = self.queue.find_mapped_file_by_offset(phy)
+        if mf is None and phy < files[-1].file_from + self.file_size:
+            raise OffsetError(f"offset {phy} is in CommitLog file {phy - phy % self.file_size:020d}, which is missing")
+        if mf is None:
+            raise OffsetError(f"offset {phy} is past the end of the log at {self.end()}")
+        pos = phy - mf.file_from
+        stop, reason = self.stop(mf)
+        if pos >= stop:
+            if reason == "blank":
+                raise OffsetError(f"offset {phy} is in the END_OF_FILE blank of file {mf.file_name} (from "
+                                  f"{mf.file_from + stop}); the next record is at {mf.file_from + self.file_size}")
+            raise OffsetError(f"offset {phy} is past the end of the log at {self.end()}")
+        start, _, _, _ = scan_records(mf, mf.file_from, 0, pos, False)
+        if start != pos:
+            size = int.from_bytes(mf.read(start, 4), "big", signed=True)
+            raise OffsetError(f"offset {phy} is not on a record boundary: it falls inside the record at "
+                              f"{mf.file_from + start} (TOTALSIZE {size}); the next record is at "
+                              f"{mf.file_from + start + size}")
+        return mf
+
+    @staticmethod
+    def decode(mf: MappedFile, pos: int) -> tuple[DecodedRecord, DumpEntry]:
+        """The record at pos of mf with its body, and its entry (the CRC computed, not enforced)."""
+        rec = decode_record(mf, pos, check_crc=False, read_body=True)
+        return rec, DumpEntry(mf.file_from + pos, rec, crc32(rec.body or b""), mf.file_name)
+
+    def records_at(self, phy: int, count: int) -> list[DumpEntry]:
+        """count records from phy on (fewer at the end of the log), across files."""
+        first = self.locate(phy)
+        mf: MappedFile | None = first
+        pos = phy - first.file_from
+        out: list[DumpEntry] = []
+        while mf is not None and len(out) < count:
+            stop, reason = self.stop(mf)
+            if pos >= stop:
+                mf = None if reason == "invalid" else self.queue.get(mf.file_from + self.file_size)
+                pos = 0
+                continue
+            rec, entry = self.decode(mf, pos)
+            out.append(entry)
+            pos += rec.total_size
+        return out
+
+    def unit_entry(self, queue_offset: int, unit: tuple[int, int, int], topic: str, queue_id: int) -> DumpEntry:
+        """The record a ConsumeQueue unit points at, with a note when there is none or it disagrees."""
+        phy, size, tags = unit
+        base = DumpEntry(phy, queue_offset=queue_offset, unit=unit)
+        if is_filler(phy, size):
+            base.note = "filler unit: no message has this queue offset (pre-fill or skipped offset)"
+            return base
+        if phy < self.min_offset:
+            base.note = f"the record at {phy} was removed by retention (the CommitLog starts at {self.min_offset})"
+            return base
+        try:
+            mf = self.locate(phy)
+            rec, got = self.decode(mf, phy - mf.file_from)
+        except (OffsetError, CorruptRecordError) as exc:
+            base.note = f"the unit points at no record: {exc.args[0]}"
+            return base
+        got.queue_offset, got.unit = queue_offset, unit
+        got.note = "; ".join(_unit_mismatch(rec, size, tags, topic, queue_id, queue_offset))
+        return got
+
+
+def _unit_mismatch(rec: DecodedRecord, size: int, tags: int, topic: str, queue_id: int, q: int) -> list[str]:
+    why = []
+    if rec.total_size != size:
+        why.append(f"unit size {size} but the record's TOTALSIZE is {rec.total_size}")
+    if (rec.topic, rec.queue_id) != (topic, queue_id):
+        why.append(f"the record belongs to queue {rec.topic}/{rec.queue_id}")
+    if rec.queue_offset != q:
+        why.append(f"the record's QUEUEOFFSET is {rec.queue_offset}")
+    if tags != rec.tags_code and not (rec.topic == SCHEDULE_TOPIC and "DELAY" in rec.properties):
+        why.append(f"unit tags code {tags} but the record's is {rec.tags_code}")
+    return why
+
+
+def queue_records(root: str, log: LogReader, topic: str, queue_id: int, start: int | None,
+                  count: int) -> tuple[QueueInfo, list[DumpEntry]]:
+    """count units of topic/queue_id from queue offset start (default: the queue's min offset)
+    with their records; OffsetError for an unknown queue or an offset outside the queue."""
+    qdir = os.path.join(root, "consumequeue", topic, str(queue_id))
+    if not os.path.isdir(qdir):
+        known = [f"{t}/{q}" for t, q, _ in queue_dirs(root)]
+        shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+        raise OffsetError(f"unknown queue {topic}/{queue_id}: no consumequeue/{topic}/{queue_id} directory "
+                          f"(queues: {shown or 'none'})")
+    with QueueFiles(topic, queue_id, qdir) as qf:
+        info = queue_info(qf, log.min_offset)
+        first = info.min_offset if start is None else start
+        if not info.min_offset <= first < info.max_offset:
+            held = (f"holds offsets {info.min_offset}..{info.max_offset - 1}" if info.messages > 0 else
+                    f"is empty (next offset {info.max_offset})")
+            raise OffsetError(f"queue offset {first} is out of range: {topic}/{queue_id} {held}")
+        out = []
+        for q in range(first, min(first + count, info.max_offset)):
+            unit = qf.unit(q)
+            assert unit is not None  # below max_offset every offset has a unit
+            out.append(log.unit_entry(q, unit, topic, queue_id))
+    return info, out
+
+
+# -- recovery dry run (spec §3, §5.2-§5.5) -----------------------------------------------------
+@dataclass
+class QueuePlan:
+    """What opening the store does to one ConsumeQueue (queue offsets: the next one)."""
+
+    topic: str
+    queue_id: int
+    #: where the queue's valid units end now, and where they end after recovery
+    max_offset: int
+    kept_offset: int
+    #: units the open reports as dropped (RecoveryReport.queue_units_dropped)
+    units_dropped: int = 0
+    #: non-zero bytes zeroed after the kept end (torn units, units past the log's end)
+    bytes_zeroed: int = 0
+    files_deleted: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.kept_offset != self.max_offset or self.units_dropped or self.bytes_zeroed
+                    or self.files_deleted)
+
+
+@dataclass
+class RecoveryPlan:
+    """What ``MessageStore(root)`` would do on opening, found without changing a file."""
+
+    #: the RecoveryReport the open produces (elapsed_ms aside)
+    report: RecoveryReport
+    #: whether the scan checks body CRCs (check_crc_on_recover)
+    check_crc: bool
+    #: the checkpoint as the open reads it, and the min timestamp the abnormal start is
+    #: chosen by (spec §5.5; 0 after a clean shutdown)
+    checkpoint: dict[str, int]
+    min_timestamp: int
+    commitlog_files: list[str]
+    #: physical offset where the CommitLog scan starts, and its first record's store time
+    scan_start: int
+    scan_start_timestamp: int
+    #: non-zero bytes in the CommitLog files deleted after the valid end
+    deleted_files_data_bytes: int
+    queues: list[QueuePlan]
+    #: the CommitLog has no file: every ConsumeQueue is destroyed
+    queues_destroyed: int
+    #: index files ending after checkpoint.indexMsgTimestamp, destroyed after an abnormal exit
+    index_files_destroyed: list[str]
+    #: allocation leftovers removed when the files are loaded (paths relative to the root)
+    leftovers: list[str]
+    #: bytes of the log dispatched again (queues and index rebuilt from dispatch_from)
+    redispatch_bytes: int
+
+    @property
+    def drops_data(self) -> bool:
+        """Whether the open cuts anything written: CommitLog bytes or ConsumeQueue units
+        (empty pre-allocated files and re-dispatch do not count)."""
+        r = self.report
+        return bool(r.dropped_bytes or self.deleted_files_data_bytes or r.queue_units_dropped
+                    or any(q.bytes_zeroed or q.kept_offset < q.max_offset for q in self.queues))
+
+
+def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progress | None = None) -> RecoveryPlan:
+    """What opening root with the default configuration would do (check_crc None: as
+    check_crc_on_recover says), found by running mqstore.recovery.recover_store itself over
+    write-protected files (ReadOnlyFileQueue), a copy of the checkpoint and a scratch control
+    block in a temporary directory, which is removed again. Nothing in root is written."""
+    cfg = StoreConfig()
+    check = cfg.check_crc_on_recover if check_crc is None else check_crc
+    clean = not os.path.exists(os.path.join(root, "abort"))
+    index_safe = cfg.message_index_enable and cfg.message_index_safe
+    dirs = queue_dirs(root)
+    with tempfile.TemporaryDirectory(prefix="mqstore-recover-") as sandbox, ExitStack() as stack:
+        log = open_commitlog(root)
+        stack.callback(log.close)
+        names = [mf.file_name for mf in log.files]
+        table, files = _dry_run_queues(sandbox, dirs, progress)
+        stack.callback(table.close)
+        checkpoint = _checkpoint_copy(root, sandbox)
+        stack.callback(checkpoint.close)
+        ctl = _shm.ControlBlock.create(os.path.join(sandbox, "mqstore.shm"), table_slots=cfg.topic_queue_table_slots,
+                                       file_size=log.file_size or cfg.mapped_file_size_commit_log,
+                                       lock_kind=cfg.put_lock_kind, sync_flush=cfg.is_sync_flush)
+        stack.callback(ctl.close)
+        before = {key: _units_end(queue) for key, queue in files.items()}
+        scan_progress = None if progress is None else functools.partial(progress, "commitlog")
+        with _silenced("mqstore"):
+            report = recover_store(log, ctl, table, checkpoint, check_crc=check, clean_shutdown=clean,
+                                   index_safe=index_safe, progress=scan_progress)
+        scan_mf = log.get(int(report.first_file_scanned)) if report.first_file_scanned else None
+        report.redispatched_records = _count_records(log, report.dispatch_from, report.valid_end)
+        min_ts = 0 if clean else checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
+        queues = []
+        for cq in table:  # empty when recovery destroyed every queue
+            key = (cq.topic, cq.queue_id)
+            queues.append(QueuePlan(cq.topic, cq.queue_id, before[key], cq.max_offset_in_queue,
+                                    report.queue_units_dropped.get(f"{cq.topic}/{cq.queue_id}", 0),
+                                    sum(files[key].zeroed.values()), list(files[key].deleted)))
+        return RecoveryPlan(
+            report, check, checkpoint.to_dict(), min_ts, names,
+            scan_mf.file_from if scan_mf is not None else 0,
+            _first_store_timestamp(scan_mf) if scan_mf is not None else -1,
+            log.deleted_data, queues, len(dirs) if not names else 0,
+            [] if clean or not cfg.message_index_enable else _index_files_after(root, checkpoint.index_msg_timestamp),
+            _all_leftovers(root, dirs), report.valid_end - report.dispatch_from)
+
+
+def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Progress | None
+                    ) -> tuple[ConsumeQueueTable, dict[tuple[str, int], ReadOnlyFileQueue]]:
+    """Every ConsumeQueue of the store over ReadOnlyFileQueues, in a table rooted in the sandbox
+    (so a queue destroyed by recovery is removed there, not in the store); and the file queues
+    by (topic, queue id), which record what recovery did to them."""
+    size = queue_file_size(dirs) or StoreConfig().mapped_file_size_consume_queue
+    table = ConsumeQueueTable(os.path.join(sandbox, "consumequeue"), size)
+    files = {}
+    try:
+        for i, (topic, qid, qdir) in enumerate(dirs):
+            queue = ReadOnlyFileQueue.of_directory(qdir, size, "ConsumeQueue")
+            table.find_or_create(topic, qid).files = queue
+            files[(topic, qid)] = queue
+            if progress is not None:
+                progress("consumequeues", i + 1, len(dirs))
+    except BaseException:
+        table.close()
+        raise
+    return table, files
+
+
+@contextmanager
+def _silenced(name: str) -> Iterator[None]:
+    """Mute a logger tree: recovery logs what it did ("truncated", "dropped"), which a dry run
+    did not do; the plan says it instead."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _checkpoint_copy(root: str, sandbox: str) -> StoreCheckpoint:
+    """The store's checkpoint opened from a copy (StoreCheckpoint creates, extends or resets
+    its file); absent stays absent."""
+    copy = os.path.join(sandbox, "checkpoint")
+    source = os.path.join(root, "checkpoint")
+    if os.path.isfile(source):
+        shutil.copyfile(source, copy)
+    return StoreCheckpoint(copy)
+
+
+def _units_end(queue: MappedFileQueue) -> int:
+    """The next queue offset as the files hold it: units read up to the first invalid one."""
+    end = 0
+    for mf in queue.files:
+        valid = scan_units(mf, 0, queue.file_size)[0]
+        end = (mf.file_from + valid) // UNIT
+        if valid < queue.file_size:
+            break
+    return end
+
+
+def _first_store_timestamp(mf: MappedFile) -> int:
+    """STORETIMESTAMP of the file's first record (what choose_abnormal_start compares), -1 if
+    it does not start with one."""
+    size, ok = check_record(mf, 0, check_crc=False, read_body=False)
+    if not ok or size <= 0:
+        return -1
+    return int(scan_records(mf, mf.file_from, 0, size, False)[3])
+
+
+def _count_records(queue: MappedFileQueue, start: int, end: int) -> int:
+    """Records the start-up dispatch goes through from start to end (Dispatcher._dispatch's walk)."""
+    fs, count, pos = queue.file_size, 0, start
+    while pos < end:
+        base = pos - pos % fs
+        mf = queue.get(base)
+        if mf is None:
+            break
+        stop, reason, n, _ = scan_records(mf, base, pos - base, min(end, base + fs) - base, False)
+        count += n
+        pos = base + stop if reason == "end" else base + fs
+    return count
+
+
+def _index_files_after(root: str, index_msg_timestamp: int) -> list[str]:
+    """IndexService.load after an abnormal exit (spec §4.4): files ending after the checkpoint's
+    indexMsgTimestamp are destroyed."""
+    return [f.name for f in index_files(root) if not f.error and f.end_timestamp > index_msg_timestamp]
+
+
+def _all_leftovers(root: str, dirs: list[tuple[str, int, str]]) -> list[str]:
+    out = [os.path.join("commitlog", n) for n in _alloc_leftovers(os.path.join(root, "commitlog"))]
+    for _, _, qdir in dirs:
+        out += [os.path.relpath(os.path.join(qdir, n), root) for n in _alloc_leftovers(qdir)]
+    idir = os.path.join(root, "index")
+    if os.path.isdir(idir):
+        out += [os.path.join("index", n) for n in sorted(os.listdir(idir)) if _INDEX_STAGING.fullmatch(n)]
+    return out
