@@ -83,6 +83,34 @@ def scan_units(mapped, int64_t start, int64_t end):
     return pos, last
 
 
+def order_break(mapped, int64_t end, int64_t file_from, int64_t prev_end, int64_t prev_pos):
+    """Check that the real units of [0, end) of a ConsumeQueue file follow each other in the
+    CommitLog (phyOffset >= the previous real unit's phyOffset + size; fillers skipped), after
+    a unit ending at prev_end (-1: none) at logical position prev_pos. Returns (logical
+    position to cut at or -1, phyOffset + size of the last real unit, its logical position).
+    The cut drops the unit before the first break as well: either may be the damaged one.
+    Twin: mqstore.twin.consume_queue.order_break."""
+    cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
+    if end > view.shape[0]:
+        end = view.shape[0]
+    cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
+    cdef int64_t pos = 0, phy, cut = -1
+    cdef int32_t size
+    with nogil:
+        while pos + CQ_UNIT <= end:
+            phy = mq_get_i64(b + pos)
+            size = mq_get_i32(b + pos + 8)
+            pos += CQ_UNIT
+            if phy == 0 and size == FILLER_SIZE:
+                continue
+            if phy < prev_end:
+                cut = prev_pos if prev_pos >= 0 else file_from + pos - CQ_UNIT
+                break
+            prev_end = phy + size
+            prev_pos = file_from + pos - CQ_UNIT
+    return cut, prev_end, prev_pos
+
+
 def truncate_point(mapped, int64_t start, int64_t end, int64_t phy_limit):
     """First unit position in [start, end) whose record starts at or after phy_limit or that is
     invalid (spec §3 truncateDirtyLogicFiles), and phyOffset + size of the last kept unit."""

@@ -20,6 +20,11 @@ def filler_units(count: int) -> bytes:
 def scan_units(mapped: Any, start: int, end: int) -> tuple[int, int]:
     """(valid_end, last_phy_end) of the units from start while phyOffset >= 0 and size > 0."""
 
+def order_break(mapped: Any, end: int, file_from: int, prev_end: int, prev_pos: int) -> tuple[int, int, int]:
+    """Whether the real units of [0, end) follow each other in the CommitLog after a unit ending
+    at prev_end at logical position prev_pos: (position to cut at or -1, end of the last real
+    unit, its logical position)."""
+
 def truncate_point(mapped: Any, start: int, end: int, phy_limit: int) -> tuple[int, int]:
     """First unit position whose record starts at or after phy_limit (or that is invalid),
     and phyOffset + size of the last kept unit."""

@@ -11,18 +11,15 @@ import logging
 import os
 import shutil
 import struct
-import sys
 import threading
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
-from operator import add, le
 
 from mqstore._consumequeue import (
     CQ_STORE_UNIT_SIZE,
     ConsumeQueueKernel,
     filler_units,
+    order_break,
     scan_units,
     truncate_point,
 )
@@ -245,7 +242,7 @@ class ConsumeQueue(ConsumeQueueKernel):
             prev_end, prev_pos = _last_real_unit(files[index - 1], self.file_size)
         for mf in files[index:]:
             end, _ = scan_units(mf, 0, self.file_size)
-            brk, prev_end, prev_pos = _order_break(mf, end, prev_end, prev_pos)
+            brk, prev_end, prev_pos = order_break(mf, end, mf.file_from, prev_end, prev_pos)
             if brk >= 0:
                 report.damage.append(f"unit {brk // UNIT} is out of CommitLog order with the unit before it")
                 valid_end = brk
@@ -476,40 +473,3 @@ def _last_real_unit(mf: MappedFile, file_size: int) -> tuple[int, int]:
     return -1, -1
 
 
-def _order_break(mf: MappedFile, end: int, prev_end: int, prev_pos: int) -> tuple[int, int, int]:
-    """Check that the real units of [0, end) of mf follow each other in the CommitLog
-    (phyOffset >= the previous real unit's phyOffset + size), after a unit ending at prev_end
-    (-1: none) at logical position prev_pos. Returns (logical position to cut at or -1,
-    end of the last real unit, its logical position). The cut drops the unit before the
-    first break as well: either may be the damaged one."""
-    n = end // UNIT
-    if n == 0:
-        return -1, prev_end, prev_pos
-    data = mf.read(0, n * UNIT)
-    # fast path, C speed: big-endian phyOffsets and sizes as native arrays, ends <= next starts
-    phys = bytearray(8 * n)
-    sizes = bytearray(4 * n)
-    for k in range(8):
-        phys[k::8] = data[k::UNIT]
-    for k in range(4):
-        sizes[k::4] = data[8 + k::UNIT]
-    pa = array("q")
-    pa.frombytes(phys)
-    sa = array("i")
-    sa.frombytes(sizes)
-    if sys.byteorder == "little":
-        pa.byteswap()
-        sa.byteswap()
-    ends = list(map(add, pa, sa))
-    if (prev_end <= pa[0] and all(map(le, ends[:-1], islice(pa, 1, None)))
-            and not (pa[n - 1] == 0 and sa[n - 1] == FILLER_SIZE)):
-        return -1, ends[-1], mf.file_from + (n - 1) * UNIT
-    # slow path: fillers (0, Integer.MAX_VALUE, 0) are skipped; find the first break
-    for i in range(n):
-        phy, size = pa[i], sa[i]
-        if phy == 0 and size == FILLER_SIZE:
-            continue
-        if phy < prev_end:
-            return (prev_pos if prev_pos >= 0 else mf.file_from + i * UNIT), prev_end, prev_pos
-        prev_end, prev_pos = phy + size, mf.file_from + i * UNIT
-    return -1, prev_end, prev_pos

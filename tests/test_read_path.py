@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import os
 import time
 
@@ -400,3 +401,33 @@ def test_get_message_matches_the_twin(twin_store, queue_id, offset, max_msg_nums
     expected_codes = None if tags is None or tags.strip() in ("", "*") else \
         frozenset(java_string_hash(t.strip()) for t in tags.split("||") if t.strip())
     assert codes == expected_codes
+
+
+@st.composite
+def _unit_runs(draw):
+    """ConsumeQueue file bytes: mostly ordered real units, with fillers, overlaps and a zero tail."""
+    units, phy = [], draw(st.integers(0, 1 << 40))
+    for _ in range(draw(st.integers(0, 40))):
+        kind = draw(st.sampled_from(["next", "next", "next", "filler", "back", "gap"]))
+        size = draw(st.integers(1, 5000))
+        if kind == "filler":
+            units.append((0, 0x7FFFFFFF, 0))
+            continue
+        if kind == "back":
+            phy = max(0, phy - draw(st.integers(1, 6000)))
+        elif kind == "gap":
+            phy += draw(st.integers(1, 1 << 20))
+        units.append((phy, size, draw(st.integers(-(1 << 63), (1 << 63) - 1))))
+        phy += size
+    data = b"".join(struct.pack(">qiq", *u) for u in units) + bytes(20 * draw(st.integers(0, 3)))
+    return data, draw(st.integers(0, len(data) + 30))
+
+
+@given(_unit_runs(), st.integers(0, 1 << 30), st.integers(-1, 1 << 41), st.integers(-1, 1 << 30))
+def test_order_break_matches_the_twin(run, file_from, prev_end, prev_pos):
+    from mqstore._consumequeue import order_break
+    from mqstore.twin.consume_queue import order_break as twin_order_break
+    data, end = run
+    file_from -= file_from % 20
+    assert order_break(data, end, file_from, prev_end, prev_pos) == twin_order_break(data, end, file_from, prev_end,
+                                                                                      prev_pos)

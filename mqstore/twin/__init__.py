@@ -8,4 +8,5 @@ counterpart and require identical results (return values, bytes and raised
 exception types). They are not meant to be fast and are not used by the store.
 
 - :mod:`mqstore.twin.codec` -- the CommitLog record codec (spec §1, §5.3, Appendix B).
+- :mod:`mqstore.twin.consume_queue` -- the ConsumeQueue unit order check of recovery.
 """
