@@ -145,6 +145,8 @@ cdef class ConsumeQueueKernel:
     cdef char *cur_base
     cdef int64_t cur_from
     cdef int64_t cur_wrote
+    cdef int64_t *published      # the queue's dispatched_next cell in the control block, or NULL
+    cdef object published_ctl    # keeps that mapping alive
 
     def __init__(self, str topic, int queue_id, int64_t file_size):
         if file_size <= 0 or file_size % CQ_UNIT:
@@ -159,6 +161,26 @@ cdef class ConsumeQueueKernel:
         self.cur_base = NULL
         self.cur_from = -1
         self.cur_wrote = 0
+
+    # -- publication to other processes ----------------------------------------------------
+    def publish_to(self, control_block):
+        """Publish the unit count after every append in the queue's topic-queue table slot of
+        control_block (its ``dispatched_next``), so readers in other processes know how far the
+        queue is built. Returns False (nothing published) when the queue has no slot."""
+        self.published = NULL
+        self.published_ctl = None
+        if control_block is None:
+            return False
+        cdef bytes t = self.topic_b
+        cdef char *ctl = <char *><size_t>control_block.address
+        cdef mq_tq_slot *s = mq_tq_find(ctl, PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t), self.queue_id,
+                                        mq_tq_hash(PyBytes_AS_STRING(t), PyBytes_GET_SIZE(t), self.queue_id))
+        if s == NULL:
+            return False
+        self.published_ctl = control_block
+        self.published = &s.dispatched_next
+        mq_store(self.published, self.c_max_logic() // CQ_UNIT)
+        return True
 
     # -- the current (last) file ---------------------------------------------------------
     def set_current_file(self, mapped_file):
@@ -228,6 +250,8 @@ cdef class ConsumeQueueKernel:
         put_unit_bytes(self.cur_base + self.cur_wrote, phy, size, tags)
         self.cur_wrote += CQ_UNIT
         self.max_physic_offset = phy + size
+        if self.published != NULL:
+            mq_store(self.published, (self.cur_from + self.cur_wrote) // CQ_UNIT)
         return 1
 
     cdef int _roll(self, int64_t expect) except -1:

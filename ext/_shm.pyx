@@ -397,6 +397,23 @@ cdef class ControlBlock:
                                 "raise topic_queue_table_slots")
         mq_store(&s.next_offset, next_offset)
 
+    def table_get_dispatched(self, str topic, int32_t queue_id):
+        """Queue offsets the dispatcher has built ConsumeQueue units for (the queue's max offset
+        as readers in any process may use it), or None if the queue is not in the table."""
+        cdef bytes t = topic.encode("utf-8")
+        cdef mq_tq_slot *s = mq_tq_find(self._b(), t, len(t), queue_id, mq_tq_hash(t, len(t), queue_id))
+        return None if s == NULL else mq_load(&s.dispatched_next)
+
+    def table_set_dispatched(self, str topic, int32_t queue_id, int64_t units):
+        """Publish a queue's dispatched unit count (the dispatcher, or the owner after recovery);
+        False if the queue is not in the table."""
+        cdef bytes t = topic.encode("utf-8")
+        cdef mq_tq_slot *s = mq_tq_find(self._b(), t, len(t), queue_id, mq_tq_hash(t, len(t), queue_id))
+        if s == NULL:
+            return False
+        mq_store(&s.dispatched_next, units)
+        return True
+
     def table_items(self) -> list:
         """[(topic, queue_id, next_offset)] of every queue in the table."""
         cdef char *b = self._b()

@@ -39,6 +39,7 @@ cdef extern from "mq_ctl.h" nogil:
         int32_t queue_id
         uint8_t topic_len
         char topic[128]
+        int64_t dispatched_next
 
     int64_t *mq_cell(char *ctl, int off)
     int64_t *mq_stat(char *ctl, int idx)

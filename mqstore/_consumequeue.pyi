@@ -33,6 +33,8 @@ def truncate_point(mapped: Any, start: int, end: int, phy_limit: int) -> tuple[i
 class ConsumeQueueKernel:
     """The append state of one ConsumeQueue; see mqstore.consume_queue.ConsumeQueue."""
 
+    def publish_to(self, control_block: Any) -> bool:
+        """Publish the unit count after every append in the queue's control-block slot."""
     @property
     def topic(self) -> str: ...
     @property

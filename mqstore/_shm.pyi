@@ -127,6 +127,12 @@ class ControlBlock:
     def table_set(self, topic: str, queue_id: int, next_offset: int) -> None:
         """Set (insert) the next offset of a queue. Owner only: used when rebuilding."""
 
+    def table_get_dispatched(self, topic: str, queue_id: int) -> int | None:
+        """Queue offsets the dispatcher has built ConsumeQueue units for, or None."""
+
+    def table_set_dispatched(self, topic: str, queue_id: int, units: int) -> bool:
+        """Publish a queue's dispatched unit count; False if the queue is not in the table."""
+
     def table_items(self) -> list[tuple[str, int, int]]:
         """[(topic, queue_id, next_offset)] of every queue in the table."""
 

@@ -37,6 +37,7 @@ from mqstore import _shm
 from mqstore.checker import CheckReport, check_store
 from mqstore.checkpoint import read_checkpoint_file
 from mqstore.errors import MQStoreError, NotAStoreError
+from mqstore import node_cli
 from mqstore.inspection import (
     DumpEntry,
     Inventory,
@@ -836,6 +837,8 @@ COMMANDS: dict[str, Command] = {
              _dump_arguments, run_dump),
     "recover": ("dry run: what opening the store would recover, truncate and re-dispatch (read-only)",
                 _recover_arguments, run_recover),
+    "node": ("run a node (owner + allocator, flusher, dispatcher processes) on a store until SIGTERM/SIGINT; "
+             "'node status DIR' shows a running one", node_cli.add_arguments, node_cli.run),
 }
 
 

@@ -18,7 +18,7 @@ from mqstore.mapped_file_queue import MappedFileQueue
 if TYPE_CHECKING:
     from mqstore._shm import ControlBlock
     from mqstore.config import StoreConfig
-    from mqstore.services.allocate import AllocateMappedFileService
+    from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 
 log = logging.getLogger("mqstore.commitlog")
 
@@ -32,7 +32,7 @@ class CommitLog:
         self.ctl = ctl
         self.file_size = config.mapped_file_size_commit_log
         self.queue = MappedFileQueue(config.commit_log_dir(root), self.file_size)
-        self.allocator: AllocateMappedFileService | None = None
+        self.allocator: AllocateMappedFileService | AllocateClient | None = None
         self._flush_lock = threading.Lock()
         self.appender = CommitLogAppender(
             ctl,
@@ -113,6 +113,9 @@ class CommitLog:
             if least_pages > 0 and same_file and target // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
                 return False
             t0 = time.monotonic_ns()
+            last = self.queue.last()
+            if last is None or last.file_from + self.file_size < target:
+                self.queue.map_new_files()  # files another process (the allocator) created
             try:
                 self.queue.flush_between(flushed, target)
             except OSError as exc:

@@ -192,6 +192,7 @@ _ROOT_DIR_RULE = Rule('any path; "" = the directory passed to open', _no_check)
 _COMMIT_LOG_PATH_RULE = Rule('one path (no commas); "" = ROOT/commitlog', _check_commit_log_path)
 _DELAY_RULE = Rule("Ns, Nm, Nh or Nd, space-separated, at least one", _check_delay_levels)
 _DELETE_WHEN_RULE = Rule('";"-separated hours 0 .. 23', _check_delete_when)
+_SERVICE_MODE_RULE = Rule("threads, processes", lambda v: None if v in ("threads", "processes") else "unknown mode")
 _STORE_HOST_RULE = Rule("IPv4:port or [IPv6]:port, port 1 .. 65535", _check_store_host)
 
 
@@ -379,6 +380,11 @@ _TABLE: tuple[Definition, ...] = (
     _key("allocate_wait_timeout_ms", int, 5000, "ms", _POSITIVE,
          "How long a put waits for the allocate service to hand over the next commit log file "
          "before returning CREATE_MAPEDFILE_FAILED (RocketMQ: fixed 5 s).",
+         java=None, origin=_OWN),
+    _key("service_mode", str, "threads", "-", _SERVICE_MODE_RULE,
+         'Where the owner runs the allocate, flush, dispatch (and ConsumeQueue flush) services: '
+         '"threads" of the opening process, or "processes": one supervised OS process each (the '
+         "node; `mqstore node`). Other processes attach the same way to either.",
          java=None, origin=_OWN),
     _key("topic_queue_table_slots", int, 16384, "count", _power_of_two(64, 1 << 22),
          'Capacity of the shared-memory topic-queue offset table ("topic-queueId" -> next queue '

@@ -14,6 +14,7 @@ import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from mqstore._consumequeue import (
     CQ_STORE_UNIT_SIZE,
@@ -169,6 +170,40 @@ class ConsumeQueue(ConsumeQueueKernel):
     @property
     def message_total(self) -> int:
         return self.max_offset_in_queue - self.min_offset_in_queue
+
+    def follow(self, units: int) -> None:
+        """A reader in another process than the dispatcher: the queue is built up to ``units``
+        (its published count, ControlBlock.table_get_dispatched). Map the files the dispatcher
+        created since and make reads end there. Never writes."""
+        end = units * UNIT
+        cur = self.current_file
+        if cur is None or not cur.file_from < end <= cur.file_from + self.file_size:
+            self.files.map_new_files()
+            cur = self.files.find_mapped_file_by_offset(end - 1) if end > 0 else None
+            if cur is None:
+                return
+        if end != self.max_logic_offset or cur is not self.current_file:
+            cur.wrote_position = end - cur.file_from
+            self.set_current_file(cur)
+
+    def resume_at(self, units: int) -> int:
+        """The dispatcher taking the queue over (a dispatcher process started or restarted):
+        keep the first ``units`` units (the published count: every unit below it was written
+        whole before it was published) and drop what a killed predecessor wrote after them,
+        which the dispatch that follows rebuilds. Returns the units dropped."""
+        end = units * UNIT
+        files = self.files.files
+        if files and end < files[0].file_from:
+            end = files[0].file_from
+        dropped = 0
+        for mf in files:
+            if mf.file_from + self.file_size > end:
+                dropped += _nonzero_units(mf, max(0, end - mf.file_from), None)
+        self.files.truncate_dirty_files(end)
+        self._after_truncate(end)
+        self.follow(units)
+        self.max_physic_offset = self._recompute_max_phy()
+        return dropped
 
     def get_index_buffer(self, queue_offset: int) -> tuple[MappedFile, int, int] | None:
         """(file, start, end) of the units from queue_offset to the end of its file's written
@@ -370,6 +405,7 @@ class ConsumeQueueTable:
         self.file_size = file_size
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.RLock()
+        self._publish_ctl: Any = None
 
     def load(self) -> None:
         """Map every ``<topic>/<int queueId>`` directory (others are ignored, spec §5.2)."""
@@ -409,7 +445,31 @@ class ConsumeQueueTable:
                 cq = self._queues.get((topic, queue_id))
                 if cq is None:
                     cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                    if self._publish_ctl is not None:
+                        cq.publish_to(self._publish_ctl)
                     self._queues[(topic, queue_id)] = cq
+        return cq
+
+    def publish_to(self, ctl: Any) -> None:
+        """Every queue (now and later created) publishes its unit count in ctl after each
+        append (the dispatcher's side of ConsumeQueue.follow)."""
+        with self._lock:
+            self._publish_ctl = ctl
+            for cq in self._queues.values():
+                cq.publish_to(ctl)
+
+    def open_existing(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """A follower (a reader in another process than the dispatcher): map a queue the
+        dispatcher created after this table was loaded, without repairing anything."""
+        path = os.path.join(self.root, topic, str(queue_id))
+        if not os.path.isdir(path):
+            return None
+        with self._lock:
+            cq = self._queues.get((topic, queue_id))
+            if cq is None:
+                cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                cq.files.map_new_files()
+                self._queues[(topic, queue_id)] = cq
         return cq
 
     def recover(self) -> list[QueueRecovery]:

@@ -87,6 +87,32 @@ class MappedFileQueue:
             self.version += 1
             self._check_contiguous()
 
+    def map_new_files(self) -> int:
+        """Map the files another process created since load (readers and service processes
+        following a store that someone else writes). Files are created whole and renamed
+        into place, so every 20-digit file found is complete. Returns the number mapped."""
+        try:
+            names = os.listdir(self.store_path)
+        except FileNotFoundError:
+            return 0
+        added = 0
+        with self._lock:
+            for name in sorted(names):
+                if len(name) != 20 or not name.isdigit() or int(name) in self._files:
+                    continue
+                if self._files and int(name) < self._files.peekitem(0)[0]:
+                    continue  # below the first file: a file being deleted, or never ours to read
+                try:
+                    mf = MappedFile.open(os.path.join(self.store_path, name), self.file_size)
+                except (FileNotFoundError, ValueError, OSError):
+                    continue  # deleted meanwhile, or not (yet) of the file size
+                mf.wrote_position = mf.committed_position = mf.flushed_position = self.file_size
+                self._files[mf.file_from] = mf
+                added += 1
+            if added:
+                self.version += 1
+        return added
+
     def _check_contiguous(self) -> None:
         starts = list(self._files)
         for a, b in zip(starts, starts[1:]):
@@ -111,6 +137,12 @@ class MappedFileQueue:
     def files(self) -> list[MappedFile]:
         with self._lock:
             return list(self._files.values())
+
+    @property
+    def mapped_end(self) -> int:
+        """End offset of the last mapped file (0 when none)."""
+        with self._lock:
+            return self._files.peekitem(-1)[0] + self.file_size if self._files else 0
 
     def first(self) -> MappedFile | None:
         with self._lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,7 +26,8 @@ from mqstore.dispatch import Dispatcher, ReputMessageService
 from mqstore.index import IndexService
 from mqstore.reads import MessageReader, QueryMessageResult, TimeLookup
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
-from mqstore.services.allocate import AllocateMappedFileService
+from mqstore.node import CONFIG_NAME, Supervisor, read_config, write_config
+from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 from mqstore.services.base import ServiceThread
 from mqstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from mqstore._consumequeue import GetMessageResult, MessageView
@@ -34,7 +36,7 @@ log = logging.getLogger("mqstore.store")
 
 CONTROL_BLOCK_NAME = "mqstore.shm"
 STORE_ENTRIES = frozenset({"commitlog", "consumequeue", "consumequeue_ext", "index", "checkpoint", "abort", "lock",
-                           "config", CONTROL_BLOCK_NAME})
+                           "config", CONTROL_BLOCK_NAME, CONFIG_NAME, "mqstore.node.json"})
 
 
 def check_store_dir(root: str) -> None:
@@ -51,6 +53,31 @@ def check_store_dir(root: str) -> None:
     commitlog = os.path.join(root, "commitlog")
     if os.path.exists(commitlog) and not os.path.isdir(commitlog):
         raise NotAStoreError(f"{commitlog} is not a directory")
+
+
+def _stop_writers(ctl: _shm.ControlBlock) -> None:
+    """Refuse puts from every process (attached writers get SERVICE_NOT_AVAILABLE), then wait
+    for a put inside the lock to finish by taking the lock once."""
+    ctl.set_running_flag("NOT_WRITEABLE")
+    ctl.acquire_put_lock()
+    ctl.release_put_lock()
+
+
+def fence_control_block(path: str) -> None:
+    """Before a new owner replaces the control block: processes still attached to the old one
+    (writers of a previous owner that died) must stop writing into the files the new owner
+    recovers. The old block is marked not writable and closed; a put in flight finishes first."""
+    if not os.path.exists(path):
+        return
+    try:
+        old = _shm.ControlBlock.attach(path)
+    except (OSError, ValueError):
+        return
+    try:
+        _stop_writers(old)
+        old.mark_closed()
+    finally:
+        old.close()
 
 
 class MessageStore:
@@ -78,6 +105,8 @@ class MessageStore:
         self._closed = True
         self._lock_fd = -1
         self._services: list[ServiceThread] = []
+        self._following = False  # reads follow queues another process builds
+        self.supervisor: Supervisor | None = None
         check_store_dir(self.root)
         os.makedirs(self.root, exist_ok=True)
         self._take_lock()
@@ -90,7 +119,14 @@ class MessageStore:
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> MessageStore:
-        return cls(root, config, **overrides)
+        """Open root as its owner, or, when another running process owns it (a node, or any
+        process that opened it with MessageStore(...)), attach to it: puts and reads go
+        through the shared control block and the mapped files, with the owner's
+        configuration, and no services are started here (see AttachedStore)."""
+        try:
+            return cls(root, config, **overrides)
+        except StoreLockedError:
+            return AttachedStore(root, config, **overrides)
 
     # -- opening -------------------------------------------------------------------------
     def _take_lock(self) -> None:
@@ -117,6 +153,7 @@ class MessageStore:
         cfg = self.config
         self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
+        fence_control_block(os.path.join(self.root, CONTROL_BLOCK_NAME))
         self.ctl = _shm.ControlBlock.create(
             os.path.join(self.root, CONTROL_BLOCK_NAME),
             table_slots=cfg.topic_queue_table_slots,
@@ -139,6 +176,7 @@ class MessageStore:
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
             index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index)
         self.commitlog.prepare_for_writes()
+        self.consume_queues.publish_to(self.ctl)  # readers in other processes follow the queues
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index, self.ctl,
                                      delay_levels_ms=cfg.delay_levels_ms)
         # spec §5.2 step 4: dispatch until nothing is behind before serving
@@ -158,6 +196,10 @@ class MessageStore:
 
     def _start_services(self) -> None:
         cfg = self.config
+        write_config(self.root, cfg)
+        if cfg.service_mode == "processes":
+            self._start_service_processes()
+            return
         allocator = AllocateMappedFileService(
             self.ctl, self.commitlog.queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
             warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file,
@@ -172,6 +214,39 @@ class MessageStore:
         self._services = [allocator, flusher, self.cq_flusher, self.reput]
         for service in self._services:
             service.start()
+
+    def _start_service_processes(self) -> None:
+        """The node: allocate, flush and dispatch (with the ConsumeQueue flush) run as supervised
+        processes (mqstore.node); this process keeps writing and reading, following the
+        queues the dispatcher process builds."""
+        cfg = self.config
+        self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
+                                                  wait_timeout_ms=cfg.allocate_wait_timeout_ms)
+        self.consume_queues.flush()
+        if self.index is not None:
+            self.index.flush()
+        self._following = True
+        self.supervisor = Supervisor(self.root)
+        try:
+            self.supervisor.start()
+        except BaseException:
+            self.supervisor.stop()
+            raise
+
+    # -- following what processes build (service_mode="processes", attached stores) --------------
+    def _follow(self, topic: str, queue_id: int) -> None:
+        """Reads in a process other than the dispatcher's: map CommitLog files created since
+        and bring the queue up to the unit count the dispatcher published."""
+        queue = self.commitlog.queue
+        last = queue.last()
+        if last is None or last.file_from + self.commitlog.file_size < self.ctl.get("wrote"):
+            queue.map_new_files()
+        units = self.ctl.table_get_dispatched(topic, queue_id)
+        if units is None:
+            return
+        cq = self.consume_queues.get(topic, queue_id) or self.consume_queues.open_existing(topic, queue_id)
+        if cq is not None and units != cq.max_offset_in_queue:
+            cq.follow(units)
 
     # -- puts ----------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -225,35 +300,51 @@ class MessageStore:
         """Up to max_msg_nums messages of a queue from offset, filtered by a tags expression
         ("*", "TagA", "TagA || TagB"); the status and next_begin_offset follow spec §11."""
         self._check_open()
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
 
     def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
         self._check_open()
+        if self._following and phy_offset >= self.commitlog.queue.mapped_end:
+            self.commitlog.queue.map_new_files()
         return self.reader.look_message_by_offset(phy_offset)
 
     def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
         """The message at a queue offset (through its ConsumeQueue unit), or None."""
         self._check_open()
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         self._check_open()
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         self._check_open()
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
 
     def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
                                 warm_bytes: int | None = None) -> TimeLookup:
         """get_offset_in_queue_by_time with the pages and probes the search touched."""
         self._check_open()
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.offset_in_queue_by_time(topic, queue_id, timestamp, warm_bytes)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.get_max_offset_in_queue(topic, queue_id)
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        if self._following:
+            self._follow(topic, queue_id)
         return self.reader.get_min_offset_in_queue(topic, queue_id)
 
     def get_max_phy_offset(self) -> int:
@@ -294,9 +385,13 @@ class MessageStore:
             return
         self._closed = True
         self.commitlog.appender.closed = True
+        _stop_writers(self.ctl)
         for service in reversed(self._services):
             service.shutdown()
-        errors = [s.error for s in self._services if s.error is not None]
+        errors: list[Any] = [s.error for s in self._services if s.error is not None]
+        if self.supervisor is not None:
+            codes = self.supervisor.stop()
+            errors += [f"the {kind} process exited with {code}" for kind, code in codes.items() if code != 0]
         flushed_all = self.ctl.get("flushed") >= self.ctl.get("wrote")
         behind = self.dispatcher.behind()
         ts = self.ctl.get("flushed_store_timestamp")
@@ -328,3 +423,110 @@ class MessageStore:
     def __del__(self) -> None:
         if getattr(self, "_closed", True) is False and self._lock_fd >= 0:
             log.warning("MessageStore(%s) was garbage-collected without shutdown()", self.root)
+
+
+ATTACH_WAIT_S = 60.0
+
+
+class AttachedStore(MessageStore):
+    """A store that another running process owns (a node, or a process that opened it with
+    MessageStore(...)), opened from this process by MessageStore.open.
+
+    Puts go through the same compiled put path and the shared put lock as the owner's;
+    a new CommitLog file is asked of the owner's allocator through the control block; with
+    SYNC_FLUSH a put waits for the owner's flusher. Reads follow what the owner's dispatcher
+    publishes and read zero-copy from this process's mappings. The configuration is the
+    owner's (``mqstore.config.json``); nothing is recovered, flushed or dispatched here, and
+    shutdown only unmaps. When the owner shuts down, puts return SERVICE_NOT_AVAILABLE."""
+
+    def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self._closed = True
+        self._lock_fd = -1
+        self._services = []
+        self._following = True
+        self.supervisor = None
+        self.ctl = self._attach_control_block()
+        try:
+            self.config = self._owner_config(config, overrides)
+            cfg = self.config
+            self.last_exit_ok = True
+            self.checkpoint = None  # type: ignore[assignment]
+            self.commitlog = CommitLog(self.root, cfg, self.ctl)
+            self.commitlog.queue.map_new_files()
+            self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
+                                                      wait_timeout_ms=cfg.allocate_wait_timeout_ms)
+            self.commitlog.prepare_for_writes()
+            self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
+                                                    cfg.mapped_file_size_consume_queue)
+            self.index = None
+            self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, None, self.ctl)
+            self.reader = MessageReader(self.commitlog, self.consume_queues, None, cfg)
+        except BaseException:
+            self.ctl.close()
+            raise
+        appender = self.commitlog.appender
+        self.put_message = appender.put_message  # type: ignore[method-assign]
+        self.put_messages = appender.put_messages  # type: ignore[method-assign]
+        self._closed = False
+
+    def _attach_control_block(self) -> _shm.ControlBlock:
+        path = os.path.join(self.root, CONTROL_BLOCK_NAME)
+        deadline = time.monotonic() + ATTACH_WAIT_S
+        while True:
+            try:
+                ctl = _shm.ControlBlock.attach(path)
+            except (OSError, ValueError) as exc:
+                if time.monotonic() > deadline:
+                    raise NotAStoreError(f"cannot attach to {self.root}: {exc}") from exc
+                time.sleep(0.05)
+                continue
+            if ctl.state == _shm.STATE_READY and os.path.exists(os.path.join(self.root, CONFIG_NAME)):
+                return ctl
+            state = ctl.state
+            ctl.close()
+            if state == _shm.STATE_CLOSED:
+                raise StoreClosedError(f"{self.root}: its owner shut it down (or died) while this process attached")
+            if time.monotonic() > deadline:
+                raise StoreLockedError(f"{self.root}: the owner did not finish opening it within {ATTACH_WAIT_S:.0f} s")
+            time.sleep(0.05)  # the owner is recovering
+
+    def _owner_config(self, config: StoreConfig | None, overrides: dict[str, Any]) -> StoreConfig:
+        owner = read_config(self.root)
+        asked = (config if config is not None else StoreConfig()).replace(**overrides) if overrides else config
+        if asked is not None:
+            differ = sorted(k for k, v in asked.to_dict(changed_only=True).items() if owner.to_dict()[k] != v)
+            if differ:
+                raise ConfigError(f"{self.root} is owned by pid {self.ctl.owner_pid}, whose configuration differs in "
+                                  f"{', '.join(differ)}; an attached store uses the owner's configuration",
+                                  hint="open it without those settings")
+        return owner
+
+    @property
+    def attached(self) -> bool:
+        return True
+
+    def flush(self) -> bool:
+        self._check_open()
+        return False  # the owner's flusher flushes; sync puts wait for it
+
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+                      end: int = 2**63 - 1) -> QueryMessageResult:
+        raise NotImplementedError("query_message from an attached process is not supported yet: the index "
+                                  "files are written by the owner's dispatcher; query in the owner")
+
+    def shutdown(self) -> None:
+        """Unmap; the owner keeps running (nothing is flushed or checkpointed here)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.commitlog.appender.closed = True
+        self.reader = None  # type: ignore[assignment]
+        self.consume_queues.close()
+        self.commitlog.close()
+        self.ctl.close()
+
+    close = shutdown
+
+    def __del__(self) -> None:
+        pass

@@ -209,7 +209,7 @@ def test_info_closed_store(open_store, capsys):
     info = json.loads(out)
     assert code == EXIT_OK
     assert info["status"] == "clean" and info["lock_held"] is False and info["abort_file"] is False
-    assert info["entries"] == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.shm"]
+    assert info["entries"] == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.config.json", "mqstore.shm"]
     assert info["checkpoint"]["physic_msg_timestamp"] > 0
     ctl = info["control_block"]
     assert ctl["state"] == "CLOSED" and ctl["queues"] == 3

@@ -101,6 +101,7 @@ APPENDIX_A: dict[str, Any] = {
 OWN_KEYS: dict[str, Any] = {
     "store_host": "127.0.0.1:10911",
     "topic_queue_table_slots": 16384,
+    "service_mode": "threads",
     "lock_hold_warn_ms": 500,
     "allocate_wait_timeout_ms": 5000,
     "group_commit_interval_ms": 10,
@@ -117,6 +118,7 @@ STR_EXAMPLES: dict[str, list[str]] = {
     "store_host": ["127.0.0.1:10911", "10.0.0.2:1", "[::1]:10911", "[fe80::2]:65535"],
     "message_delay_level": ["1s", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "0s 7d"],
     "delete_when": ["04", "0", "23", "04;16", "1;2;3"],
+    "service_mode": ["threads", "processes"],
 }
 
 

@@ -23,7 +23,7 @@ def test_layout_and_clean_reopen(store_dir):
     with MessageStore(store_dir, **SMALL) as store:
         assert os.path.exists(os.path.join(store_dir, "abort"))
         results = fill(store, 1000)
-    assert sorted(os.listdir(store_dir)) == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.shm"]
+    assert sorted(os.listdir(store_dir)) == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.config.json", "mqstore.shm"]
     assert all(len(n) == 20 for n in os.listdir(os.path.join(store_dir, "commitlog")))
     with MessageStore(store_dir, **SMALL) as store:
         assert store.last_exit_ok and store.recovery.records == 1000

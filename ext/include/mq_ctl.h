@@ -181,7 +181,8 @@ typedef struct {
     uint8_t topic_len;
     uint8_t pad[3];
     char topic[128];
-    char reserved[40];
+    int64_t dispatched_next; /* units the dispatcher has built (release-stored after the unit) */
+    char reserved[32];
 } mq_tq_slot;
 
 _Static_assert(sizeof(mq_tq_slot) == MQ_TQ_SLOT_SIZE, "slot layout");

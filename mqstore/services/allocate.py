@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sortedcontainers import SortedList
 
@@ -112,9 +113,32 @@ class AllocateMappedFileService(ServiceThread):
         with self._lock:
             req = self._pending.pop(0) if self._pending else None
         if req is None:
-            self.wait_for_running(1000)
+            if not self._serve_other_processes():
+                self.wait_for_running(1000)
             return
         self._allocate(req)
+
+    def _serve_other_processes(self) -> bool:
+        """Writers attached from other processes ask through the control block (AllocateClient):
+        queue the files up to alloc_request_upto that exist nowhere yet. True if any was queued."""
+        fs = self.queue.file_size
+        want = self.ctl.get("alloc_request_upto")
+        start = max(self.ctl.get("wrote"), self.ctl.get("alloc_ready_upto") + fs, 0)
+        start -= start % fs
+        queued = False
+        while start <= want:
+            path = self.queue.path_of(start)
+            with self._lock:
+                known = path in self._table
+            if not known and self.queue.get(start) is None and not os.path.exists(path):
+                self._submit(start)
+                queued = True
+            elif not known:
+                self.ctl.advance("alloc_ready_upto", start)
+            start += fs
+        if not queued:
+            self.ctl.broadcast("alloc_done")
+        return queued
 
     def _allocate(self, req: AllocateRequest) -> None:
         t0 = time.monotonic_ns()
@@ -164,3 +188,124 @@ class AllocateMappedFileService(ServiceThread):
                 req.mapped_file.destroy(0)  # created ahead and never taken: still empty
             req.error = req.error or "the allocate service was shut down"
             req.done.set()
+
+
+# -- across processes (the node) -------------------------------------------------------------
+class AllocateClient:
+    """The put path's side of the allocator when the allocator is another process (the node):
+    requests go through the control block (``alloc_request_upto``: the start of the furthest
+    file wanted; a notify on channel "alloc"), and the allocator answers by raising
+    ``alloc_ready_upto`` (the start of the furthest file created, files are created in order)
+    and broadcasting "alloc_done". The file is then mapped from its path."""
+
+    def __init__(self, ctl: Any, queue: MappedFileQueue, *, wait_timeout_ms: int) -> None:
+        self.ctl = ctl
+        self.queue = queue
+        self.wait_timeout_ms = wait_timeout_ms
+
+    def prefetch(self, offset: int) -> None:
+        if self.ctl.get("alloc_request_upto") < offset and not os.path.exists(self.queue.path_of(offset)):
+            self.ctl.advance("alloc_request_upto", offset)
+            self.ctl.notify("alloc")
+
+    def put_request_and_return_mapped_file(self, next_offset: int, next_next_offset: int | None) -> MappedFile | str:
+        mf = self.queue.map_existing(next_offset)
+        if mf is not None:
+            if next_next_offset is not None:
+                self.prefetch(next_next_offset)
+            return mf
+        ctl = self.ctl
+        errors = ctl.get("alloc_error_count")
+        ctl.advance("alloc_request_upto", next_offset if next_next_offset is None else next_next_offset)
+        ctl.notify("alloc")
+        t0 = time.monotonic_ns()
+        deadline = t0 + self.wait_timeout_ms * 1_000_000
+        name = os.path.basename(self.queue.path_of(next_offset))
+        while True:
+            seq = ctl.channel_seq("alloc_done")
+            if ctl.get("alloc_ready_upto") >= next_offset:
+                mf = self.queue.map_existing(next_offset)
+                if mf is not None:
+                    break
+            if ctl.get("alloc_error_count") != errors and ctl.get("alloc_error_offset") == next_offset:
+                err = ctl.get("alloc_error_errno")
+                return f"cannot create CommitLog file {name}: {os.strerror(err)} (errno {err})"
+            left_ms = (deadline - time.monotonic_ns()) / 1e6
+            if left_ms <= 0:
+                return f"the allocate process did not create {name} within {self.wait_timeout_ms} ms"
+            ctl.wait_seq_change("alloc_done", seq, min(left_ms, 100.0))
+        waited = time.monotonic_ns() - t0
+        ctl.add_stat("roll_waits")
+        ctl.add_stat("roll_wait_ns_total", waited)
+        ctl.max_stat("roll_wait_ns_max", waited)
+        return mf
+
+
+class ProcessAllocateService(ServiceThread):
+    """AllocateMappedFileService as the node's allocator process: creates (and warms) every
+    missing CommitLog file from the one holding the write position up to
+    ``alloc_request_upto``, in order, then publishes ``alloc_ready_upto``. Its own mapping of
+    a created file is dropped: writers map the file from its path."""
+
+    channel = "alloc"
+    RETRY_AFTER_ERROR_MS = 1000
+
+    def __init__(self, ctl: Any, queue: MappedFileQueue, *, warm: bool, sync_flush: bool,
+                 warm_flush_least_pages: int) -> None:
+        super().__init__("allocate", ctl)
+        self.queue = queue
+        self.warm = warm
+        self.sync_flush = sync_flush
+        self.warm_flush_least_pages = warm_flush_least_pages
+
+    def next_missing(self) -> int | None:
+        """The start of the first file to create, or None when every requested file exists."""
+        fs = self.queue.file_size
+        want = self.ctl.get("alloc_request_upto")
+        start = max(self.ctl.get("wrote"), self.ctl.get("alloc_ready_upto") + fs, 0)
+        start -= start % fs
+        while start <= want:
+            if not os.path.exists(self.queue.path_of(start)):
+                return start
+            self.ctl.advance("alloc_ready_upto", start)
+            start += fs
+        return None
+
+    def run_once(self) -> None:
+        start = self.next_missing()
+        if start is None:
+            self.ctl.broadcast("alloc_done")
+            self.wait_for_running(1000)
+            return
+        t0 = time.monotonic_ns()
+        try:
+            mf = MappedFile.create(self.queue.path_of(start), self.queue.file_size)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            err = exc.errno or errno.EIO
+            self.ctl.set("alloc_error_errno", err)
+            self.ctl.set("alloc_error_offset", start)
+            self.ctl.advance("alloc_error_count", self.ctl.get("alloc_error_count") + 1)
+            self.ctl.add_stat("alloc_errors")
+            log.error("cannot create CommitLog file %s: %s", os.path.basename(self.queue.path_of(start)),
+                      os.strerror(err))
+            self.ctl.broadcast("alloc_done")
+            self.sleep(self.RETRY_AFTER_ERROR_MS)
+            return
+        try:
+            if self.warm:
+                self.ctl.add_stat("warm_ns_total", mf.warm(self.sync_flush, self.warm_flush_least_pages)["warm_ns"])
+            elif mf.hold():
+                try:
+                    mf.populate()
+                finally:
+                    mf.release()
+        finally:
+            mf.close()
+        elapsed = time.monotonic_ns() - t0
+        self.ctl.add_stat("alloc_count")
+        self.ctl.add_stat("alloc_ns_total", elapsed)
+        self.ctl.max_stat("alloc_ns_max", elapsed)
+        self.ctl.advance("alloc_ready_upto", start)
+        self.ctl.broadcast("alloc_done")
