@@ -183,6 +183,9 @@ class ConsumeQueue(ConsumeQueueKernel):
             if cur is None:
                 return
         if end != self.max_logic_offset or cur is not self.current_file:
+            previous = self.current_file
+            if previous is not None and previous is not cur and previous.file_from < cur.file_from:
+                previous.wrote_position = self.file_size  # the files before the holder are full
             cur.wrote_position = end - cur.file_from
             self.set_current_file(cur)
 

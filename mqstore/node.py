@@ -41,7 +41,7 @@ READY_TIMEOUT_S = 60.0
 # what a service process runs (``python -m mqstore.node`` would import this module twice)
 _SERVICE_ENTRY = "import sys; from mqstore.node import main; sys.exit(main(sys.argv[1:]))"
 STOP_TIMEOUT_S = 30.0
-RESTART_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
+RESTART_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -70,6 +70,7 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     exits: list[int] = field(default_factory=list)
+    recent: list[float] = field(default_factory=list)  # monotonic times of recent exits
 
     @property
     def pid(self) -> int:
@@ -134,8 +135,11 @@ class Supervisor:
                         continue
                     code = sp.proc.returncode
                     sp.exits.append(code)
+                    now = time.monotonic()
+                    # back off when it keeps dying: by the number of exits in the last 10 s
+                    sp.recent = [t for t in sp.recent if now - t < 10.0] + [now]
                     log.error("service %s (pid %d) died (exit %s); restarting", sp.kind, sp.proc.pid, code)
-                    delay = RESTART_BACKOFF_S[min(len(sp.exits), len(RESTART_BACKOFF_S)) - 1]
+                    delay = RESTART_BACKOFF_S[min(len(sp.recent), len(RESTART_BACKOFF_S)) - 1]
                     try:
                         sp.proc.stdout.close()  # type: ignore[union-attr]
                     except OSError:

@@ -1,0 +1,260 @@
+"""The multi-process node: service processes, attached writers and readers in other OS
+processes, restarts, and SIGKILLs of every kind of process (issue 4).
+
+Everything here is real: the node's service processes are OS processes, producers and
+consumers are separate Python processes attached with MessageStore.open, kills are SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mqstore import MessageStore
+from mqstore._shm import ControlBlock
+from mqstore.checker import check_store
+from mqstore.config import StoreConfig
+from mqstore.store import AttachedStore
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+FS = 256 * 1024  # CommitLog file size: every test rolls files, so the allocator process works
+NODE_CFG = {"service_mode": "processes", "mapped_file_size_commit_log": FS,
+            "mapped_file_size_consume_queue": 20 * 500, "flush_interval_commit_log": 50,
+            "flush_interval_consume_queue": 100}
+QUEUES = 4
+
+PRODUCER = textwrap.dedent("""
+    import json, os, sys
+    from mqstore import Message, MessageStore
+    root, name, n, sync_every = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    store = MessageStore.open(root)
+    out = open(sys.argv[5], "a", buffering=1) if len(sys.argv) > 5 else None
+    for i in range(n):
+        body = f"{name}|{i}|".encode() + b"x" * (i % 200)
+        r = store.put_message(Message("T", body, queue_id=i % NQ, keys=[f"{name}-{i}"]))
+        r.check()
+        if out is not None:
+            out.write(json.dumps([name, i, i % NQ, r.queue_offset, r.wrote_offset]) + "\\n")
+    store.close()
+    print("DONE", n)
+""").replace("NQ", str(QUEUES))
+
+CONSUMER = textwrap.dedent("""
+    import json, sys, time
+    from mqstore import MessageStore
+    root, expect = sys.argv[1], int(sys.argv[2])
+    store = MessageStore.open(root)
+    seen, next_off, deadline = {}, [0] * NQ, time.monotonic() + 120
+    while sum(len(v) for v in seen.values()) < expect and time.monotonic() < deadline:
+        got = 0
+        for q in range(NQ):
+            r = store.get_message("g", "T", q, next_off[q], 32)
+            for m in r:
+                assert m.queue_offset == next_off[q], (q, m.queue_offset, next_off[q])
+                name, i, pad = bytes(m.body).split(b"|")
+                assert len(pad) == int(i) % 200, "body cut"
+                seen.setdefault((q, name.decode()), []).append(int(i))
+                next_off[q] += 1
+                got += 1
+        if not got:
+            time.sleep(0.01)
+    store.close()
+    print(json.dumps({f"{q}/{n}": v for (q, n), v in seen.items()}))
+""").replace("NQ", str(QUEUES))
+
+
+def run_py(code: str, *args: object, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          env=ENV, timeout=timeout)
+
+
+def start_py(code: str, *args: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def drain(store: MessageStore, topic: str = "T") -> dict[int, list[bytes]]:
+    out: dict[int, list[bytes]] = {}
+    for q in range(QUEUES):
+        off = 0
+        while True:
+            r = store.get_message("g", topic, q, off, 64)
+            if r.status.name != "FOUND":
+                break
+            out.setdefault(q, []).extend(bytes(m.body) for m in r)
+            off = r.next_begin_offset
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# -- producers and consumers in many processes --------------------------------------------------
+
+@pytest.mark.parametrize("lock", ["spin", "mutex"])
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_producers_and_consumers_in_many_processes(tmp_path, lock, flush):
+    """3 producer and 2 consumer processes on one node: every consumer sees every message once,
+    in queue-offset order, each producer's messages in its own order, bodies intact."""
+    root = str(tmp_path / "store")
+    producers, per = 3, 1500
+    with MessageStore(root, use_reentrant_lock_when_put_message=(lock == "mutex"), flush_disk_type=flush,
+                      **NODE_CFG) as node:
+        assert node.supervisor is not None and all(alive(p) for p in node.supervisor.pids().values())
+        consumers = [start_py(CONSUMER, root, producers * per) for _ in range(2)]
+        procs = [start_py(PRODUCER, root, f"p{k}", per, 0) for k in range(producers)]
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            assert p.returncode == 0, err[-3000:]
+        for c in consumers:
+            out, err = c.communicate(timeout=180)
+            assert c.returncode == 0, err[-3000:]
+            seen = json.loads(out)
+            for k in range(producers):
+                mine = [i for q in range(QUEUES) for i in seen.get(f"{q}/p{k}", [])]
+                assert sorted(mine) == list(range(per)), f"producer p{k}: {len(mine)} of {per}"
+                for q in range(QUEUES):
+                    got = seen.get(f"{q}/p{k}", [])
+                    assert got == sorted(got), f"p{k} out of order in queue {q}"
+        assert node.wait_dispatched(timeout_ms=30_000)
+        assert sum(len(v) for v in drain(node).values()) == producers * per  # the owner reads them too
+        assert node.stats()["put_messages"] == producers * per
+        if flush == "SYNC_FLUSH":
+            assert node.positions()["flushed"] == node.positions()["wrote"]
+    check_store(root).raise_if_failed()
+    assert not os.path.exists(os.path.join(root, "abort"))
+
+
+def test_attach_uses_the_owner_configuration(tmp_path):
+    """An attached store runs with the owner's configuration; asking for another geometry is
+    refused naming the key; puts and reads work against a threads-mode owner too."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, mapped_file_size_commit_log=FS) as owner:
+        with pytest.raises(Exception, match="mapped_file_size_commit_log"):
+            MessageStore.open(root, mapped_file_size_commit_log=2 * FS)
+        with MessageStore.open(root) as attached:
+            assert isinstance(attached, AttachedStore)
+            assert attached.config.mapped_file_size_commit_log == FS
+            for i in range(3000):  # rolls files: the owner's allocate thread serves the request
+                attached.put("A", b"a" * 100, queue_id=i % 2).check()
+            assert attached.wait_dispatched(timeout_ms=10_000)
+            assert attached.get_max_offset_in_queue("A", 0) == 1500
+            r = attached.get_message("g", "A", 1, 1490, 32)
+            assert r.status.name == "FOUND" and len(r) == 10
+        assert owner.get_max_offset_in_queue("A", 1) == 1500
+        assert owner.get_max_phy_offset() > 2 * FS
+    check_store(root).raise_if_failed()
+
+
+def test_attached_puts_are_refused_after_the_owner_shuts_down(tmp_path):
+    root = str(tmp_path / "store")
+    owner = MessageStore(root, **NODE_CFG)
+    attached = MessageStore.open(root)
+    attached.put("A", b"x").check()
+    owner.shutdown()
+    r = attached.put("A", b"y")
+    assert r.status.name == "SERVICE_NOT_AVAILABLE" and "not writable" in r.detail
+    attached.close()
+    with MessageStore(root, **{**NODE_CFG, "service_mode": "threads"}) as again:
+        assert again.last_exit_ok and again.get_max_offset_in_queue("A", 0) == 1
+
+
+# -- kills -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("victim", ["dispatcher", "flusher", "allocator"])
+def test_a_killed_service_process_is_restarted(tmp_path, victim):
+    """SIGKILL a service process while a producer writes (SYNC_FLUSH): the supervisor starts a
+    new one, the producer's puts all succeed, and every message is read back once."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, flush_disk_type="SYNC_FLUSH", **NODE_CFG) as node:
+        assert node.supervisor is not None
+        producer = start_py(PRODUCER, root, "p", 4000, 0)
+        time.sleep(0.3)
+        old = node.supervisor.pids()[victim]
+        os.kill(old, signal.SIGKILL)
+        out, err = producer.communicate(timeout=180)
+        assert producer.returncode == 0, err[-3000:]
+        deadline = time.monotonic() + 30
+        while node.supervisor.pids()[victim] in (old, -1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        new = node.supervisor.pids()[victim]
+        assert new not in (old, -1) and alive(new)
+        assert node.wait_dispatched(timeout_ms=30_000)
+        bodies = drain(node)
+        assert sorted(int(b.split(b"|")[1]) for v in bodies.values() for b in v) == list(range(4000))
+        check_store(root, quiescent=False).raise_if_failed()
+    check_store(root).raise_if_failed()
+
+
+@pytest.mark.parametrize("lock", ["spin", "mutex"])
+def test_a_writer_that_dies_holding_the_put_lock_does_not_block_the_others(tmp_path, lock):
+    """A process takes the put lock and is SIGKILLed holding it: the next put (another
+    process) takes the lock over (spin: the dead owner's pid; mutex: the kernel's robust
+    mutex) and the queue offsets stay consecutive."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, use_reentrant_lock_when_put_message=(lock == "mutex"), **NODE_CFG) as node:
+        node.put("T", b"before", queue_id=0).check()
+        holder = start_py(textwrap.dedent("""
+            import os, signal, sys
+            from mqstore._shm import ControlBlock
+            ctl = ControlBlock.attach(sys.argv[1])
+            ctl.acquire_put_lock()
+            print("HELD", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """), os.path.join(root, "mqstore.shm"))
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        holder.wait()
+        assert holder.returncode == -signal.SIGKILL
+        res = run_py(PRODUCER, root, "after", 10, 0)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert node.stats()["lock_takeovers"] >= 1
+        assert node.wait_dispatched(timeout_ms=10_000)
+        assert node.get_max_offset_in_queue("T", 0) == 1 + 3  # "after" puts 0, 4, 8 go to queue 0
+    check_store(root).raise_if_failed()
+
+
+def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_path):
+    """SIGKILL the owner (the supervisor): its service processes notice and exit; the next
+    open recovers abnormally and every acknowledged SYNC_FLUSH message is there."""
+    root = str(tmp_path / "store")
+    acks = str(tmp_path / "acks.jsonl")
+    node = subprocess.Popen([sys.executable, "-m", "mqstore.cli", "node", root, "--set", "flush_disk_type=SYNC_FLUSH",
+                             *[f"--set={k}={v}" for k, v in NODE_CFG.items() if k != "service_mode"]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    assert node.stdout is not None
+    line = node.stdout.readline()
+    assert "owner pid" in line, node.stderr.read() if node.poll() is not None else line  # type: ignore[union-attr]
+    services = [int(p.split()[-1]) for p in line.strip().split(", ")[1:]]
+    producer = start_py(PRODUCER, root, "p", 100_000, 0, acks)
+    time.sleep(1.0)
+    node.kill()
+    node.wait()
+    producer.kill()
+    producer.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in services) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in services), "service processes outlived the node"
+    acked = [json.loads(x) for x in open(acks)]
+    assert acked, "the producer acknowledged nothing before the kill"
+    check_store(root, allow_torn_tail=True).raise_if_failed()
+    with MessageStore(root, flush_disk_type="SYNC_FLUSH", **{**NODE_CFG, "service_mode": "threads"}) as store:
+        assert not store.last_exit_ok
+        for name, i, q, qoff, phy in acked:
+            m = store.look_message_by_queue_offset("T", q, qoff)
+            assert m is not None and bytes(m.body).startswith(f"{name}|{i}|".encode()), (i, q, qoff)
+    check_store(root).raise_if_failed()
