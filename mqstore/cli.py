@@ -49,7 +49,7 @@ from mqstore.inspection import (
     queue_records,
 )
 from mqstore.record import DecodedRecord
-from mqstore.store import CONTROL_BLOCK_NAME, check_store_dir
+from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -60,36 +60,6 @@ STATE_NAMES = {_shm.STATE_BUILDING: "BUILDING", _shm.STATE_READY: "READY", _shm.
 
 
 # -- reading a store directory (read-only) ------------------------------------------------
-def require_store(root: str) -> str:
-    """Absolute path of root if it looks like a store directory; NotAStoreError otherwise."""
-    root = os.path.abspath(root)
-    if not os.path.exists(root):
-        raise NotAStoreError(f"{root} does not exist")
-    check_store_dir(root)  # a file, foreign files only, commitlog not a directory
-    if not os.listdir(root):
-        raise NotAStoreError(f"{root} is an empty directory")
-    return root
-
-
-def lock_state(root: str) -> dict[str, Any]:
-    """Who owns root: the lock file, whether a running store holds its OFD lock, the abort file.
-
-    ``status`` is "running" (lock held), "crashed" (abort file left, lock free: the next open
-    recovers), "clean" (shut down cleanly) or "new" (no lock file: never opened by a store)."""
-    lock_path = os.path.join(root, "lock")
-    held = False
-    if os.path.exists(lock_path):
-        fd = os.open(lock_path, os.O_RDONLY)  # F_OFD_GETLK only tests; it takes nothing
-        try:
-            held = _shm.ofd_is_locked(fd)
-        finally:
-            os.close(fd)
-    abort = os.path.exists(os.path.join(root, "abort"))
-    status = ("running" if held else "crashed" if abort else
-              "clean" if os.path.exists(lock_path) else "new")
-    return {"status": status, "lock_file": os.path.exists(lock_path), "lock_held": held, "abort_file": abort}
-
-
 def read_checkpoint(root: str) -> dict[str, Any] | None:
     """The checkpoint's fields, or None if absent, {"error": ...} if too short. Read from the
     file: StoreCheckpoint opens it read-write and extends a short one."""
