@@ -6,6 +6,8 @@
     mqstore dump STORE_DIR (--phy OFFSET | --topic T --queue Q [--from QOFF]) [--count N]
                  [--body {none,hex,text}] [--json]   records with every field
     mqstore recover STORE_DIR [--no-crc] [--json]    dry run: what opening the store would recover and drop
+    mqstore stats STORE_DIR [--interval S] [--once | --count N] [--json]
+                                                     live rates, latencies, positions from the control block
 
 Exit codes: 0 clean, 1 problems found (verify: broken invariants; recover: the open would drop
 data), 2 usage error / not a store / cannot read / an offset that holds no record. Every
@@ -15,7 +17,8 @@ a progress line on stderr when it is a terminal (never with --json). See docs/cl
 
 A subcommand is one entry of ``COMMANDS``: (help, add_arguments, run); ``run(args)`` returns
 the exit code and may raise MQStoreError or OSError, which ``main`` prints as one line.
-The reading itself (inspect, dump, the recovery plan) lives in ``mqstore.inspection``.
+The reading itself (inspect, dump, the recovery plan) lives in ``mqstore.inspection``, the
+live figures of ``stats`` in ``mqstore.stats``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from mqstore import _shm
+from mqstore import _shm, stats
 from mqstore.checker import CheckReport, check_store
 from mqstore.checkpoint import read_checkpoint_file
 from mqstore.errors import MQStoreError, NotAStoreError
@@ -49,6 +52,7 @@ from mqstore.inspection import (
     queue_records,
 )
 from mqstore.record import DecodedRecord
+from mqstore.stats import STATE_NAMES
 from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
 
 EXIT_OK = 0
@@ -56,7 +60,6 @@ EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
 LIST_LIMIT = 20  # text output lists at most this many files / queues; --json lists all
-STATE_NAMES = {_shm.STATE_BUILDING: "BUILDING", _shm.STATE_READY: "READY", _shm.STATE_CLOSED: "CLOSED"}
 
 
 # -- reading a store directory (read-only) ------------------------------------------------
@@ -75,13 +78,13 @@ def read_checkpoint(root: str) -> dict[str, Any] | None:
 def read_control_block(root: str) -> dict[str, Any] | None:
     """Header, positions, running flags and statistics of ROOT/mqstore.shm, or None if absent.
 
-    ControlBlock.attach maps the file shared but writes nothing, and every accessor used here
-    is a load, so this is safe next to a running owner. {"error": ...} if it cannot be read."""
+    The block is attached read-only (O_RDONLY, PROT_READ) and every accessor used here is a
+    load, so this is safe next to a running owner. {"error": ...} if it cannot be read."""
     path = os.path.join(root, CONTROL_BLOCK_NAME)
     if not os.path.exists(path):
         return None
     try:
-        ctl = _shm.ControlBlock.attach(path)
+        ctl = _shm.ControlBlock.attach(path, readonly=True)
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
     try:
@@ -651,6 +654,28 @@ def _print_recover_queues(plan: RecoveryPlan) -> None:
                         what="queues"))
 
 
+# -- stats --------------------------------------------------------------------------------
+def _stats_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", metavar="STORE_DIR", help="root directory of the store")
+    p.add_argument("--interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
+                   help="seconds between samples: the rates are over this interval (default 1)")
+    once = p.add_mutually_exclusive_group()
+    once.add_argument("--once", action="store_true", help="print one sample (rates over --interval) and stop")
+    once.add_argument("--count", type=_positive, metavar="N", help="stop after N samples (default: until Ctrl-C)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per sample, one per line")
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    return stats.render(args.store_dir, once=args.once, interval=args.interval, json=args.json, count=args.count)
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 # -- shared helpers -----------------------------------------------------------------------
 def _describe_status(owner: dict[str, Any], ctl: dict[str, Any] | None = None) -> str:
     status = owner["status"]
@@ -806,6 +831,8 @@ COMMANDS: dict[str, Command] = {
              _dump_arguments, run_dump),
     "recover": ("dry run: what opening the store would recover, truncate and re-dispatch (read-only)",
                 _recover_arguments, run_recover),
+    "stats": ("live figures of a store from its control block: rates, latencies, positions, flags (read-only)",
+              _stats_arguments, run_stats),
 }
 
 
