@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from mqstore import _shm, stats
@@ -52,7 +51,7 @@ from mqstore.inspection import (
     queue_records,
 )
 from mqstore.record import DecodedRecord
-from mqstore.stats import STATE_NAMES
+from mqstore.stats import STATE_NAMES, ms_to_iso
 from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
 
 EXIT_OK = 0
@@ -267,7 +266,7 @@ def _print_info(info: dict[str, Any]) -> None:
     else:
         print("  checkpoint:")
         for name, value in cp.items():
-            when = f"  ({_ms_to_iso(value)})" if name.endswith("timestamp") and value > 0 else ""
+            when = f"  ({ms_to_iso(value)})" if name.endswith("timestamp") and value > 0 else ""
             print(f"    {name:<22} {value}{when}")
     ctl = info["control_block"]
     if ctl is None:
@@ -507,8 +506,8 @@ def _print_entry(entry: DumpEntry, body_mode: str) -> None:
         ("body CRC", f"{rec.body_crc} ({crc})"),
         ("flag", rec.flag),
         ("sys flag", f"0x{rec.sys_flag:X} ({', '.join(_sys_flag_names(rec.sys_flag))})"),
-        ("born", f"{rec.born_timestamp} ({_ms_to_iso(rec.born_timestamp)}) from {_host(rec.born_host)}"),
-        ("stored", f"{rec.store_timestamp} ({_ms_to_iso(rec.store_timestamp)}) at {_host(rec.store_host)}"),
+        ("born", f"{rec.born_timestamp} ({ms_to_iso(rec.born_timestamp)}) from {_host(rec.born_host)}"),
+        ("stored", f"{rec.store_timestamp} ({ms_to_iso(rec.store_timestamp)}) at {_host(rec.store_host)}"),
         ("reconsume times", rec.reconsume_times),
         ("prepared tx offset", rec.prepared_transaction_offset),
         ("properties", ", ".join(f"{k}={_printable(v)}" for k, v in rec.properties.items()) or "(none)"),
@@ -697,14 +696,7 @@ def _kv(label: str, d: dict[str, Any]) -> str:
 
 def _when(ms: int) -> str:
     """A store / checkpoint time for people: UTC, or "none" for 0 (never written)."""
-    return _ms_to_iso(ms) if ms > 0 else "none"
-
-
-def _ms_to_iso(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
-    except (OverflowError, OSError, ValueError):
-        return "out of range"
+    return ms_to_iso(ms) if ms > 0 else "none"
 
 
 def _print_json(obj: Any) -> None:

@@ -274,7 +274,7 @@ def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
     c = cur.counters
     return {
         "root": cur.root,
-        "time": _ms_to_iso(cur.wall_ms),
+        "time": ms_to_iso(cur.wall_ms),
         "wall_ms": cur.wall_ms,
         "status": cur.status,
         "running": cur.running,
@@ -316,7 +316,8 @@ def format_lines(fig: dict[str, Any]) -> list[str]:
     who = "running" if fig["running"] else f"not running ({fig['status']})"
     lines.append(f"  owner: {who}, pid {fig['owner_pid']}; control block {fig['state']}, generation "
                  f"{fig['generation']}")
-    lines.append(f"    opened {_ms_to_iso(fig['created_ms'])}; {fig['lock_kind']} put lock, {fig['flush_disk_type']}, "
+    opened = ms_to_iso(fig["created_ms"]) if fig["created_ms"] > 0 else "never"
+    lines.append(f"    opened {opened}; {fig['lock_kind']} put lock, {fig['flush_disk_type']}, "
                  f"{_bytes(fig['file_size'])} files, {fig['queues']:,} queue(s)")
     lines.append(f"  running flags: {', '.join(fig['running_flags']) or 'none'}")
     if fig["note"]:
@@ -423,9 +424,8 @@ def _bytes(value: float | None) -> str:
     return f"{value:,.0f} B"
 
 
-def _ms_to_iso(ms: int) -> str:
-    if ms <= 0:
-        return "never"
+def ms_to_iso(ms: int) -> str:
+    """A wall-clock ms time as UTC ISO 8601 with ms."""
     try:
         return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
     except (OverflowError, OSError, ValueError):

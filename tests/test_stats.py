@@ -109,12 +109,19 @@ def test_stats_of_a_store_another_process_writes(tmp_path, flush):
     assert all(d == 0 for d in s["deltas"].values()) and s["rates"]["puts_per_s"] == 0
 
 
-def test_stats_reads_without_changing_anything(open_store):
-    """Read-only: the block's bytes and every store file stay as they were."""
+@pytest.fixture
+def stopped_store(open_store) -> MessageStore:
+    """A store that was written and shut down cleanly."""
     store = open_store()
     for i in range(50):
         store.put_message(Message("T", b"x" * 50, queue_id=i % 2)).check()
     store.shutdown()
+    return store
+
+
+def test_stats_reads_without_changing_anything(stopped_store):
+    """Read-only: the block's bytes and every store file stay as they were."""
+    store = stopped_store
     before = tree(store.root)
     r = stats_cli(store.root, "--count", "2", "--interval", "0.05")
     assert r.returncode == EXIT_OK, r.stderr
@@ -132,10 +139,8 @@ def tree(root: str) -> dict[str, tuple[int, str]]:
 
 
 # -- output forms -------------------------------------------------------------------------
-def test_plain_blocks_without_a_terminal(open_store):
-    store = open_store()
-    store.put("T", b"hello").check()
-    store.shutdown()
+def test_plain_blocks_without_a_terminal(stopped_store):
+    store = stopped_store
     r = stats_cli(store.root, "--count", "2", "--interval", "0.05")
     assert r.returncode == EXIT_OK and "\x1b" not in r.stdout
     blocks = r.stdout.split("\n\n")
@@ -144,10 +149,8 @@ def test_plain_blocks_without_a_terminal(open_store):
     assert "    messages" in blocks[1] and "events (interval/total): lock hold warnings 0/0" in blocks[1]
 
 
-def test_table_redraws_in_place_on_a_terminal(open_store):
-    store = open_store()
-    store.put("T", b"hello").check()
-    store.shutdown()
+def test_table_redraws_in_place_on_a_terminal(stopped_store):
+    store = stopped_store
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "mqstore.cli", "stats", store.root, "--count", "2",
                              "--interval", "0.05"], cwd=REPO, env={**CHILD_ENV, "COLUMNS": "300"}, stdout=slave,
