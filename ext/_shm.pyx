@@ -10,7 +10,7 @@ import os
 from libc.errno cimport errno, EBUSY
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memset, memcpy
-from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_EXCL
+from posix.fcntl cimport open as c_open, O_RDONLY, O_RDWR, O_CREAT, O_EXCL
 from posix.unistd cimport close as c_close, ftruncate, getpid
 
 from mq_bytes cimport *
@@ -91,6 +91,7 @@ cdef class ControlBlock:
     cdef char *base
     cdef readonly Py_ssize_t size
     cdef readonly str path
+    cdef readonly bint readonly
     cdef int fd
 
     def __cinit__(self):
@@ -156,15 +157,20 @@ cdef class ControlBlock:
         return cb
 
     @staticmethod
-    def attach(str path):
-        """Map an existing block (any process). Raises ValueError if it is not one."""
+    def attach(str path, *, bint readonly=False):
+        """Map an existing block (any process). Raises ValueError if it is not one.
+
+        readonly=True opens the file read-only and maps it PROT_READ (monitoring tools: works
+        without write permission, and cannot change the block); every method that writes
+        then raises ValueError."""
         cdef bytes path_b = os.fsencode(path)
-        cdef int fd = c_open(path_b, O_RDWR, 0)
+        cdef int fd = c_open(path_b, O_RDONLY if readonly else O_RDWR, 0)
         if fd < 0:
             raise OSError(errno, f"cannot open control block {path}: {os.strerror(errno)}")
         cdef ControlBlock cb = ControlBlock.__new__(ControlBlock)
         cb.path = path
         cb.fd = fd
+        cb.readonly = readonly
         size = os.fstat(fd).st_size
         if size < MQ_CTL_HEADER_SIZE:
             raise ValueError(f"{path} is {size} bytes, too small for a control block")
@@ -176,7 +182,8 @@ cdef class ControlBlock:
         return cb
 
     cdef _map(self, Py_ssize_t size):
-        cdef void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd, 0)
+        cdef void *p = mmap(NULL, size, PROT_READ if self.readonly else PROT_READ | PROT_WRITE, MAP_SHARED,
+                            self.fd, 0)
         if p == MAP_FAILED:
             raise OSError(errno, f"cannot map control block {self.path}: {os.strerror(errno)}")
         self.base = <char *>p
@@ -186,6 +193,12 @@ cdef class ControlBlock:
         if self.base == NULL:
             raise ValueError("control block is closed")
         return self.base
+
+    cdef inline char *_w(self) except NULL:
+        """The base for a method that writes: refused on a read-only attach (it would fault)."""
+        if self.readonly:
+            raise ValueError(f"control block {self.path} is attached read-only")
+        return self._b()
 
     def close(self):
         if self.base != NULL:
@@ -226,6 +239,11 @@ cdef class ControlBlock:
         return mq_load(mq_cell(self._b(), MQ_CTL_OWNER_PID))
 
     @property
+    def created_ms(self) -> int:
+        """Wall-clock ms when this block was laid out: every open of a store creates a new one."""
+        return mq_cell(self._b(), MQ_CTL_CREATED_MS)[0]
+
+    @property
     def generation(self) -> int:
         return mq_load(mq_cell(self._b(), MQ_CTL_GENERATION))
 
@@ -234,11 +252,11 @@ cdef class ControlBlock:
         return mq_load(mq_cell(self._b(), MQ_CTL_STATE))
 
     def mark_ready(self):
-        mq_fetch_add(mq_cell(self._b(), MQ_CTL_GENERATION), 1)
+        mq_fetch_add(mq_cell(self._w(), MQ_CTL_GENERATION), 1)
         mq_store(mq_cell(self.base, MQ_CTL_STATE), MQ_STATE_READY)
 
     def mark_closed(self):
-        mq_store(mq_cell(self._b(), MQ_CTL_STATE), MQ_STATE_CLOSED)
+        mq_store(mq_cell(self._w(), MQ_CTL_STATE), MQ_STATE_CLOSED)
 
     # -- cells ----------------------------------------------------------------------------
     def get(self, str name) -> int:
@@ -247,11 +265,11 @@ cdef class ControlBlock:
 
     def set(self, str name, int64_t value):
         """Atomic store. Only the owner rebuilding the block, or tests, move positions back."""
-        mq_store(mq_cell(self._b(), _POSITIONS[name]), value)
+        mq_store(mq_cell(self._w(), _POSITIONS[name]), value)
 
     def advance(self, str name, int64_t value) -> int:
         """Raise a position to at least value (positions only move forward); returns the new value."""
-        return mq_max(mq_cell(self._b(), _POSITIONS[name]), value)
+        return mq_max(mq_cell(self._w(), _POSITIONS[name]), value)
 
     def positions(self) -> dict:
         """The store's positions. Read trailing position first (confirmed, dispatched, flushed,
@@ -264,7 +282,7 @@ cdef class ControlBlock:
 
     def set_running_flag(self, str flag, bint on=True):
         cdef int64_t bit = RUNNING_FLAGS[flag]
-        cdef int64_t *cell = mq_cell(self._b(), MQ_CTL_RUNNING_FLAGS)
+        cdef int64_t *cell = mq_cell(self._w(), MQ_CTL_RUNNING_FLAGS)
         cdef int64_t cur
         while True:
             cur = mq_load(cell)
@@ -281,32 +299,32 @@ cdef class ControlBlock:
         return {STAT_NAMES[i]: mq_load_relaxed(mq_stat(b, i)) for i in range(MQ_STAT_COUNT)}
 
     def add_stat(self, str name, int64_t value=1):
-        mq_add_relaxed(mq_stat(self._b(), STAT_NAMES.index(name)), value)
+        mq_add_relaxed(mq_stat(self._w(), STAT_NAMES.index(name)), value)
 
     def max_stat(self, str name, int64_t value):
-        mq_stat_max(self._b(), STAT_NAMES.index(name), value)
+        mq_stat_max(self._w(), STAT_NAMES.index(name), value)
 
     def set_stat(self, str name, int64_t value):
-        mq_store_relaxed(mq_stat(self._b(), STAT_NAMES.index(name)), value)
+        mq_store_relaxed(mq_stat(self._w(), STAT_NAMES.index(name)), value)
 
     # -- wake-ups -------------------------------------------------------------------------
     def notify(self, str channel):
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
-        cdef char *b = self._b()
+        cdef char *b = self._w()
         cdef int ch = CHANNELS[channel]
         with nogil:
             mq_notify(b, ch)
 
     def broadcast(self, str channel):
         """Wake every waiter of channel (e.g. sync writers waiting for 'flushed')."""
-        cdef char *b = self._b()
+        cdef char *b = self._w()
         cdef int ch = CHANNELS[channel]
         with nogil:
             mq_broadcast(b, ch)
 
     def wait_notified(self, str channel, double timeout_ms) -> bool:
         """Wait for a notify on channel or the timeout (RocketMQ waitForRunning); True if notified."""
-        cdef char *b = self._b()
+        cdef char *b = self._w()
         cdef int ch = CHANNELS[channel]
         cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
         cdef int r
@@ -350,7 +368,7 @@ cdef class ControlBlock:
     def acquire_put_lock(self) -> bool:
         """Take the put lock as a put would (sets begin_time_in_lock); True if it was taken
         over from a dead holder."""
-        cdef char *b = self._b()
+        cdef char *b = self._w()
         cdef int kind = <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0]
         cdef int64_t token = mq_lock_token()
         cdef int r = mq_put_trylock(b, kind, token)
@@ -365,7 +383,7 @@ cdef class ControlBlock:
         return r == EOWNERDEAD
 
     def release_put_lock(self):
-        cdef char *b = self._b()
+        cdef char *b = self._w()
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), 0)
         mq_put_unlock(b, <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0])
 
@@ -388,7 +406,7 @@ cdef class ControlBlock:
     def table_set(self, str topic, int32_t queue_id, int64_t next_offset):
         """Set (insert) the next offset of a queue. Owner only: used when rebuilding."""
         cdef bytes t = topic.encode("utf-8")
-        cdef char *b = self._b()
+        cdef char *b = self._w()
         if len(t) > MQ_TQ_TOPIC_MAX:
             raise ValueError(f"topic {topic!r} is longer than {MQ_TQ_TOPIC_MAX} UTF-8 bytes")
         cdef mq_tq_slot *s = mq_tq_get_or_insert(b, t, len(t), queue_id)

@@ -43,9 +43,15 @@ class ControlBlock:
         calls ``mark_ready``.
         """
 
+    @property
+    def readonly(self) -> bool: ...
     @staticmethod
-    def attach(path: str) -> ControlBlock:
-        """Map an existing block (any process). Raises ValueError if it is not one."""
+    def attach(path: str, *, readonly: bool = False) -> ControlBlock:
+        """Map an existing block (any process). Raises ValueError if it is not one.
+
+        readonly=True opens the file read-only and maps it PROT_READ (monitoring tools: works
+        without write permission, and cannot change the block); every method that writes
+        then raises ValueError."""
 
     def close(self) -> None: ...
     @property
@@ -65,6 +71,10 @@ class ControlBlock:
     def sync_flush(self) -> bool: ...
     @property
     def owner_pid(self) -> int: ...
+    @property
+    def created_ms(self) -> int:
+        """Wall-clock ms when this block was laid out: every open of a store creates a new one."""
+
     @property
     def generation(self) -> int: ...
     @property

@@ -6,6 +6,8 @@
     mqstore dump STORE_DIR (--phy OFFSET | --topic T --queue Q [--from QOFF]) [--count N]
                  [--body {none,hex,text}] [--json]   records with every field
     mqstore recover STORE_DIR [--no-crc] [--json]    dry run: what opening the store would recover and drop
+    mqstore stats STORE_DIR [--interval S] [--once | --count N] [--json]
+                                                     live rates, latencies, positions from the control block
 
 Exit codes: 0 clean, 1 problems found (verify: broken invariants; recover: the open would drop
 data), 2 usage error / not a store / cannot read / an offset that holds no record. Every
@@ -15,7 +17,8 @@ a progress line on stderr when it is a terminal (never with --json). See docs/cl
 
 A subcommand is one entry of ``COMMANDS``: (help, add_arguments, run); ``run(args)`` returns
 the exit code and may raise MQStoreError or OSError, which ``main`` prints as one line.
-The reading itself (inspect, dump, the recovery plan) lives in ``mqstore.inspection``.
+The reading itself (inspect, dump, the recovery plan) lives in ``mqstore.inspection``, the
+live figures of ``stats`` in ``mqstore.stats``.
 """
 
 from __future__ import annotations
@@ -30,10 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from mqstore import _shm
+from mqstore import _shm, stats
 from mqstore.checker import CheckReport, check_store
 from mqstore.checkpoint import read_checkpoint_file
 from mqstore.errors import MQStoreError, NotAStoreError
@@ -50,47 +52,17 @@ from mqstore.inspection import (
     queue_records,
 )
 from mqstore.record import DecodedRecord
-from mqstore.store import CONTROL_BLOCK_NAME, check_store_dir
+from mqstore.stats import STATE_NAMES, ms_to_iso
+from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
 LIST_LIMIT = 20  # text output lists at most this many files / queues; --json lists all
-STATE_NAMES = {_shm.STATE_BUILDING: "BUILDING", _shm.STATE_READY: "READY", _shm.STATE_CLOSED: "CLOSED"}
 
 
 # -- reading a store directory (read-only) ------------------------------------------------
-def require_store(root: str) -> str:
-    """Absolute path of root if it looks like a store directory; NotAStoreError otherwise."""
-    root = os.path.abspath(root)
-    if not os.path.exists(root):
-        raise NotAStoreError(f"{root} does not exist")
-    check_store_dir(root)  # a file, foreign files only, commitlog not a directory
-    if not os.listdir(root):
-        raise NotAStoreError(f"{root} is an empty directory")
-    return root
-
-
-def lock_state(root: str) -> dict[str, Any]:
-    """Who owns root: the lock file, whether a running store holds its OFD lock, the abort file.
-
-    ``status`` is "running" (lock held), "crashed" (abort file left, lock free: the next open
-    recovers), "clean" (shut down cleanly) or "new" (no lock file: never opened by a store)."""
-    lock_path = os.path.join(root, "lock")
-    held = False
-    if os.path.exists(lock_path):
-        fd = os.open(lock_path, os.O_RDONLY)  # F_OFD_GETLK only tests; it takes nothing
-        try:
-            held = _shm.ofd_is_locked(fd)
-        finally:
-            os.close(fd)
-    abort = os.path.exists(os.path.join(root, "abort"))
-    status = ("running" if held else "crashed" if abort else
-              "clean" if os.path.exists(lock_path) else "new")
-    return {"status": status, "lock_file": os.path.exists(lock_path), "lock_held": held, "abort_file": abort}
-
-
 def read_checkpoint(root: str) -> dict[str, Any] | None:
     """The checkpoint's fields, or None if absent, {"error": ...} if too short. Read from the
     file: StoreCheckpoint opens it read-write and extends a short one."""
@@ -106,13 +78,13 @@ def read_checkpoint(root: str) -> dict[str, Any] | None:
 def read_control_block(root: str) -> dict[str, Any] | None:
     """Header, positions, running flags and statistics of ROOT/mqstore.shm, or None if absent.
 
-    ControlBlock.attach maps the file shared but writes nothing, and every accessor used here
-    is a load, so this is safe next to a running owner. {"error": ...} if it cannot be read."""
+    The block is attached read-only (O_RDONLY, PROT_READ) and every accessor used here is a
+    load, so this is safe next to a running owner. {"error": ...} if it cannot be read."""
     path = os.path.join(root, CONTROL_BLOCK_NAME)
     if not os.path.exists(path):
         return None
     try:
-        ctl = _shm.ControlBlock.attach(path)
+        ctl = _shm.ControlBlock.attach(path, readonly=True)
     except (OSError, ValueError) as exc:
         return {"error": str(exc)}
     try:
@@ -295,7 +267,7 @@ def _print_info(info: dict[str, Any]) -> None:
     else:
         print("  checkpoint:")
         for name, value in cp.items():
-            when = f"  ({_ms_to_iso(value)})" if name.endswith("timestamp") and value > 0 else ""
+            when = f"  ({ms_to_iso(value)})" if name.endswith("timestamp") and value > 0 else ""
             print(f"    {name:<22} {value}{when}")
     ctl = info["control_block"]
     if ctl is None:
@@ -535,8 +507,8 @@ def _print_entry(entry: DumpEntry, body_mode: str) -> None:
         ("body CRC", f"{rec.body_crc} ({crc})"),
         ("flag", rec.flag),
         ("sys flag", f"0x{rec.sys_flag:X} ({', '.join(_sys_flag_names(rec.sys_flag))})"),
-        ("born", f"{rec.born_timestamp} ({_ms_to_iso(rec.born_timestamp)}) from {_host(rec.born_host)}"),
-        ("stored", f"{rec.store_timestamp} ({_ms_to_iso(rec.store_timestamp)}) at {_host(rec.store_host)}"),
+        ("born", f"{rec.born_timestamp} ({ms_to_iso(rec.born_timestamp)}) from {_host(rec.born_host)}"),
+        ("stored", f"{rec.store_timestamp} ({ms_to_iso(rec.store_timestamp)}) at {_host(rec.store_host)}"),
         ("reconsume times", rec.reconsume_times),
         ("prepared tx offset", rec.prepared_transaction_offset),
         ("properties", ", ".join(f"{k}={_printable(v)}" for k, v in rec.properties.items()) or "(none)"),
@@ -682,6 +654,28 @@ def _print_recover_queues(plan: RecoveryPlan) -> None:
                         what="queues"))
 
 
+# -- stats --------------------------------------------------------------------------------
+def _stats_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_dir", metavar="STORE_DIR", help="root directory of the store")
+    p.add_argument("--interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
+                   help="seconds between samples: the rates are over this interval (default 1)")
+    once = p.add_mutually_exclusive_group()
+    once.add_argument("--once", action="store_true", help="print one sample (rates over --interval) and stop")
+    once.add_argument("--count", type=_positive, metavar="N", help="stop after N samples (default: until Ctrl-C)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per sample, one per line")
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    return stats.render(args.store_dir, once=args.once, interval=args.interval, json=args.json, count=args.count)
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 # -- shared helpers -----------------------------------------------------------------------
 def _describe_status(owner: dict[str, Any], ctl: dict[str, Any] | None = None) -> str:
     status = owner["status"]
@@ -703,14 +697,7 @@ def _kv(label: str, d: dict[str, Any]) -> str:
 
 def _when(ms: int) -> str:
     """A store / checkpoint time for people: UTC, or "none" for 0 (never written)."""
-    return _ms_to_iso(ms) if ms > 0 else "none"
-
-
-def _ms_to_iso(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
-    except (OverflowError, OSError, ValueError):
-        return "out of range"
+    return ms_to_iso(ms) if ms > 0 else "none"
 
 
 def _print_json(obj: Any) -> None:
@@ -839,6 +826,8 @@ COMMANDS: dict[str, Command] = {
                 _recover_arguments, run_recover),
     "node": ("run a node (owner + allocator, flusher, dispatcher processes) on a store until SIGTERM/SIGINT; "
              "'node status DIR' shows a running one", node_cli.add_arguments, node_cli.run),
+    "stats": ("live figures of a store from its control block: rates, latencies, positions, flags (read-only)",
+              _stats_arguments, run_stats),
 }
 
 

@@ -80,6 +80,36 @@ def fence_control_block(path: str) -> None:
         old.close()
 
 
+def require_store(root: str) -> str:
+    """Absolute path of root if it looks like a store directory; NotAStoreError otherwise."""
+    root = os.path.abspath(root)
+    if not os.path.exists(root):
+        raise NotAStoreError(f"{root} does not exist")
+    check_store_dir(root)  # a file, foreign files only, commitlog not a directory
+    if not os.listdir(root):
+        raise NotAStoreError(f"{root} is an empty directory")
+    return root
+
+
+def lock_state(root: str) -> dict[str, Any]:
+    """Who owns root: the lock file, whether a running store holds its OFD lock, the abort file.
+
+    ``status`` is "running" (lock held), "crashed" (abort file left, lock free: the next open
+    recovers), "clean" (shut down cleanly) or "new" (no lock file: never opened by a store)."""
+    lock_path = os.path.join(root, "lock")
+    held = False
+    if os.path.exists(lock_path):
+        fd = os.open(lock_path, os.O_RDONLY)  # F_OFD_GETLK only tests; it takes nothing
+        try:
+            held = _shm.ofd_is_locked(fd)
+        finally:
+            os.close(fd)
+    abort = os.path.exists(os.path.join(root, "abort"))
+    status = ("running" if held else "crashed" if abort else
+              "clean" if os.path.exists(lock_path) else "new")
+    return {"status": status, "lock_file": os.path.exists(lock_path), "lock_held": held, "abort_file": abort}
+
+
 class MessageStore:
     """A store directory opened for writing by this process.
 

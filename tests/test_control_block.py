@@ -211,6 +211,39 @@ def test_attach_sees_the_same_cells(make_cb):
         other.close()
 
 
+def test_attach_readonly_reads_live_cells_and_refuses_writes(make_cb):
+    """A monitor's attach: O_RDONLY + PROT_READ, so it needs no write permission (the block is
+    chmod 0444 here; run as root that shows nothing) and no method of it can change the block."""
+    cb = make_cb(file_size=777)
+    cb.mark_ready()
+    cb.set("wrote", 4242)
+    cb.add_stat("put_messages", 3)
+    cb.set_running_flag("DISK_FULL")
+    os.chmod(cb.path, 0o444)
+    ro = ControlBlock.attach(cb.path, readonly=True)
+    try:
+        assert ro.readonly and not cb.readonly
+        assert ro.file_size == 777 and ro.generation == 1 and ro.state == STATE_READY
+        assert ro.created_ms == cb.created_ms > 0
+        assert ro.positions() == cb.positions() and ro.stats() == cb.stats()
+        assert ro.running_flags() == ["DISK_FULL"] and ro.lock_holder is None
+        cb.advance("wrote", 5000)
+        cb.add_stat("put_messages")
+        assert ro.get("wrote") == 5000 and ro.stats()["put_messages"] == 4, "the same shared pages"
+        writes = [lambda: ro.set("wrote", 1), lambda: ro.advance("flushed", 1), lambda: ro.add_stat("rolls"),
+                  lambda: ro.max_stat("flush_ns_max", 1), lambda: ro.set_stat("rolls", 1),
+                  lambda: ro.set_running_flag("DISK_FULL", False), lambda: ro.mark_ready(), lambda: ro.mark_closed(),
+                  lambda: ro.notify("flush"), lambda: ro.broadcast("flushed"), lambda: ro.wait_notified("flush", 0),
+                  lambda: ro.acquire_put_lock(), lambda: ro.release_put_lock(), lambda: ro.table_set("t", 0, 1)]
+        for write in writes:
+            with pytest.raises(ValueError, match="attached read-only"):
+                write()
+        assert cb.positions()["wrote"] == 5000 and cb.state == STATE_READY and cb.running_flags() == ["DISK_FULL"]
+    finally:
+        ro.close()
+        os.chmod(cb.path, 0o644)
+
+
 def test_attach_rejects_bad_magic(make_cb):
     cb = make_cb()
     with open(cb.path, "r+b") as fh:
