@@ -193,7 +193,10 @@ class ConsumeQueue(ConsumeQueueKernel):
         if got is None:
             return None
         mf, pos, _ = got
-        raw = mf.read(pos, UNIT)
+        try:
+            raw = mf.read(pos, UNIT)
+        except ValueError:  # unmapped: retention deleted the file since the lookup (spec §14)
+            return None
         return (int.from_bytes(raw[0:8], "big", signed=True), int.from_bytes(raw[8:12], "big", signed=True),
                 int.from_bytes(raw[12:20], "big", signed=True))
 
