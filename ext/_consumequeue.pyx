@@ -538,13 +538,20 @@ cdef class DispatchKernel:
 
 cdef class LogMap:
     """CommitLog files by index for C readers: base address of file k (start first_from +
-    k * file_size), NULL when not mapped. Holds the MappedFile objects it points into."""
+    k * file_size), NULL when not mapped. Keeps the mappings it points into alive.
+
+    A file is mapped here only while it is available (not being deleted). The map pins each
+    mapping with a memoryview, not with the file's reference count: an exported buffer defers
+    munmap (MappedFile._cleanup), so the addresses stay valid for as long as this map or any
+    result or view taken from it lives, while the retention service can still delete the
+    file at once (spec §14; a held reference would stall every deletion until the forced
+    interval). Readers rebuild the map when the file list changes, dropping such files."""
 
     cdef readonly int64_t file_size
     cdef readonly int64_t first_from
     cdef readonly list files
-    cdef list held
-    cdef list views      # one memoryview per held file: keeps the mapping alive while views exist
+    cdef list views      # one memoryview per mapped file: keeps the mapping alive
+    cdef object bases_array
     cdef int64_t n
     cdef char **bases
 
@@ -560,26 +567,20 @@ cdef class LogMap:
         if self.bases == NULL:
             raise MemoryError()
         cdef int64_t k
-        held = []
         views = [None] * self.n
         for mf in self.files:
             k = (mf.file_from - self.first_from) // file_size
-            if 0 <= k < self.n and mf.hold():
-                held.append(mf)
-                # an exported buffer defers munmap (MappedFile._cleanup), so the addresses
-                # below stay valid for as long as this map or any slice of it lives, even
-                # when a file is destroyed forcibly
-                views[k] = memoryview(mf)
+            if 0 <= k < self.n and mf.is_available:
+                try:
+                    view = memoryview(mf)
+                except ValueError:  # unmapped by a deletion since the list was taken
+                    continue
+                views[k] = view
                 self.bases[k] = <char *><size_t>mf.address
-        self.held = held
         self.views = views
 
     def __dealloc__(self):
         free(self.bases)
-        self.views = None
-        if self.held is not None:
-            for mf in self.held:
-                mf.release()
 
     def __len__(self):
         return self.n
@@ -605,9 +606,12 @@ cdef class LogMap:
         return self.views[(phy - self.first_from) // self.file_size][pos:pos + size]
 
     def base_addresses(self):
-        """The base addresses as an array('q') (0 = not mapped), for the time-search kernel."""
-        from array import array
-        return array("q", [<int64_t><size_t>self.bases[k] for k in range(self.n)])
+        """The base addresses as an array('q') (0 = not mapped), for the time-search kernel
+        (built once per map)."""
+        if self.bases_array is None:
+            from array import array
+            self.bases_array = array("q", [<int64_t><size_t>self.bases[k] for k in range(self.n)])
+        return self.bases_array
 
     def file_of(self, int64_t phy):
         """The MappedFile holding phy, or None."""
@@ -1048,10 +1052,17 @@ cdef class ReadKernel:
     cpdef LogMap log_map(self):
         """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
         version = self.k_log_files.version
-        if self.k_lmap is None or version != self.k_lmap_version:
-            self.k_lmap = LogMap(self.k_log_files.files, self.k_log_files.file_size)
+        cdef LogMap lmap = self.k_lmap
+        if lmap is None or version != self.k_lmap_version:
+            lmap = LogMap(self.k_log_files.files, self.k_log_files.file_size)
+            self.k_lmap = lmap
             self.k_lmap_version = version
-        return self.k_lmap
+        return lmap
+
+    def forget_log_map(self):
+        """Drop the cached LogMap (its file list changed): the mappings of deleted files go
+        as soon as no result or view taken from it is left (MappedFileQueue.on_files_removed)."""
+        self.k_lmap = None
 
     cdef inline int64_t readable_end(self) noexcept:
         return mq_load(mq_cell(self.k_ctl, MQ_CTL_WROTE))
@@ -1117,13 +1128,24 @@ cdef class ReadKernel:
             status = scan_units_into(r, lmap, cq.cur_base, logic - cq.cur_from, end, &self.k_lim, codes, &consumed)
         else:
             got = cq_obj.get_index_buffer(offset)
-            if got is None:
+            pinned = None
+            if got is not None:
+                mf, pos, end = got
+                try:
+                    pinned = memoryview(mf).cast("B")
+                except ValueError:
+                    pass  # spec §14: retention deleted the file since the lookup
+            if pinned is None:
+                # no file holds the offset (RocketMQ getIndexBuffer: null); if retention moved
+                # the queue's min offset past it meanwhile, say so
+                min_offset = cq.min_logic_offset // CQ_UNIT
+                if offset < min_offset:
+                    return self._result(GS_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
                 per_file = cq.file_size // CQ_UNIT
                 r.status = _STATUSES[GS_OFFSET_FOUND_NULL]
                 r.next_begin_offset = offset + per_file - offset % per_file
                 return r
-            mf, pos, end = got
-            view = memoryview(mf).cast("B")
+            view = pinned
             if end > view.shape[0]:
                 end = view.shape[0]
             r.log_map = lmap

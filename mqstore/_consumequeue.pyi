@@ -93,7 +93,7 @@ class DispatchKernel:
 
 @disjoint_base
 class LogMap:
-    """CommitLog files by index for C readers (holds and maps the files it points into)."""
+    """CommitLog files by index for C readers (maps the available files, pins the mappings)."""
 
     @property
     def file_size(self) -> int: ...
@@ -108,7 +108,8 @@ class LogMap:
         """First offset past the mapped files."""
 
     def base_addresses(self) -> Any:
-        """The base addresses as an array('q') (0 = not mapped), for the time-search kernel."""
+        """The base addresses as an array('q') (0 = not mapped), for the time-search kernel
+        (built once per map)."""
 
     def file_of(self, phy: int) -> MappedFile | None:
         """The MappedFile holding phy, or None."""
@@ -222,6 +223,9 @@ class ReadKernel:
     def in_memory_limit(self, value: int) -> None: ...
     def log_map(self) -> LogMap:
         """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
+
+    def forget_log_map(self) -> None:
+        """Drop the cached LogMap (its file list changed)."""
 
     def tag_codes(self, tags: str | None) -> frozenset[int] | None:
         """Tags codes of a subscription expression "A || B" (spec §11), cached; None = all."""

@@ -91,12 +91,7 @@ class CommitLog:
     @property
     def min_offset(self) -> int:
         """Start of the first available file (spec §6.2), 0 when empty."""
-        first = self.queue.first()
-        if first is None:
-            return 0
-        if first.is_available:
-            return first.file_from
-        return first.file_from + self.file_size
+        return self.queue.min_available_offset()
 
     # -- flush (spec §8) --------------------------------------------------------------------
     def flush(self, least_pages: int) -> bool:

@@ -583,7 +583,8 @@ _TABLE: tuple[Definition, ...] = (
          "clamped to 10 .. 95 (effective_disk_max_used_space_ratio).",
          java="diskMaxUsedSpaceRatio"),
     _key("clean_resource_interval", int, 10_000, "ms", _POSITIVE,
-         "Period of the cleaning service (first run 60 s after start).",
+         "Period of the cleaning service (first run 60 s after start); the disk is checked every "
+         "10 s in between.",
          java="cleanResourceInterval"),
     _key("delete_commit_log_files_interval", int, 100, "ms", _NON_NEGATIVE,
          "Pause between two commit log file deletions, to spread the I/O.",
@@ -592,13 +593,15 @@ _TABLE: tuple[Definition, ...] = (
          "Pause after each consume queue that deleted files.",
          java="deleteConsumeQueueFilesInterval"),
     _key("destroy_maped_file_interval_forcibly", int, 120_000, "ms", _NON_NEGATIVE,
-         "A file still referenced by readers this long after deletion started is unmapped anyway.",
+         "A file still held (a flush, an index query) this long after its deletion started is "
+         "deleted anyway; views handed to readers keep their mapping valid either way.",
          java="destroyMapedFileIntervalForcibly"),
     _key("redelete_hanged_file_interval", int, 120_000, "ms", _NON_NEGATIVE,
-         "Retry period for a first file whose deletion hung (still referenced).",
+         "Retry period for a first CommitLog file whose deletion hung (still held).",
          java="redeleteHangedFileInterval"),
     _key("clean_file_forcibly_enable", bool, True, "-", _BOOL,
-         "When the disk is nearly full, delete files even if not expired, oldest first.",
+         "Above disk_space_clean_forcibly_ratio, delete commit log files even if not expired, "
+         "oldest first.",
          java="cleanFileForciblyEnable"),
     _key("delete_file_batch_max", int, 10, "count", _POSITIVE,
          "Most commit log files deleted in one cleaning run.",

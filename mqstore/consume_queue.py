@@ -32,6 +32,7 @@ log = logging.getLogger("mqstore.consumequeue")
 UNIT = CQ_STORE_UNIT_SIZE
 RECOVER_LAST_FILES = 3
 OS_PAGE_SIZE = 4096
+CQ_DESTROY_INTERVAL_FORCIBLY_MS = 60_000  # RocketMQ deleteExpiredFileByOffset: destroy(1000 * 60)
 FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 _UNIT_STRUCT = struct.Struct(">qiq")
 
@@ -231,7 +232,10 @@ class ConsumeQueue(ConsumeQueueKernel):
         if got is None:
             return None
         mf, pos, _ = got
-        raw = mf.read(pos, UNIT)
+        try:
+            raw = mf.read(pos, UNIT)
+        except ValueError:  # unmapped: retention deleted the file since the lookup (spec §14)
+            return None
         return (int.from_bytes(raw[0:8], "big", signed=True), int.from_bytes(raw[8:12], "big", signed=True),
                 int.from_bytes(raw[12:20], "big", signed=True))
 
@@ -256,6 +260,22 @@ class ConsumeQueue(ConsumeQueueKernel):
                 self.min_logic_offset = max(self.min_logic_offset, first.file_from + pos)
                 break
         view.release()
+
+    # -- retention (spec §14) ----------------------------------------------------------------
+    def delete_expired_file(self, min_phy: int, interval_forcibly_ms: int = CQ_DESTROY_INTERVAL_FORCIBLY_MS) -> int:
+        """RocketMQ ConsumeQueue.deleteExpiredFile: delete the files (never the last) whose last
+        unit points below min_phy, the CommitLog's new min offset, then correct_min_offset.
+        Runs under the flush lock, so a flush never meets a file being deleted. Beyond
+        RocketMQ, the min offset is first raised to the start of the first remaining file:
+        units below it no longer exist even when that file holds no unit at or after min_phy.
+        Returns the number of files deleted."""
+        with self._flush_lock:
+            deleted = self.files.delete_expired_file_by_offset(min_phy, UNIT, interval_forcibly_ms)
+            first = self.files.first()
+            if first is not None and first.file_from > self.min_logic_offset:
+                self.min_logic_offset = first.file_from
+        self.correct_min_offset(min_phy)
+        return deleted
 
     # -- recovery (spec §3 "Recovery", truncateDirtyLogicFiles) ------------------------------
     def recover(self) -> QueueRecovery:

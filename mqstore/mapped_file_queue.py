@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 from sortedcontainers import SortedDict
@@ -13,6 +14,23 @@ from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
 
 DELETE_FILES_BATCH_MAX = 10
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _sleep_ms(ms: float) -> None:
+    time.sleep(ms / 1000)
+
+
+def _mtime_ms(mf: MappedFile) -> int:
+    """The file's mtime in ms (RocketMQ getLastModifiedTimestamp); 0 when the file is gone
+    (another process deleted it: as expired as a file can be)."""
+    try:
+        return int(mf.last_modified_ms)
+    except FileNotFoundError:
+        return 0
 
 
 def _all_zeros(path: str, chunk: int = 1 << 20) -> bool:
@@ -31,8 +49,10 @@ class MappedFileQueue:
         self.file_size = file_size
         self._files: SortedDict = SortedDict()
         self._lock = threading.RLock()
-        self.version = 0  # bumped whenever a file is added or removed (readers cache file maps)
+        # bumped whenever a file is added, removed or shut down for deletion (readers cache file maps)
+        self.version = 0
         self.extended: list[tuple[str, int]] = []  # cut last files extended by load: (name, size before)
+        self._removal_listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
 
     # -- loading -----------------------------------------------------------------------
     def load(self, last_file_was_cut: Callable[[str], bool] | None = None) -> None:
@@ -162,6 +182,14 @@ class MappedFileQueue:
         first = self.first()
         return -1 if first is None else first.file_from
 
+    def min_available_offset(self) -> int:
+        """spec §6.2 CommitLog minOffset: the first file's start if it is available, else the
+        start of the file after it (its deletion has begun); 0 when empty."""
+        first = self.first()
+        if first is None:
+            return 0
+        return first.file_from if first.is_available else first.file_from + self.file_size
+
     def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
         """The file holding offset (spec §2 offset→file), or None / the first file."""
         with self._lock:
@@ -259,7 +287,8 @@ class MappedFileQueue:
                     removed.append(mf.file_name)
                     mf.destroy(1000)
                     del self._files[start]
-                    self.version += 1
+        if removed:
+            self._files_removed()
         return removed, dropped
 
     def delete_last_file(self) -> str | None:
@@ -268,31 +297,98 @@ class MappedFileQueue:
             if not self._files:
                 return None
             start, mf = self._files.popitem(-1)
-            self.version += 1
+        self._files_removed()
         mf.destroy(1000)
         return mf.file_name
 
+    def on_files_removed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` after files were removed or shut down for deletion, from the
+        thread that removed them. callback must be a bound method: it is held weakly, so a
+        reader can still be collected. Readers drop their cached maps of the old file list
+        here: a deleted file's disk space is only freed when its last mapping goes."""
+        self._removal_listeners.append(weakref.WeakMethod(callback))
+
+    def _files_removed(self) -> None:
+        with self._lock:
+            self.version += 1
+            self._removal_listeners = [ref for ref in self._removal_listeners if ref() is not None]
+            listeners = list(self._removal_listeners)
+        for ref in listeners:
+            callback = ref()
+            if callback is not None:
+                callback()
+
+    def _destroy_listed(self, mf: MappedFile, interval_forcibly_ms: int) -> bool:
+        """Destroy mf and drop it from the list (spec §6.1 destroy). A file still held by a
+        reader is only shut down (unavailable, readers stop mapping it) and stays listed until
+        a later call succeeds. Listeners are told either way."""
+        was_available = mf.is_available
+        destroyed = mf.destroy(interval_forcibly_ms)
+        if destroyed:
+            with self._lock:
+                if self._files.get(mf.file_from) is mf:
+                    del self._files[mf.file_from]
+        if destroyed or was_available:
+            self._files_removed()
+        return destroyed
+
     def delete_expired_file_by_time(self, expired_ms: int, delete_interval_ms: int, interval_forcibly_ms: int,
-                                    clean_immediately: bool) -> int:
+                                    clean_immediately: bool, *, now_ms: Callable[[], int] | None = None,
+                                    sleep_ms: Callable[[float], None] | None = None,
+                                    max_files: int = DELETE_FILES_BATCH_MAX, keep_from: int | None = None) -> int:
         """spec §6.2 deleteExpiredFileByTime: oldest first, never the last file, stop at the
-        first unexpired file, at most 10 per call. Returns the number deleted."""
+        first unexpired file (file mtime + expired_ms > now) unless clean_immediately, at most
+        max_files per call, delete_interval_ms between two deletions. Returns the number deleted.
+
+        now_ms / sleep_ms replace the wall clock and time.sleep (the cleaning service passes its
+        own, so tests can move time and shutdown interrupts the pause). Beyond RocketMQ:
+        keep_from stops the run at the first file that ends after it (the cleaning service
+        passes the lowest of the flushed and dispatched positions, so a file is never deleted
+        under the flush or before its messages have ConsumeQueue units)."""
+        clock = now_ms if now_ms is not None else _wall_ms
+        pause = sleep_ms if sleep_ms is not None else _sleep_ms
         deleted = 0
         files = self.files[:-1]
-        now_ms = int(time.time() * 1000)
         for i, mf in enumerate(files):
-            if not (now_ms >= mf.last_modified_ms + expired_ms or clean_immediately):
+            if keep_from is not None and mf.file_from + self.file_size > keep_from:
                 break
-            if not mf.destroy(interval_forcibly_ms):
+            if not (clean_immediately or clock() >= _mtime_ms(mf) + expired_ms):
                 break
-            with self._lock:
-                self._files.pop(mf.file_from, None)
-                self.version += 1
+            if not self._destroy_listed(mf, interval_forcibly_ms):
+                break
             deleted += 1
-            if deleted >= DELETE_FILES_BATCH_MAX:
+            if deleted >= max_files:
                 break
             if delete_interval_ms > 0 and i < len(files) - 1:
-                time.sleep(delete_interval_ms / 1000)
+                pause(delete_interval_ms)
         return deleted
+
+    def delete_expired_file_by_offset(self, min_phy: int, unit_size: int, interval_forcibly_ms: int = 60_000) -> int:
+        """spec §6.2 deleteExpiredFileByOffset (ConsumeQueue files): oldest first, never the last
+        file, delete while the file's last unit (at file_size - unit_size) points below min_phy;
+        a file already shut down ("hanged") is deleted too. Stops at the first file kept or
+        whose destroy fails. Returns the number deleted."""
+        deleted = 0
+        for mf in self.files[:-1]:
+            if mf.is_available:
+                try:
+                    last_phy = int.from_bytes(mf.read(self.file_size - unit_size, 8), "big", signed=True)
+                except ValueError:  # unmapped meanwhile: its deletion is under way
+                    last_phy = -1
+                if last_phy >= min_phy:
+                    break
+            if not self._destroy_listed(mf, interval_forcibly_ms):
+                break
+            deleted += 1
+        return deleted
+
+    def retry_delete_first_file(self, interval_forcibly_ms: int) -> bool:
+        """spec §14 redeleteHangedFile (CommitLog.retryDeleteFirstFile): destroy the first file
+        again if an earlier deletion left it shut down but still held. True if it went."""
+        first = self.first()
+        if first is None or first.is_available:
+            return False
+        return self._destroy_listed(first, interval_forcibly_ms)
 
     def close(self) -> None:
         with self._lock:

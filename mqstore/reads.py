@@ -49,6 +49,20 @@ class QueryMessageResult:
     index_last_update_phy_offset: int = 0
 
 
+def _pinned(files: list[Any]) -> tuple[list[Any], list[memoryview]]:
+    """The files still mapped, each pinned by a memoryview (an exported buffer defers munmap):
+    retention may delete a ConsumeQueue file meanwhile (spec §14), and the time search reads
+    the file without the GIL."""
+    kept, pins = [], []
+    for mf in files:
+        try:
+            pins.append(memoryview(mf))
+        except ValueError:  # unmapped: deleted since the list was taken
+            continue
+        kept.append(mf)
+    return kept, pins
+
+
 class MessageReader(ReadKernel):
     """getMessage, the look-ups and the min/max getters run in the compiled ReadKernel (one C
     call each); the time search, query by key and the rest are orchestrated here."""
@@ -60,7 +74,12 @@ class MessageReader(ReadKernel):
         self.index = index
         self.memory = total_physical_memory()
         self.config = config
-        self._bases: tuple[LogMap, Any] | None = None
+        # spec §14: drop the cached map of the CommitLog files as soon as retention deleted
+        # some, so their mappings (and disk space) go once no result holds them
+        commitlog.queue.on_files_removed(self._commitlog_files_removed)
+
+    def _commitlog_files_removed(self) -> None:
+        self.forget_log_map()
 
     @property
     def config(self) -> StoreConfig:
@@ -76,14 +95,6 @@ class MessageReader(ReadKernel):
                                  max_count_memory=config.max_transfer_count_on_message_in_memory,
                                  max_bytes_disk=config.max_transfer_bytes_on_message_in_disk,
                                  max_count_disk=config.max_transfer_count_on_message_in_disk)
-
-    def _cl_bases(self, m: LogMap) -> Any:
-        """The base addresses of m's files for the time-search kernel (cached per LogMap)."""
-        cached = self._bases
-        if cached is None or cached[0] is not m:
-            cached = (m, m.base_addresses())
-            self._bases = cached
-        return cached[1]
 
     def pickup_store_timestamp(self, phy_offset: int) -> int:
         if phy_offset < self.commitlog.min_offset or phy_offset >= self.commitlog.max_offset:
@@ -119,11 +130,19 @@ class MessageReader(ReadKernel):
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
             return TimeLookup(0)
-        files = cq.files.files
+        files, pins = _pinned(cq.files.files)
+        try:
+            return self._offset_by_time(cq, files, timestamp, warm_bytes)
+        finally:
+            for pin in pins:
+                pin.release()
+
+    def _offset_by_time(self, cq: ConsumeQueue, files: list[Any], timestamp: int,
+                        warm_bytes: int | None) -> TimeLookup:
         if not files:
             return TimeLookup(cq.max_offset_in_queue)
         m = self.log_map()
-        bases = self._cl_bases(m)
+        bases = m.base_addresses()
         min_phy = self.commitlog.min_offset
         warm = self.warm_bytes if warm_bytes is None else warm_bytes
         chosen = None
