@@ -318,6 +318,20 @@ class MappedFileQueue:
             if callback is not None:
                 callback()
 
+    def drop_below(self, offset: int) -> int:
+        """A follower (a process that does not clean): unmap and forget the files that end at
+        or below offset, which another process (the cleaner) deleted. The files themselves are
+        not touched. Returns the number dropped."""
+        with self._lock:
+            gone = [mf for start, mf in self._files.items() if start + self.file_size <= offset]
+            for mf in gone:
+                del self._files[mf.file_from]
+        for mf in gone:
+            mf.close()
+        if gone:
+            self._files_removed()
+        return len(gone)
+
     def _destroy_listed(self, mf: MappedFile, interval_forcibly_ms: int) -> bool:
         """Destroy mf and drop it from the list (spec §6.1 destroy). A file still held by a
         reader is only shut down (unavailable, readers stop mapping it) and stays listed until

@@ -36,7 +36,7 @@ log = logging.getLogger("mqstore.node")
 CONFIG_NAME = "mqstore.config.json"
 CONTROL_BLOCK_NAME = "mqstore.shm"
 #: service processes in start order; shutdown goes in reverse
-SERVICE_KINDS = ("allocator", "flusher", "dispatcher")
+SERVICE_KINDS = ("allocator", "flusher", "dispatcher", "cleaner")
 READY_TIMEOUT_S = 60.0
 # what a service process runs (``python -m mqstore.node`` would import this module twice)
 _SERVICE_ENTRY = "import sys; from mqstore.node import main; sys.exit(main(sys.argv[1:]))"
@@ -247,6 +247,25 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
             closers.insert(0, index)
         return [FlushConsumeQueueService(queues, dispatcher, checkpoint, ctl, cfg), ReputMessageService(dispatcher)], \
             closers
+    if kind == "cleaner":
+        from mqstore.consume_queue import ConsumeQueueTable
+        from mqstore.index import IndexService
+        from mqstore.services.clean import CleanService
+
+        queue = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
+        queue.map_new_files()
+        queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), cfg.mapped_file_size_consume_queue)
+        queues.load()
+        for cq in queues:  # read-only positions: the dispatcher process appends
+            units = ctl.table_get_dispatched(cq.topic, cq.queue_id)
+            if units is not None:
+                cq.follow(units)
+        checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
+        index = None
+        if cfg.message_index_enable:
+            index = IndexService(root, cfg, checkpoint)
+            index.load(True)
+        return [CleanService(ctl, queue, queues, index, cfg, root)], [queue, queues, checkpoint]
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
 
 

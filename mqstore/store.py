@@ -29,6 +29,7 @@ from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report,
 from mqstore.node import CONFIG_NAME, Supervisor, read_config, write_config
 from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 from mqstore.services.base import ServiceThread
+from mqstore.services.clean import CleanService
 from mqstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from mqstore._consumequeue import GetMessageResult, MessageView
 
@@ -137,6 +138,7 @@ class MessageStore:
         self._services: list[ServiceThread] = []
         self._following = False  # reads follow queues another process builds
         self.supervisor: Supervisor | None = None
+        self.cleaner: CleanService | None = None
         check_store_dir(self.root)
         os.makedirs(self.root, exist_ok=True)
         self._take_lock()
@@ -240,8 +242,11 @@ class MessageStore:
         self.reput = ReputMessageService(self.dispatcher)
         self.cq_flusher = FlushConsumeQueueService(self.consume_queues, self.dispatcher, self.checkpoint, self.ctl,
                                                    cfg)
-        # shutdown runs in reverse: dispatch catches up, then queues and the log are flushed
-        self._services = [allocator, flusher, self.cq_flusher, self.reput]
+        cleaner = CleanService(self.ctl, self.commitlog.queue, self.consume_queues, self.index, cfg, self.root)
+        self.cleaner = cleaner
+        # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
+        # log are flushed
+        self._services = [allocator, flusher, self.cq_flusher, self.reput, cleaner]
         for service in self._services:
             service.start()
 
@@ -271,6 +276,9 @@ class MessageStore:
         last = queue.last()
         if last is None or last.file_from + self.commitlog.file_size < self.ctl.get("wrote"):
             queue.map_new_files()
+        first = queue.first()
+        if first is not None and first.file_from + self.commitlog.file_size <= self.ctl.get("min_phy"):
+            queue.drop_below(self.ctl.get("min_phy"))  # the cleaner process deleted them
         units = self.ctl.table_get_dispatched(topic, queue_id)
         if units is None:
             return
@@ -393,6 +401,16 @@ class MessageStore:
         self._check_open()
         return self.reader.query_message(topic, key, max_num, begin, end)
 
+    def execute_delete_files_manually(self) -> None:
+        """RocketMQ executeDeleteFilesManually: the next 20 cleaning runs delete expired files
+        whatever the hour (threads mode; with service processes the cleaner process is only
+        woken for a run)."""
+        self._check_open()
+        if self.cleaner is not None:
+            self.cleaner.execute_delete_files_manually()
+        else:
+            self.ctl.notify("clean")
+
     # -- dispatch ------------------------------------------------------------------------
     @property
     def dispatch_behind_bytes(self) -> int:
@@ -476,6 +494,7 @@ class AttachedStore(MessageStore):
         self._services = []
         self._following = True
         self.supervisor = None
+        self.cleaner = None
         self.ctl = self._attach_control_block()
         try:
             self.config = self._owner_config(config, overrides)
