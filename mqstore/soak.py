@@ -1,0 +1,211 @@
+"""Fault injection on a running node: SIGKILL a random process at a random moment, again and
+again, and check the store after every kill (issue 4; design.md "What every part must do
+under stress").
+
+The node runs as ``mqstore node`` in its own process; writers are separate processes that
+attach with ``MessageStore.open`` and put with SYNC_FLUSH, appending every acknowledged put
+to an ack file. Each step sleeps a random time, then kills one victim picked at random: a
+writer, a service process (allocator, flusher, dispatcher, cleaner) or the node itself. A
+killed writer is replaced; a killed service process is restarted by the node; a killed node
+is started again (its service processes die with it), which recovers the store. After every
+kill the invariant checker runs (on the live store, or on the stopped one after a node kill).
+At the end the node is stopped cleanly, and every acknowledged message must be at its queue
+offset with its body, with no queue offset repeated or skipped.
+
+    python -m mqstore.soak STORE_DIR --kills 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from mqstore.checker import check_store
+
+QUEUES = 4
+NODE_SETTINGS = {"flush_disk_type": "SYNC_FLUSH", "mapped_file_size_commit_log": 256 * 1024,
+                 "mapped_file_size_consume_queue": 20 * 500, "flush_interval_consume_queue": 100}
+WRITER = """
+import json, sys
+from mqstore import Message, MessageStore
+root, name, acks = sys.argv[1], sys.argv[2], sys.argv[3]
+store = MessageStore.open(root)
+out = open(acks, "a", buffering=1)
+i = 0
+while True:
+    body = f"{name}|{i}|".encode() + b"x" * (i % 300)
+    r = store.put_message(Message("T", body, queue_id=i % QUEUES, keys=[f"{name}-{i}"]))
+    if r.status.name == "SERVICE_NOT_AVAILABLE":
+        sys.exit(3)  # the node stopped (or a new one fenced this block): reattach
+    r.check()
+    out.write(json.dumps([name, i, i % QUEUES, r.queue_offset, r.wrote_offset]) + "\\n")
+    i += 1
+""".replace("QUEUES", str(QUEUES))
+
+
+@dataclass
+class Soak:
+    root: str
+    rng: random.Random
+    writers: int = 2
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    node: subprocess.Popen[str] | None = None
+    services: dict[str, int] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    kills: dict[str, int] = field(default_factory=dict)
+    serial: int = 0
+
+    @property
+    def ack_dir(self) -> str:
+        return os.path.join(os.path.dirname(self.root), os.path.basename(self.root) + ".acks")
+
+    def start_node(self) -> None:
+        args = [sys.executable, "-m", "mqstore.cli", "node", self.root]
+        for k, v in NODE_SETTINGS.items():
+            args.append(f"--set={k}={v}")
+        self.node = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     env=self.env)
+        assert self.node.stdout is not None
+        line = self.node.stdout.readline()
+        if "owner pid" not in line:
+            self.node.wait(30)
+            raise RuntimeError(f"the node did not start (exit {self.node.returncode}): {line!r}")
+        self.services = {part.split()[0]: int(part.split()[-1]) for part in line.strip().split(": ", 1)[1].split(", ")
+                         if " pid " in part and not part.startswith("owner")}
+        self.node.stdout.readline()  # the recovery summary
+
+    def start_writer(self) -> None:
+        os.makedirs(self.ack_dir, exist_ok=True)
+        self.serial += 1
+        name = f"w{self.serial}"
+        self.procs[name] = subprocess.Popen([sys.executable, "-c", WRITER, self.root, name,
+                                             os.path.join(self.ack_dir, name)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+
+    def refresh_services(self) -> None:
+        """The service pids the node wrote (a restarted service has a new pid)."""
+        try:
+            with open(os.path.join(self.root, "mqstore.node.json"), encoding="utf-8") as fh:
+                self.services = json.load(fh)["services"]
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+
+    def step(self) -> str:
+        time.sleep(self.rng.uniform(0.0, 0.25))
+        for name, p in list(self.procs.items()):
+            if p.poll() is not None:  # exited (e.g. 3: fenced by a restarted node): replace it
+                del self.procs[name]
+        while len(self.procs) < self.writers:
+            self.start_writer()
+        self.refresh_services()
+        running = sorted(kind for kind, pid in self.services.items() if pid > 0)  # -1: being restarted
+        victims = ["writer"] * 4 + running + ["node"]
+        victim = self.rng.choice(victims)
+        self.kills[victim] = self.kills.get(victim, 0) + 1
+        if victim == "writer":
+            name = self.rng.choice(sorted(self.procs))
+            self.procs.pop(name).kill()
+        elif victim == "node":
+            assert self.node is not None
+            self.node.kill()
+            self.node.wait()
+            self._wait_gone([pid for pid in self.services.values() if pid > 0])
+            # writers may still be appending to the dead node's block until the next node
+            # fences it; none of that is acknowledged (nobody flushes it)
+            check_store(self.root, allow_torn_tail=True, quiescent=False).raise_if_failed()
+            self.start_node()
+            return victim
+        else:
+            pid = self.services[victim]
+            assert pid > 0  # never kill(-1, ...)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        check_store(self.root, quiescent=False).raise_if_failed()
+        return victim
+
+    @staticmethod
+    def _wait_gone(pids: list[int], timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for pid in pids:
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.02)
+            else:
+                raise AssertionError(f"service process {pid} outlived its node")
+
+    def finish(self) -> dict[str, int]:
+        """Stop writers and the node cleanly; verify every acknowledged message. Returns the
+        counts (acks, messages read)."""
+        for p in self.procs.values():
+            p.kill()
+            p.wait()
+        self.procs.clear()
+        assert self.node is not None
+        self.node.send_signal(signal.SIGTERM)
+        self.node.wait(120)
+        check_store(self.root).raise_if_failed()
+        from mqstore import MessageStore
+
+        acked = []
+        for name in os.listdir(self.ack_dir):
+            with open(os.path.join(self.ack_dir, name), encoding="utf-8") as fh:
+                for line in fh:
+                    if line.endswith("\n"):
+                        acked.append(json.loads(line))
+        cfg = {k: v for k, v in NODE_SETTINGS.items()}
+        read = 0
+        with MessageStore(self.root, **cfg) as store:
+            for name, i, q, qoff, _phy in acked:
+                m = store.look_message_by_queue_offset("T", q, qoff)
+                assert m is not None, f"acknowledged {name}-{i} (queue {q} offset {qoff}) is missing"
+                assert bytes(m.body) == f"{name}|{i}|".encode() + b"x" * (i % 300), f"{name}-{i} has another body"
+            for q in range(QUEUES):
+                read += store.get_max_offset_in_queue("T", q)
+        return {"acks": len(acked), "messages": read}
+
+
+def run(root: str, kills: int, seed: int | str, writers: int = 2, env: dict[str, str] | None = None,
+        progress: bool = False) -> dict[str, object]:
+    soak = Soak(os.path.abspath(root), random.Random(seed), writers, env or dict(os.environ))
+    soak.start_node()
+    try:
+        for n in range(kills):
+            victim = soak.step()
+            if progress and (n + 1) % 50 == 0:
+                print(f"{n + 1} kills: {soak.kills}", flush=True)
+        counts = soak.finish()
+    except BaseException:
+        for p in soak.procs.values():
+            p.kill()
+        if soak.node is not None and soak.node.poll() is None:
+            soak.node.kill()
+        raise
+    return {"kills": dict(soak.kills), **counts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mqstore.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", help="a new store directory")
+    parser.add_argument("--kills", type=int, default=1000)
+    parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--seed", default="soak")
+    args = parser.parse_args(argv)
+    result = run(args.root, args.kills, args.seed, args.writers, progress=True)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
