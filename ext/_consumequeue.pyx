@@ -12,6 +12,7 @@ Three kernels share this module because they share the C-level state of a queue:
   (checkMessageAndReturnSize with readBody=false; the parse of mq_dispatch.pxd), computes the
   tags code from the properties, finds the record's queue through a C hash table and appends
   its unit. Records carrying keys are handed to the index builder in Python afterwards.
+  ``apply`` appends the units of a batch that mqstore._reput parsed (concurrent dispatch).
 * ``LogMap`` and ``get_units``: the CommitLog files by index (base addresses), and the
   getMessage scan over a ConsumeQueue slice (tag filter, transfer caps) in C.
 """
@@ -31,6 +32,8 @@ from mq_bytes cimport *
 from mq_ctl cimport *
 from mq_dispatch cimport *
 from mq_record cimport *
+
+from mqstore._reput import ParsedBatch as _ParsedBatch
 
 log = logging.getLogger("mqstore.consumequeue")
 
@@ -443,6 +446,53 @@ cdef class DispatchKernel:
         finally:
             self._sync_touched()
         return pos, reason, records, units, last_ts
+
+    def apply(self, batch, bint raise_table=False):
+        """Append the units of a batch parsed by mqstore._reput.BatchParser, in record order
+        (the in-order step of the concurrent dispatch, spec §10.2); returns the units appended.
+        Each queue of the batch is looked up once; the parser computed the tags codes, and its
+        index keys go to the index separately. With raise_table as in dispatch()."""
+        if not isinstance(batch, _ParsedBatch):
+            raise TypeError(f"expected a mqstore._reput.ParsedBatch, got {type(batch).__name__}")
+        cdef const char *b = <const char *><size_t>batch.mapped_address
+        cdef const BatchQueue *queues = <const BatchQueue *><size_t>batch.queues_address
+        cdef const BatchUnit *units = <const BatchUnit *><size_t>batch.units_address
+        cdef int64_t i, n = batch.unit_count, nq = batch.queue_count, appended = 0
+        cdef const BatchUnit *u
+        cdef ConsumeQueueKernel cq
+        if n == 0:
+            return 0
+        cdef list targets = []     # holds the queues cqs points to
+        cdef PyObject **cqs = <PyObject **>calloc(nq, sizeof(PyObject *))
+        cdef mq_tq_slot **slots = <mq_tq_slot **>calloc(nq, sizeof(mq_tq_slot *))
+        try:
+            if cqs == NULL or slots == NULL:
+                raise MemoryError()
+            for i in range(nq):
+                cq = self._queue(b + queues[i].topic_at, queues[i].topic_len, queues[i].queue_id)
+                targets.append(cq)
+                cqs[i] = <PyObject *>cq
+                if not cq.sync_due:
+                    cq.sync_due = True
+                    self.touched.append(cq)
+                if raise_table and self.ctl != NULL:
+                    slots[i] = mq_tq_get_or_insert(self.ctl, b + queues[i].topic_at, queues[i].topic_len,
+                                                   queues[i].queue_id)
+                    if slots[i] == NULL:
+                        raise OverflowError("topic-queue table is full while rebuilding; "
+                                            "raise topic_queue_table_slots")
+            for i in range(n):
+                u = &units[i]
+                cq = <ConsumeQueueKernel>cqs[u.queue]
+                appended += cq.put_unit(u.phy_offset, u.size, u.tags_code, u.queue_offset)
+                if slots[u.queue] != NULL:
+                    mq_max(&slots[u.queue].next_offset, u.queue_offset + 1)
+        finally:
+            free(cqs)
+            free(slots)
+            self._sync_touched()
+        return appended
+
 
 # -- reads ----------------------------------------------------------------------------------------
 

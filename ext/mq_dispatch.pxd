@@ -1,10 +1,11 @@
 # The per-record parse of dispatch (spec §10.1): what CommitLogDispatcherBuildConsumeQueue and
-# CommitLogDispatcherBuildIndex need of one record, without its body. Used by the serial kernel
-# (_consumequeue.DispatchKernel); kept apart so that every dispatch path reads records alike.
-# Header-only: every function is inline; the parse itself needs no GIL (a non-ASCII TAGS value
-# is hashed afterwards with it, see MQ_ENTRY_TAGS_PENDING).
+# CommitLogDispatcherBuildIndex need of one record, without its body. Shared by the serial
+# kernel (_consumequeue.DispatchKernel) and the concurrent batch parser (_reput.BatchParser), so
+# both modes read records alike. Header-only: every function is inline; the parse itself needs
+# no GIL (a non-ASCII TAGS value is hashed afterwards with it, see MQ_ENTRY_TAGS_PENDING).
+# Twin: mqstore.twin.reput.
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 from mq_bytes cimport mq_get_i32, mq_get_i64
 from mq_record cimport (RecordHead, parse_record_head, mq_java_hash, store_timestamp_pos, MQ_PARSE_OK,
@@ -176,3 +177,19 @@ cdef inline int parse_dispatch_entry(const char *p, int64_t avail, int64_t pos, 
         e.flags |= MQ_ENTRY_INDEX
     return MQ_PARSE_OK
 
+
+# -- a parsed batch of the concurrent dispatch (_reput.ParsedBatch), as DispatchKernel.apply reads it
+
+cdef struct BatchQueue:
+    int64_t topic_at            # file position of the topic's bytes (in the queue's first record)
+    uint64_t hash               # mq_tq_hash(topic, queue_id)
+    int32_t topic_len
+    int32_t queue_id
+
+
+cdef struct BatchUnit:
+    int64_t phy_offset
+    int64_t queue_offset
+    int64_t tags_code
+    int32_t size
+    int32_t queue               # index into the batch's BatchQueue array
