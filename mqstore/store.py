@@ -139,8 +139,7 @@ class MessageStore:
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
             index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index)
         self.commitlog.prepare_for_writes()
-        self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index, self.ctl,
-                                     delay_levels_ms=cfg.delay_levels_ms)
+        self.dispatcher = Dispatcher.from_config(self.commitlog, self.consume_queues, self.index, self.ctl, cfg)
         # spec §5.2 step 4: dispatch until nothing is behind before serving
         self.dispatcher.reset(self.recovery.dispatch_from)
         self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True)
