@@ -225,9 +225,10 @@ class Dispatcher:
                           max_bytes: int) -> tuple[int, str, int]:
         """Cut [start, end) of one file into batches, parse them in the pool (at most
         pool_threads + 1 ahead of the one being applied) and apply them in order. Returns
-        (stop, reason, records) like the serial kernel."""
+        (stop, reason, records) like the serial kernel. While the oldest batch is still being
+        parsed, this thread parses the newest one no pool thread has started."""
         parser = self.parser
-        pending: deque[Future[ParsedBatch] | ParsedBatch] = deque()  # batch ids in order: oldest first
+        pending: deque[_Pending] = deque()  # in batch id order: oldest first
         pos, cut_reason, records = start, "batch", 0
         window = self.pool_threads + 1
         try:
@@ -236,24 +237,23 @@ class Dispatcher:
                        and not (max_bytes and pos - start >= max_bytes)):
                     cut, cut_reason, n = parser.cut(mf, pos, end, self.batch_bytes)
                     if cut > pos:
-                        if not pending and cut_reason != "batch":
-                            pending.append(parser.parse(mf, file_start, pos, cut, n))  # the only batch
-                        else:
-                            pending.append(self._executor().submit(parser.parse, mf, file_start, pos, cut, n))
+                        args = (mf, file_start, pos, cut, n)
+                        only = not pending and cut_reason != "batch"  # no hand-off for a single batch
+                        pending.append(_Pending(args, None if only else self._executor().submit(parser.parse, *args)))
                     pos = cut
                 if not pending:
                     # everything cut is applied: stopped at the end, a blank or a bad pre-check
                     return pos, cut_reason if cut_reason in ("blank", "invalid") else "end", records
-                item = pending.popleft()
-                batch = item if isinstance(item, ParsedBatch) else item.result()
+                while not pending[0].done() and any(p.steal(parser) for p in reversed(pending)):
+                    pass
+                batch = pending.popleft().result(parser)
                 self._apply(batch, raise_table)
                 records += batch.count
                 if batch.reason != "end":  # a record the pre-check let through does not parse
                     return batch.stop, batch.reason, records
         finally:
             for item in pending:
-                if isinstance(item, Future):
-                    item.cancel()
+                item.cancel()
 
     def _apply(self, batch: ParsedBatch, raise_table: bool) -> None:
         t0 = time.monotonic_ns()
@@ -266,6 +266,39 @@ class Dispatcher:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.pool_threads, thread_name_prefix="mqstore-dispatch-batch")
         return self._pool
+
+
+class _Pending:
+    """A cut batch on its way to being applied: parsed by a pool thread (future), or by the
+    reput thread if it gets to it before any pool thread does (no future, or a cancelled one)."""
+
+    __slots__ = ("args", "batch", "future")
+
+    def __init__(self, args: tuple[MappedFile, int, int, int, int], future: Future[ParsedBatch] | None) -> None:
+        self.args = args
+        self.future = future
+        self.batch: ParsedBatch | None = None
+
+    def done(self) -> bool:
+        return self.batch is not None or (self.future is not None and self.future.done())
+
+    def steal(self, parser: BatchParser) -> bool:
+        """Parse here if no pool thread has started it; True if this parsed it."""
+        if self.batch is not None or (self.future is not None and not self.future.cancel()):
+            return False
+        self.batch = parser.parse(*self.args)
+        return True
+
+    def result(self, parser: BatchParser) -> ParsedBatch:
+        if self.batch is None and not self.steal(parser):
+            assert self.future is not None
+            self.batch = self.future.result()
+        assert self.batch is not None
+        return self.batch
+
+    def cancel(self) -> None:
+        if self.future is not None:
+            self.future.cancel()
 
 
 class ReputMessageService(ServiceThread):
