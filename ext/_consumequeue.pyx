@@ -293,11 +293,7 @@ cdef class DispatchKernel:
         self.index_enable = index_enable
         self.index_requests = []
         self.touched = []
-        self.n_delays = 0
-        for d in delay_levels_ms:
-            if self.n_delays < MQ_MAX_DELAY_LEVEL:
-                self.delays[self.n_delays] = d
-                self.n_delays += 1
+        self.n_delays = set_delay_levels(self.delays, delay_levels_ms)
         self.ctl_obj = control_block
         self.ctl = NULL if control_block is None else <char *><size_t>control_block.address
         self._grow(64)

@@ -309,11 +309,7 @@ cdef class BatchParser:
 
     def __init__(self, delay_levels_ms=(), *, bint index_enable=True):
         self.index_enable = index_enable
-        self.n_delays = 0
-        for d in delay_levels_ms:
-            if self.n_delays < MQ_MAX_DELAY_LEVEL:
-                self.delays[self.n_delays] = d
-                self.n_delays += 1
+        self.n_delays = set_delay_levels(self.delays, delay_levels_ms)
 
     def cut(self, mapped, int64_t start, int64_t end, int64_t batch_bytes):
         """The next batch of the file from position start: (stop, reason, records). The batch

@@ -119,6 +119,17 @@ cdef inline int parse_small_int(const char *p, int n) noexcept nogil:
     return v
 
 
+cdef inline int set_delay_levels(int64_t *delays, levels) except -1:
+    """Copy the delay of each level (message_delay_level, ms) into delays (at most
+    MQ_MAX_DELAY_LEVEL); returns how many."""
+    cdef int n = 0
+    for d in levels:
+        if n < MQ_MAX_DELAY_LEVEL:
+            delays[n] = d
+            n += 1
+    return n
+
+
 cdef inline int parse_dispatch_entry(const char *p, int64_t avail, int64_t pos, const int64_t *delays,
                                      int n_delays, DispatchEntry *e) noexcept nogil:
     """Parse the record at p (file position pos, avail bytes readable) into e: MQ_PARSE_OK,
