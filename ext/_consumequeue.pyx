@@ -9,9 +9,10 @@ Three kernels share this module because they share the C-level state of a queue:
   Python class ``mqstore.consume_queue.ConsumeQueue`` extends it with files, recovery,
   truncation and flush.
 * ``DispatchKernel``: follows the CommitLog, parses each record without its body
-  (checkMessageAndReturnSize with readBody=false), computes the tags code from the
-  properties, finds the record's queue through a C hash table and appends its unit.
-  Records carrying keys are handed to the index builder in Python afterwards.
+  (checkMessageAndReturnSize with readBody=false; the parse of mq_dispatch.pxd), computes the
+  tags code from the properties, finds the record's queue through a C hash table and appends
+  its unit. Records carrying keys are handed to the index builder in Python afterwards.
+  ``apply`` appends the units of a batch that mqstore._reput parsed (concurrent dispatch).
 * ``LogMap`` and ``get_units``: the CommitLog files by index (base addresses), and the
   getMessage scan over a ConsumeQueue slice (tag filter, transfer caps) in C.
 """
@@ -29,18 +30,19 @@ from libc.string cimport memcmp, memcpy
 
 from mq_bytes cimport *
 from mq_ctl cimport *
+from mq_dispatch cimport *
 from mq_record cimport *
+
+from mqstore._reput import ParsedBatch as _ParsedBatch
 
 log = logging.getLogger("mqstore.consumequeue")
 
 cdef enum:
     CQ_UNIT = 20
     FILLER_SIZE = 0x7FFFFFFF      # Integer.MAX_VALUE: size of the pre-fill units (spec §3 step 3)
-    MAX_DELAY_LEVEL = 18
 
 CQ_STORE_UNIT_SIZE = CQ_UNIT
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-cdef bytes _SCHEDULE_TOPIC_B = SCHEDULE_TOPIC.encode()
 
 
 cdef inline void put_unit_bytes(char *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
@@ -147,6 +149,7 @@ cdef class ConsumeQueueKernel:
     cdef int64_t cur_wrote
     cdef int64_t *published      # the queue's dispatched_next cell in the control block, or NULL
     cdef object published_ctl    # keeps that mapping alive
+    cdef bint sync_due                      # the dispatch kernel appended units since the last sync
 
     def __init__(self, str topic, int queue_id, int64_t file_size):
         if file_size <= 0 or file_size % CQ_UNIT:
@@ -282,71 +285,6 @@ cdef class ConsumeQueueKernel:
 
 # -- the dispatch kernel -----------------------------------------------------------------------
 
-cdef struct Props:
-    const char *tags
-    int tags_len
-    const char *keys
-    int keys_len
-    const char *uniq
-    int uniq_len
-    const char *delay
-    int delay_len
-
-
-cdef inline bint key_is(const char *k, int klen, const char *name, int nlen) noexcept nogil:
-    return klen == nlen and memcmp(k, name, nlen) == 0
-
-
-cdef inline void parse_props(const char *p, int n, Props *out) noexcept nogil:
-    """Find TAGS, KEYS, UNIQ_KEY and DELAY with string2messageProperties' rules (spec §1.4):
-    segments split on \\x02, key before the first \\x01, both non-empty; the last one wins."""
-    out.tags = NULL; out.keys = NULL; out.uniq = NULL; out.delay = NULL
-    out.tags_len = 0; out.keys_len = 0; out.uniq_len = 0; out.delay_len = 0
-    cdef int i = 0, seg, sep, end
-    while i < n:
-        seg = i
-        sep = -1
-        while i < n and p[i] != 2:
-            if sep < 0 and p[i] == 1:
-                sep = i
-            i += 1
-        end = i
-        i += 1
-        if end - seg < 3 or sep <= seg or sep >= end - 1:
-            continue
-        if key_is(p + seg, sep - seg, "TAGS", 4):
-            out.tags = p + sep + 1; out.tags_len = end - sep - 1
-        elif key_is(p + seg, sep - seg, "KEYS", 4):
-            out.keys = p + sep + 1; out.keys_len = end - sep - 1
-        elif key_is(p + seg, sep - seg, "UNIQ_KEY", 8):
-            out.uniq = p + sep + 1; out.uniq_len = end - sep - 1
-        elif key_is(p + seg, sep - seg, "DELAY", 5):
-            out.delay = p + sep + 1; out.delay_len = end - sep - 1
-
-
-cdef inline int64_t tags_hash(const char *p, int n) except? -1:
-    """Java String.hashCode of a UTF-8 tags value (spec §1.6); ASCII is hashed in place."""
-    cdef uint32_t h = 0
-    cdef int i
-    for i in range(n):
-        if <unsigned char>p[i] >= 0x80:
-            return <int64_t>mq_java_hash(PyUnicode_DecodeUTF8(p, n, "replace"))
-        h = 31 * h + <unsigned char>p[i]
-    return <int64_t><int32_t>h
-
-
-cdef inline int parse_small_int(const char *p, int n) noexcept nogil:
-    """Integer.parseInt for a delay level; -1 when not a plain decimal."""
-    cdef int v = 0, i
-    if n <= 0 or n > 9:
-        return -1
-    for i in range(n):
-        if p[i] < 48 or p[i] > 57:
-            return -1
-        v = v * 10 + (p[i] - 48)
-    return v
-
-
 cdef class DispatchKernel:
     """Parses CommitLog records (no body) and appends their ConsumeQueue units (spec §10.1).
 
@@ -363,10 +301,12 @@ cdef class DispatchKernel:
     cdef int64_t used
     cdef public bint index_enable
     cdef public list index_requests
-    cdef int64_t delays[MAX_DELAY_LEVEL]
+    cdef int64_t delays[MQ_MAX_DELAY_LEVEL]
     cdef int n_delays
     cdef char *ctl
     cdef object ctl_obj
+    cdef ConsumeQueueKernel last_cq   # the queue of the previous record (runs of one queue are common)
+    cdef list touched                 # queues appended to since the last sync (their sync_due is set)
 
     def __cinit__(self):
         self.hashes = NULL
@@ -376,11 +316,8 @@ cdef class DispatchKernel:
         self.lookup = lookup
         self.index_enable = index_enable
         self.index_requests = []
-        self.n_delays = 0
-        for d in delay_levels_ms:
-            if self.n_delays < MAX_DELAY_LEVEL:
-                self.delays[self.n_delays] = d
-                self.n_delays += 1
+        self.touched = []
+        self.n_delays = set_delay_levels(self.delays, delay_levels_ms)
         self.ctl_obj = control_block
         self.ctl = NULL if control_block is None else <char *><size_t>control_block.address
         self._grow(64)
@@ -446,6 +383,43 @@ cdef class DispatchKernel:
         self.used += 1
         return cq
 
+    cdef int _apply_entry(self, const char *rec, DispatchEntry *e, bint raise_table) except -1:
+        """Append the unit of the parsed record at rec, if it builds one; 1 if appended, 0 if
+        not (no unit, or already built). With raise_table, the queue's next offset in the
+        control block's topic-queue table is raised to queue_offset + 1."""
+        if not (e.flags & MQ_ENTRY_UNIT):
+            return 0
+        cdef const char *topic = rec + e.topic_pos
+        cdef int tlen = e.topic_len
+        cdef int32_t qid = e.queue_id
+        cdef ConsumeQueueKernel cq = self.last_cq
+        cdef mq_tq_slot *slot
+        if cq is None or cq.queue_id != qid or PyBytes_GET_SIZE(cq.topic_b) != tlen or \
+                memcmp(PyBytes_AS_STRING(cq.topic_b), topic, tlen) != 0:
+            cq = self._queue(topic, tlen, qid)
+            self.last_cq = cq
+            if not cq.sync_due:
+                cq.sync_due = True
+                self.touched.append(cq)
+        cdef int r = cq.put_unit(e.phy_offset, e.size, e.tags_code, e.queue_offset)
+        if raise_table and self.ctl != NULL:
+            slot = mq_tq_get_or_insert(self.ctl, topic, tlen, qid)
+            if slot == NULL:
+                raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
+            mq_max(&slot.next_offset, e.queue_offset + 1)
+        return r
+
+    cdef int _sync_touched(self) except -1:
+        """Publish the write positions of the queues appended to in the MappedFiles (once per
+        call, not at every switch between queues: readers use the C positions)."""
+        cdef ConsumeQueueKernel cq
+        self.last_cq = None
+        for cq in self.touched:
+            cq.sync_due = False
+            cq.sync_position()
+        self.touched.clear()
+        return 0
+
     def dispatch(self, mapped, int64_t file_from, int64_t start, int64_t end, bint raise_table=False,
                  int64_t stop_after=-1):
         """Dispatch the records of one CommitLog file from position start to end.
@@ -461,77 +435,83 @@ cdef class DispatchKernel:
         if end > view.shape[0]:
             end = view.shape[0]
         cdef const char *b = <const char *>&view[0]
-        cdef int64_t pos = start, records = 0, units = 0, last_ts = -1, qoff, phy, ts, tags
-        cdef int32_t size, qid, sf, tx
-        cdef int tlen, level, r
-        cdef RecordHead h
-        cdef const char *p
-        cdef const char *topic
-        cdef Props props
-        cdef ConsumeQueueKernel cq
-        cdef ConsumeQueueKernel last_cq = None
-        cdef mq_tq_slot *slot
+        cdef int64_t pos = start, records = 0, units = 0, last_ts = -1
+        cdef int r
+        cdef DispatchEntry e
         reason = "end"
         try:
             while pos < end:
                 if 0 <= stop_after <= pos:
                     break
-                p = b + pos
-                r = parse_record_head(p, end - pos, &h)
+                mq_prefetch(b + pos + MQ_PREFETCH_AHEAD)
+                r = parse_dispatch_entry(b + pos, end - pos, pos, self.delays, self.n_delays, &e)
                 if r == MQ_PARSE_BLANK:
                     reason = "blank"
                     break
-                if r != MQ_PARSE_OK or h.topic_len == 0:  # a queue needs a topic
+                if r != MQ_PARSE_OK:
                     reason = "invalid"
                     break
-                size = h.size
-                sf = h.sys_flag
-                tlen = h.topic_len
-                topic = p + h.topic_pos
-                qid = mq_get_i32(p + MQ_POS_QUEUEID)
-                qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
-                phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
-                ts = mq_get_i64(p + store_timestamp_pos(sf))
-                parse_props(p + h.props_pos, h.props_len, &props)
-                tags = tags_hash(props.tags, props.tags_len) if props.tags != NULL else 0
-                if props.delay != NULL and tlen == 19 and memcmp(topic, PyBytes_AS_STRING(_SCHEDULE_TOPIC_B), 19) == 0:
-                    level = parse_small_int(props.delay, props.delay_len)
-                    if level > self.n_delays:
-                        level = self.n_delays
-                    tags = ts + (self.delays[level - 1] if level > 0 else 1000)
-                tx = sf & MQ_TRANSACTION_TYPE_MASK
-                if tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
-                    # CommitLogDispatcherBuildConsumeQueue: NOT and COMMIT only
-                    if last_cq is not None and last_cq.queue_id == qid and \
-                            PyBytes_GET_SIZE(last_cq.topic_b) == tlen and \
-                            memcmp(PyBytes_AS_STRING(last_cq.topic_b), topic, tlen) == 0:
-                        cq = last_cq
-                    else:
-                        cq = self._queue(topic, tlen, qid)
-                        if last_cq is not None and last_cq is not cq:
-                            last_cq.sync_position()
-                        last_cq = cq
-                    units += cq.put_unit(phy, size, tags, qoff)
-                    if raise_table and self.ctl != NULL:
-                        slot = mq_tq_get_or_insert(self.ctl, topic, tlen, qid)
-                        if slot == NULL:
-                            raise OverflowError("topic-queue table is full while rebuilding; "
-                                                "raise topic_queue_table_slots")
-                        mq_max(&slot.next_offset, qoff + 1)
-                if self.index_enable and (props.keys != NULL or props.uniq != NULL) and \
-                        tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                if e.flags & MQ_ENTRY_TAGS_PENDING:
+                    e.tags_code = tags_hash(b + pos + e.tags_pos, e.tags_len)
+                units += self._apply_entry(b + pos, &e, raise_table)
+                if self.index_enable and e.flags & MQ_ENTRY_INDEX:
                     self.index_requests.append((
-                        PyUnicode_DecodeUTF8(topic, tlen, "strict"),
-                        PyUnicode_DecodeUTF8(props.keys, props.keys_len, "replace") if props.keys != NULL else None,
-                        PyUnicode_DecodeUTF8(props.uniq, props.uniq_len, "replace") if props.uniq != NULL else None,
-                        phy, ts, sf))
-                last_ts = ts
+                        PyUnicode_DecodeUTF8(b + pos + e.topic_pos, e.topic_len, "strict"),
+                        PyUnicode_DecodeUTF8(b + pos + e.keys_pos, e.keys_len, "replace") if e.keys_pos >= 0 else None,
+                        PyUnicode_DecodeUTF8(b + pos + e.uniq_pos, e.uniq_len, "replace") if e.uniq_pos >= 0 else None,
+                        e.phy_offset, e.store_timestamp, e.sys_flag))
+                last_ts = e.store_timestamp
                 records += 1
-                pos += size
+                pos += e.size
         finally:
-            if last_cq is not None:
-                last_cq.sync_position()
+            self._sync_touched()
         return pos, reason, records, units, last_ts
+
+    def apply(self, batch, bint raise_table=False):
+        """Append the units of a batch parsed by mqstore._reput.BatchParser, in record order
+        (the in-order step of the concurrent dispatch, spec §10.2); returns the units appended.
+        Each queue of the batch is looked up once; the parser computed the tags codes, and its
+        index keys go to the index separately. With raise_table as in dispatch()."""
+        if not isinstance(batch, _ParsedBatch):
+            raise TypeError(f"expected a mqstore._reput.ParsedBatch, got {type(batch).__name__}")
+        cdef const char *b = <const char *><size_t>batch.mapped_address
+        cdef const BatchQueue *queues = <const BatchQueue *><size_t>batch.queues_address
+        cdef const BatchUnit *units = <const BatchUnit *><size_t>batch.units_address
+        cdef int64_t i, n = batch.unit_count, nq = batch.queue_count, appended = 0
+        cdef const BatchUnit *u
+        cdef ConsumeQueueKernel cq
+        if n == 0:
+            return 0
+        cdef list targets = []     # holds the queues cqs points to
+        cdef PyObject **cqs = <PyObject **>calloc(nq, sizeof(PyObject *))
+        cdef mq_tq_slot **slots = <mq_tq_slot **>calloc(nq, sizeof(mq_tq_slot *))
+        try:
+            if cqs == NULL or slots == NULL:
+                raise MemoryError()
+            for i in range(nq):
+                cq = self._queue(b + queues[i].topic_at, queues[i].topic_len, queues[i].queue_id)
+                targets.append(cq)
+                cqs[i] = <PyObject *>cq
+                if not cq.sync_due:
+                    cq.sync_due = True
+                    self.touched.append(cq)
+                if raise_table and self.ctl != NULL:
+                    slots[i] = mq_tq_get_or_insert(self.ctl, b + queues[i].topic_at, queues[i].topic_len,
+                                                   queues[i].queue_id)
+                    if slots[i] == NULL:
+                        raise OverflowError("topic-queue table is full while rebuilding; "
+                                            "raise topic_queue_table_slots")
+            for i in range(n):
+                u = &units[i]
+                cq = <ConsumeQueueKernel>cqs[u.queue]
+                appended += cq.put_unit(u.phy_offset, u.size, u.tags_code, u.queue_offset)
+                if slots[u.queue] != NULL:
+                    mq_max(&slots[u.queue].next_offset, u.queue_offset + 1)
+        finally:
+            free(cqs)
+            free(slots)
+            self._sync_touched()
+        return appended
 
 
 # -- reads ----------------------------------------------------------------------------------------

@@ -28,9 +28,10 @@ Deliberate deviations from RocketMQ 4.9.7, both only visible on damaged or forei
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
 
 from mq_bytes cimport mq_get_i32, mq_get_i64, mq_put_i32, mq_put_i64, mq_load, mq_store
-from mq_record cimport mq_java_hash
+from mq_record cimport mq_index_key_hash, mq_java_hash
 
 cdef enum:
     HEADER = 40          # spec §4.1 header size
@@ -47,16 +48,12 @@ INDEX_HEADER_SIZE = HEADER
 HASH_SLOT_SIZE = SLOT
 INDEX_SIZE = ENTRY
 
-cdef int32_t INT32_MIN = -2147483647 - 1
 cdef int64_t INT32_MAX = 2147483647
 
 
 cdef inline int32_t key_hash_of(str key):
     """spec §4.2 indexKeyHashMethod: |String.hashCode(key)|, abs(MIN_VALUE) -> 0."""
-    cdef int32_t h = mq_java_hash(key)
-    if h == INT32_MIN:
-        return 0
-    return -h if h < 0 else h
+    return mq_index_key_hash(mq_java_hash(key))
 
 
 def index_key_hash(str key) -> int:
@@ -194,6 +191,36 @@ cdef class IndexFile:
         finally:
             self._mapped.release()
         return True
+
+    def put_key_hashes(self, keys, int64_t start=0) -> int:
+        """put_key_hash for each (phy_offset, store_timestamp, key_hash) triple of native int64s
+        in keys (``mqstore._reput.ParsedBatch.index_keys``), in order from triple number start;
+        a triple whose phy_offset is below end_phy_offset is skipped, as build_index skips an
+        already indexed message (spec §4.4). Returns the number of the first triple not
+        consumed: the count of triples when all were, fewer when the file became full (the
+        rest go to the next file). Raises ValueError if the file was destroyed or closed."""
+        cdef const unsigned char[::1] view = keys
+        cdef int64_t n = view.shape[0] // 24, i = start, bad = -1
+        cdef int64_t t[3]
+        if i >= n:
+            return i
+        if not self._mapped.hold():
+            raise ValueError(f"index file {self._mapped.file_name} is destroyed or closed")
+        try:
+            with nogil:
+                while i < n and self.count < self.entries:
+                    memcpy(t, &view[0] + i * 24, 24)
+                    if t[0] >= self.end_phy:
+                        if t[2] < 0 or t[2] > INT32_MAX:
+                            bad = i
+                            break
+                        self._put(<int32_t>t[2], t[0], t[1])
+                    i += 1
+        finally:
+            self._mapped.release()
+        if bad >= 0:
+            raise ValueError(f"key hash {t[2]} of triple {bad} is not an index_key_hash")
+        return i
 
     cdef void _put(self, int32_t key_hash, int64_t phy, int64_t ts) noexcept nogil:
         cdef char *b = self.base

@@ -61,6 +61,14 @@ cdef inline int32_t mq_java_hash(str s):
     return <int32_t>h
 
 
+cdef inline int32_t mq_index_key_hash(int32_t h) noexcept nogil:
+    """spec §4.2 indexKeyHashMethod of a key whose String.hashCode is h: |h|, with
+    abs(Integer.MIN_VALUE) (still negative in Java) mapped to 0."""
+    if h == -2147483647 - 1:
+        return 0
+    return -h if h < 0 else h
+
+
 cdef inline Py_ssize_t utf16_length(str s):
     """Length in UTF-16 code units: what Java's String.length() returns (spec Appendix B)."""
     cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(s), extra = 0

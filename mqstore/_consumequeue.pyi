@@ -9,6 +9,7 @@ from typing import Any, Final, final
 from typing_extensions import disjoint_base
 
 from mqstore._mapped import MappedFile
+from mqstore._reput import ParsedBatch
 from mqstore.record import DecodedRecord
 
 CQ_STORE_UNIT_SIZE: Final = 20
@@ -90,6 +91,10 @@ class DispatchKernel:
         self, mapped: Any, file_from: int, start: int, end: int, raise_table: bool = False, stop_after: int = -1
     ) -> tuple[int, str, int, int, int]:
         """(stop, reason, records, units, last_store_timestamp) for one CommitLog file."""
+
+    def apply(self, batch: ParsedBatch, raise_table: bool = False) -> int:
+        """Append the units of a batch parsed by mqstore._reput.BatchParser, in record order;
+        returns the units appended."""
 
 @disjoint_base
 class LogMap:

@@ -6,6 +6,8 @@ a 40-byte header, ``hash_slot_num`` 4-byte slots, ``index_num`` 20-byte entries 
 
 from typing import Final, Protocol
 
+from _typeshed import ReadableBuffer
+
 from typing_extensions import disjoint_base
 
 INDEX_HEADER_SIZE: Final = 40
@@ -62,6 +64,11 @@ class IndexFile:
 
     def put_key_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """put_key with the key's index_key_hash already computed (0 <= key_hash)."""
+
+    def put_key_hashes(self, keys: ReadableBuffer, start: int = 0) -> int:
+        """put_key_hash for each (phy_offset, store_timestamp, key_hash) triple of native int64s
+        in keys, from triple number start, skipping triples below end_phy_offset; returns the
+        number of the first triple not consumed (fewer than all when the file became full)."""
 
     # -- reading (spec §4.3)
     def select_phy_offset(self, key: str, max_num: int, begin: int, end: int) -> list[int]:

@@ -490,8 +490,9 @@ _TABLE: tuple[Definition, ...] = (
          "Default result cap of key/time queries when the caller gives none.",
          java="defaultQueryMaxNum"),
     _key("long_polling_enable", bool, True, "-", _BOOL,
-         "Hold pulls that found nothing until a message arrives (costs dispatch CPU: every "
-         "dispatched message notifies); false = short polling.",
+         "Hold pulls that found nothing until a message arrives: the dispatcher wakes every "
+         "waiter of the 'dispatched' channel after each applied batch (costs dispatch CPU); "
+         "false = short polling, waiters are woken only when dispatch has caught up.",
          java="longPollingEnable", origin="BrokerConfig"),
     _key("short_polling_time_mills", int, 1000, "ms", _POSITIVE,
          "Hold time of a pull that found nothing when long polling is off.",
@@ -536,8 +537,14 @@ _TABLE: tuple[Definition, ...] = (
          "reput); fixes dispatch lag at high put rates.",
          java="enableBuildConsumeQueueConcurrently", origin="5.x"),
     _key("batch_dispatch_request_thread_pool_nums", int, 16, "count", _POSITIVE,
-         "Parser workers of the concurrent reput.",
+         "Parser threads of the concurrent reput (they parse without the GIL, so more than the "
+         "CPUs only adds switching).",
          java="batchDispatchRequestThreadPoolNums", origin="5.x"),
+    _key("dispatch_batch_bytes", int, 4 * 1024 * 1024, "bytes", _POSITIVE,
+         "The concurrent reput cuts the log into batches of whole records of at least this many "
+         "bytes (5.x: 4 MiB, fixed); smaller batches follow a slow writer with less delay, larger "
+         "ones cost less hand-off per record.",
+         java=None, origin=_OWN),
     _key("auto_message_version_on_topic_len", bool, True, "-", _BOOL,
          "Write V2 records (2-byte topic length) for topics longer than 127; mqstore caps topics "
          "at max_topic_length, so this only matters for reading 5.x stores.",

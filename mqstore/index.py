@@ -425,6 +425,25 @@ class IndexService:
                         return False
         return True
 
+    def put_key_hashes(self, keys: bytes) -> bool:
+        """build_index for the keys of a parsed dispatch batch, already hashed and in dispatch
+        order: (phy_offset, store_timestamp, key_hash) triples of native int64s
+        (``mqstore._reput.ParsedBatch.index_keys``; ROLLBACK messages are not in them). Same
+        files, entries and skips as build_index key by key. False when no index file could be
+        created (logged; the keys not yet indexed are dropped)."""
+        if self._closed:
+            raise StoreClosedError("the index service is closed")
+        n = len(keys) // 24
+        done = 0
+        while done < n:
+            f = self._writable_file()
+            if f is None:
+                return False
+            done = f.put_key_hashes(keys, done)  # a writable file takes at least one
+            if done < n:
+                log.info("index: %s is full, starting the next file", f.file_name)
+        return True
+
     def _put_key(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile | None:
         while not f.put_key(key, phy_offset, store_timestamp):
             log.info("index: %s is full, starting the next file", f.file_name)

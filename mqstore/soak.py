@@ -26,11 +26,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from mqstore.checker import check_store
 
 QUEUES = 4
-NODE_SETTINGS = {"flush_disk_type": "SYNC_FLUSH", "mapped_file_size_commit_log": 256 * 1024,
+NODE_SETTINGS: dict[str, Any] = {"flush_disk_type": "SYNC_FLUSH", "mapped_file_size_commit_log": 256 * 1024,
                  "mapped_file_size_consume_queue": 20 * 500, "flush_interval_consume_queue": 100}
 WRITER = """
 import json, sys

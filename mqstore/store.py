@@ -209,8 +209,7 @@ class MessageStore:
             index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index)
         self.commitlog.prepare_for_writes()
         self.consume_queues.publish_to(self.ctl)  # readers in other processes follow the queues
-        self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, self.index, self.ctl,
-                                     delay_levels_ms=cfg.delay_levels_ms)
+        self.dispatcher = Dispatcher.from_config(self.commitlog, self.consume_queues, self.index, self.ctl, cfg)
         # spec §5.2 step 4: dispatch until nothing is behind before serving
         self.dispatcher.reset(self.recovery.dispatch_from)
         self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True)

@@ -107,6 +107,7 @@ OWN_KEYS: dict[str, Any] = {
     "group_commit_interval_ms": 10,
     "max_topic_length": 127,
     "time_lookup_warm_bytes": 8192,
+    "dispatch_batch_bytes": 4 * 1024 * 1024,
 }
 
 UNITS = {"bytes", "ms", "pages", "hours", "percent", "count", "bits", "chars", "-"}

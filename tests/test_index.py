@@ -364,6 +364,34 @@ def test_kernel_matches_twin(tmp_path, slots, num, end_phy, end_ts, puts, querie
         mf.destroy(0)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num=st.integers(2, 30), end_phy=st.integers(0, 5000), start=st.integers(0, 3),
+       puts=st.lists(st.tuples(KEYS, st.integers(0, 10_000), TS), max_size=50))
+def test_put_key_hashes_is_put_key_hash_with_build_index_skips(tmp_path, num, end_phy, start, puts):
+    """The batch put of the concurrent dispatch: keys below end_phy_offset are skipped (as
+    build_index skips an indexed message), the rest go in order until the file is full."""
+    size = index_file_size(7, num)
+    a, b = _new_mapped(tmp_path, size), _new_mapped(tmp_path, size)
+    try:
+        one, batch = IndexFile(a, 7, num, end_phy, T0), IndexFile(b, 7, num, end_phy, T0)
+        done = start
+        for key, phy, ts in puts[start:]:
+            if one.is_write_full:
+                break
+            if phy >= one.end_phy_offset:
+                one.put_key_hash(index_key_hash(key), phy, ts)
+            done += 1
+        keys = b"".join(struct.pack("=qqq", phy, ts, index_key_hash(k)) for k, phy, ts in puts)
+        assert batch.put_key_hashes(keys, start) == max(done, start)
+        assert b.read(0, size) == a.read(0, size)
+        if not batch.is_write_full:
+            with pytest.raises(ValueError):
+                batch.put_key_hashes(struct.pack("=qqq", 2**40, 0, -5))
+    finally:
+        a.destroy(0)
+        b.destroy(0)
+
+
 # -- IndexService (spec §4.4) ----------------------------------------------------------------------
 
 @pytest.fixture
