@@ -167,6 +167,14 @@ cdef class IndexFile:
         self.slot_count = mq_get_i32(self.base + H_SLOT_COUNT)
         self.count = max(1, mq_get_i32(self.base + H_INDEX_COUNT))
 
+    def refresh_header(self):
+        """Re-read the header another process (the dispatcher) keeps writing through to the
+        mapping: a follower's view of new entries. indexCount is clamped to the file's
+        capacity (a count read while being written cannot send a query past the entries)."""
+        self._read_header()
+        if self.count > self.entries + 1:
+            self.count = self.entries + 1
+
     def __repr__(self):
         return (f"IndexFile({self._mapped.file_name}, index_count={self.count}, "
                 f"phy=[{self.begin_phy}, {self.end_phy}], ts=[{self.begin_ts}, {self.end_ts}])")

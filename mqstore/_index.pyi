@@ -48,6 +48,8 @@ class IndexFile:
     The mapped file's size must be ``index_file_size(hash_slot_num, index_num)``.
     """
 
+    def refresh_header(self) -> None:
+        """Re-read the header another process keeps writing through (followers)."""
     def __init__(
         self, mapped_file: _Mapping, hash_slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0
     ) -> None: ...

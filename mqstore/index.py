@@ -291,6 +291,36 @@ class IndexService:
         with self._lock:
             self._files = loaded
 
+    def follow(self) -> None:
+        """A follower (a process reading a store whose dispatcher is another process): map
+        the index files created since, forget the ones deleted, re-read every header. Never
+        writes. Queries then see the entries the dispatcher has published; every hit is
+        still checked against its record by the caller."""
+        try:
+            names = sorted(n for n in os.listdir(self.store_path) if _INDEX_NAME.fullmatch(n))
+        except FileNotFoundError:
+            names = []
+        with self._lock:
+            by_name = {f.file_name: f for f in self._files}
+            files: list[IndexFile] = []
+            for name in names:
+                f = by_name.pop(name, None)
+                if f is None:
+                    path = os.path.join(self.store_path, name)
+                    try:
+                        if os.path.getsize(path) != self.file_size:
+                            continue
+                        f = IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num,
+                                           self.index_num)
+                    except (FileNotFoundError, OSError, ValueError):
+                        continue
+                else:
+                    f.refresh_header()
+                files.append(f)
+            self._files = files
+        for gone in by_name.values():
+            _mapping(gone).close()
+
     def _header_problem(self, path: str, size: int, *, newest: bool) -> str:
         """Why the index file at path cannot be loaded as it is ("" if it can)."""
         if size != self.file_size:

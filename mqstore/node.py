@@ -241,7 +241,7 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
             index = IndexService(root, cfg, checkpoint)
             index.load(True)
         queues.publish_to(ctl)
-        dispatcher = Dispatcher(commitlog, queues, index, ctl, delay_levels_ms=cfg.delay_levels_ms)
+        dispatcher = Dispatcher.from_config(commitlog, queues, index, ctl, cfg)
         closers: list[Any] = [commitlog, queues, checkpoint]
         if index is not None:
             closers.insert(0, index)

@@ -398,6 +398,10 @@ class MessageStore:
                       end: int = 2**63 - 1) -> QueryMessageResult:
         """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key."""
         self._check_open()
+        if self._following and self.index is not None:
+            self.index.follow()
+            if self.commitlog.queue.mapped_end < self.ctl.get("wrote"):
+                self.commitlog.queue.map_new_files()
         return self.reader.query_message(topic, key, max_num, begin, end)
 
     def execute_delete_files_manually(self) -> None:
@@ -507,9 +511,10 @@ class AttachedStore(MessageStore):
             self.commitlog.prepare_for_writes()
             self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
                                                     cfg.mapped_file_size_consume_queue)
-            self.index = None
+            # a follower's index only maps and reads (follow()); it never touches the checkpoint
+            self.index = IndexService(self.root, cfg, None) if cfg.message_index_enable else None  # type: ignore[arg-type]
             self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, None, self.ctl)
-            self.reader = MessageReader(self.commitlog, self.consume_queues, None, cfg)
+            self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
         except BaseException:
             self.ctl.close()
             raise
@@ -558,11 +563,6 @@ class AttachedStore(MessageStore):
         self._check_open()
         return False  # the owner's flusher flushes; sync puts wait for it
 
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
-                      end: int = 2**63 - 1) -> QueryMessageResult:
-        raise NotImplementedError("query_message from an attached process is not supported yet: the index "
-                                  "files are written by the owner's dispatcher; query in the owner")
-
     def shutdown(self) -> None:
         """Unmap; the owner keeps running (nothing is flushed or checkpointed here)."""
         if self._closed:
@@ -570,6 +570,8 @@ class AttachedStore(MessageStore):
         self._closed = True
         self.commitlog.appender.closed = True
         self.reader = None  # type: ignore[assignment]
+        if self.index is not None:
+            self.index.close()
         self.consume_queues.close()
         self.commitlog.close()
         self.ctl.close()

@@ -271,3 +271,19 @@ def test_random_sigkills_of_every_process_kind(tmp_path):
     assert isinstance(kills, dict) and sum(kills.values()) >= 100
     assert {"writer", "node", "dispatcher", "flusher"} <= set(kills), kills
     assert result["acks"] and result["messages"] >= result["acks"]
+
+
+def test_query_by_key_follows_the_dispatcher_process(tmp_path):
+    """query_message in the node's owner and in an attached process finds keys the dispatcher
+    process indexed after they opened (index files mapped as they appear, headers re-read)."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, max_hash_slot_num=64, max_index_num=100, **NODE_CFG) as node:
+        with MessageStore.open(root) as attached:
+            res = run_py(PRODUCER, root, "p", 300, 0)  # 300 keys: several index files of 100 entries
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert node.wait_dispatched(timeout_ms=10_000)
+            for store in (node, attached):
+                for i in (0, 150, 299):
+                    hits = store.query_message("T", f"p-{i}").messages
+                    assert [bytes(m.body).split(b"|")[:2] for m in hits] == [[b"p", str(i).encode()]], (store, i)
+            assert len(os.listdir(os.path.join(root, "index"))) >= 3
