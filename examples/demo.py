@@ -1,12 +1,18 @@
-"""Create (or reopen) a store, put a stream of messages through it, consume them back, look
-some up by key and by time, and print what was done.
+"""Run a node on a store directory (created or reopened): this process owns the store and
+supervises an allocator, a flusher, a dispatcher and a cleaner process. Put a stream of
+messages through it, consume them back (here, and from a second process attached with
+MessageStore.open), look some up by key and by time, and print what was done.
 
     python examples/demo.py --store /tmp/mqstore-demo --messages 200000
+    python examples/demo.py --threads ...   # the same with the services as threads
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 import time
 
 from mqstore import GetMessageStatus, Message, MessageStore
@@ -22,12 +28,17 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--file-size", type=int, default=64 << 20, help="CommitLog file size in bytes")
     ap.add_argument("--sync", action="store_true", help="SYNC_FLUSH (group commit) instead of ASYNC_FLUSH")
+    ap.add_argument("--threads", action="store_true", help="run the services as threads, not processes")
     args = ap.parse_args()
 
     body = b"m" * args.body_size
     with MessageStore(args.store, mapped_file_size_commit_log=args.file_size,
-                      flush_disk_type="SYNC_FLUSH" if args.sync else "ASYNC_FLUSH") as store:
+                      flush_disk_type="SYNC_FLUSH" if args.sync else "ASYNC_FLUSH",
+                      service_mode="threads" if args.threads else "processes") as store:
         print(f"opened {store.root}: {store.recovery.summary()}")
+        if store.supervisor is not None:
+            print(f"node: owner pid {os.getpid()}, " +
+                  ", ".join(f"{kind} pid {pid}" for kind, pid in store.supervisor.pids().items()))
         start_offset = store.max_phy_offset
         first_offsets = [store.next_queue_offset("DemoTopic", q) for q in range(args.queues)]
 
@@ -58,6 +69,7 @@ def main() -> None:
             offsets = ", ".join(f"q{q}={store.next_queue_offset(topic, q)}" for q in range(args.queues))
             print(f"  {topic}: next queue offsets {offsets}")
         consume(store, args.queues, first_offsets)
+        consume_from_another_process(store, args.queues, first_offsets)
         look_up(store, args.messages)
     report = check_store(args.store).raise_if_failed()
     print(f"verified: {report.records:,} records in {report.files} file(s), every CRC and queue offset in order")
@@ -83,6 +95,35 @@ def consume(store: MessageStore, queues: int, first_offsets: list[int]) -> None:
         took = time.perf_counter() - t0
         print(f"get_message : {count:>9,} messages ({size:,} body bytes) with tags {tags!r} in {took:6.2f} s "
               f"= {count / took:>12,.0f} msg/s")
+
+
+ATTACHED_READER = """
+import sys, time
+from mqstore import MessageStore
+store = MessageStore.open(sys.argv[1])
+first = [int(x) for x in sys.argv[2].split(",")]
+t0, count = time.perf_counter(), 0
+for q, offset in enumerate(first):
+    while True:
+        got = store.get_message("other-group", "DemoTopic", q, offset, 32)
+        count += len(got)
+        if got.next_begin_offset == offset:
+            break
+        offset = got.next_begin_offset
+print(type(store).__name__, count, time.perf_counter() - t0)
+store.close()
+"""
+
+
+def consume_from_another_process(store: MessageStore, queues: int, first_offsets: list[int]) -> None:
+    """A second process attaches to the running store (MessageStore.open) and reads the same
+    messages zero-copy from its own mappings."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", ATTACHED_READER, store.root, ",".join(map(str, first_offsets))],
+                          capture_output=True, text=True, env=env, check=True)
+    kind, count, took = done.stdout.split()
+    print(f"another process ({kind}) read {int(count):,} DemoTopic messages in {float(took):6.2f} s")
 
 
 def look_up(store: MessageStore, produced: int) -> None:

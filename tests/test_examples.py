@@ -26,6 +26,9 @@ def test_demo_puts_consumes_and_looks_up(tmp_path):
     assert re.search(r"get_message :\s+1,000 messages .* with tags 'TagB'", out)  # every 4th message is TagB
     assert "query_message('order-3000'): queue 0 offset 1500" in out
     assert re.search(r"time lookup : store time \d+ -> DemoTopic/0 offset \d+", out)
+    assert re.search(r"node: owner pid \d+, allocator pid \d+, flusher pid \d+, dispatcher pid \d+, cleaner pid \d+",
+                     out)
+    assert "another process (AttachedStore) read 4,000 DemoTopic messages" in out
     assert "verified: 8,000 records" in out
     # a second run reopens the store, consumes only what it put, and finds the key twice
     out = run_demo(store, 4000)
