@@ -49,6 +49,8 @@ CHUNK_BYTES = 16 << 20  # most bytes one serial kernel call dispatches (bounds t
 DISPATCH_BATCH_BYTES = 4 << 20  # spec §10.2 BATCH_SIZE
 POOL_THREADS = 16  # spec §10.2 batchDispatchRequestThreadPoolNums
 SHUTDOWN_CATCH_UP_MS = 5000  # spec §10.1: shutdown waits up to 5 s for dispatch to catch up
+IDLE_AFTER_POLLS = 1000  # empty 1 ms polls before the reput slows down
+IDLE_INTERVAL_MS = 10.0
 RETRY_AFTER_ERROR_MS = 1000
 
 
@@ -312,6 +314,7 @@ class ReputMessageService(ServiceThread):
         self.dispatcher = dispatcher
         self.interval_ms = interval_ms
         self.last_error: BaseException | None = None
+        self._idle_polls = 0
 
     def run_once(self) -> None:
         try:
@@ -327,8 +330,14 @@ class ReputMessageService(ServiceThread):
             self.last_error = exc
             self.sleep(RETRY_AFTER_ERROR_MS)
             return
-        if done == 0:
-            self.wait_for_running(self.interval_ms)
+        if done:
+            self._idle_polls = 0
+            return
+        # RocketMQ polls every 1 ms; after a second with nothing to dispatch the poll slows to
+        # IDLE_INTERVAL_MS so an idle node stays under 1 % CPU (the first put after a pause
+        # waits at most that long to be dispatched)
+        self._idle_polls += 1
+        self.wait_for_running(self.interval_ms if self._idle_polls < IDLE_AFTER_POLLS else IDLE_INTERVAL_MS)
 
     def on_shutdown(self) -> None:
         # spec §10.1: let dispatch catch up (at most 5 s) so a clean shutdown leaves nothing behind
