@@ -9,15 +9,14 @@ its configuration next to it (``mqstore.config.json``) and starts one process pe
 
 Each service process attaches to the control block, maps the files it needs, runs the same
 service loops the threaded mode runs (``mqstore.services``), prints ``READY`` once it is
-serving, and stops on SIGTERM (or when its parent dies: PR_SET_PDEATHSIG, and a check of the
-parent pid). The supervisor (a thread of the owner) restarts a service process that died;
+serving, and stops on SIGTERM; it exits at once when its parent dies (the parent pid is
+checked every 0.2 s). The supervisor (a thread of the owner) restarts a service process that died;
 shutdown stops them in order (dispatch catches up, then the CommitLog is flushed, then the
 allocator goes), after which the owner writes the checkpoint and removes ``abort``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -42,7 +41,6 @@ READY_TIMEOUT_S = 60.0
 _SERVICE_ENTRY = "import sys; from mqstore.node import main; sys.exit(main(sys.argv[1:]))"
 STOP_TIMEOUT_S = 30.0
 RESTART_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
-_PR_SET_PDEATHSIG = 1
 
 
 # -- the owner's configuration, shared with service processes and attached stores ------------
@@ -192,14 +190,6 @@ def _read_line(stream: IO[bytes], timeout_s: float) -> bytes:
 
 
 # -- a service process ------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # the parent pid check below still stops the process
-
-
 def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any], list[Any]]:
     """(services to run, objects to close afterwards) of one service process."""
     from mqstore.checkpoint import StoreCheckpoint
@@ -272,7 +262,6 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
 def service_main(kind: str, root: str) -> int:
     """Run one service process until SIGTERM or the death of its parent; the exit code is 0
     after a clean stop, 1 when a service failed."""
-    _die_with_parent()
     parent = os.getppid()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {kind}[%(process)d] %(levelname)s %(message)s")
     from mqstore import _shm
@@ -289,8 +278,12 @@ def service_main(kind: str, root: str) -> int:
     sys.stdout.flush()
     while not stop.wait(0.2):
         if os.getppid() != parent:
-            log.error("the node (pid %d) is gone; stopping", parent)
-            break
+            # the node died without a clean stop: stop the way it did (no catch-up, no final
+            # flush); the next open recovers, a restarted dispatcher cuts its queues back to
+            # what it had published. (Not PR_SET_PDEATHSIG: it fires when the *thread* that
+            # started the process ends, e.g. the supervisor's restart thread at shutdown.)
+            log.error("the node (pid %d) is gone; exiting", parent)
+            os._exit(1)
         if any(s.error is not None for s in services):
             break
     for service in reversed(services):

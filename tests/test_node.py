@@ -198,6 +198,7 @@ def test_a_killed_service_process_is_restarted(tmp_path, victim):
         assert sorted(int(b.split(b"|")[1]) for v in bodies.values() for b in v) == list(range(4000))
         check_store(root, quiescent=False).raise_if_failed()
     check_store(root).raise_if_failed()
+    assert not os.path.exists(os.path.join(root, "abort")), "the restarted service did not stop cleanly"
 
 
 @pytest.mark.parametrize("lock", ["spin", "mutex"])
