@@ -20,6 +20,42 @@ from mqstore.services.base import ServiceThread
 log = logging.getLogger("mqstore.allocate")
 
 
+def requested_files(ctl: Any, file_size: int) -> range:
+    """Starts of the files writers in other processes asked for (AllocateClient raises
+    ``alloc_request_upto``) that are not known to exist yet: from the file holding the write
+    position, or the one after ``alloc_ready_upto``, up to the request."""
+    start = max(ctl.get("wrote"), ctl.get("alloc_ready_upto") + file_size, 0)
+    return range(start - start % file_size, ctl.get("alloc_request_upto") + 1, file_size)
+
+
+def creation_error(path: str, err: int) -> str:
+    return f"cannot create CommitLog file {os.path.basename(path)}: {os.strerror(err)} (errno {err})"
+
+
+def record_failure(ctl: Any, offset: int, path: str, exc: OSError) -> str:
+    """A file could not be created: publish it in the control block (writers waiting in any
+    process see it), wake them, and return the detail for CREATE_MAPEDFILE_FAILED."""
+    err = exc.errno or errno.EIO
+    detail = creation_error(path, err)
+    ctl.set("alloc_error_errno", err)
+    ctl.set("alloc_error_offset", offset)
+    ctl.advance("alloc_error_count", ctl.get("alloc_error_count") + 1)
+    ctl.add_stat("alloc_errors")
+    log.error("%s", detail)
+    ctl.broadcast("alloc_done")
+    return detail
+
+
+def record_created(ctl: Any, offset: int, t0_ns: int) -> None:
+    """The file at offset is ready: count it, publish ``alloc_ready_upto`` and wake waiters."""
+    elapsed = time.monotonic_ns() - t0_ns
+    ctl.add_stat("alloc_count")
+    ctl.add_stat("alloc_ns_total", elapsed)
+    ctl.max_stat("alloc_ns_max", elapsed)
+    ctl.advance("alloc_ready_upto", offset)
+    ctl.broadcast("alloc_done")
+
+
 @dataclass
 class AllocateRequest:
     offset: int
@@ -121,12 +157,8 @@ class AllocateMappedFileService(ServiceThread):
     def _serve_other_processes(self) -> bool:
         """Writers attached from other processes ask through the control block (AllocateClient):
         queue the files up to alloc_request_upto that exist nowhere yet. True if any was queued."""
-        fs = self.queue.file_size
-        want = self.ctl.get("alloc_request_upto")
-        start = max(self.ctl.get("wrote"), self.ctl.get("alloc_ready_upto") + fs, 0)
-        start -= start % fs
         queued = False
-        while start <= want:
+        for start in requested_files(self.ctl, self.queue.file_size):
             path = self.queue.path_of(start)
             with self._lock:
                 known = path in self._table
@@ -135,7 +167,6 @@ class AllocateMappedFileService(ServiceThread):
                 queued = True
             elif not known:
                 self.ctl.advance("alloc_ready_upto", start)
-            start += fs
         if not queued:
             self.ctl.broadcast("alloc_done")
         return queued
@@ -145,29 +176,17 @@ class AllocateMappedFileService(ServiceThread):
         try:
             mf = self.queue.map_existing(req.offset) or MappedFile.create(req.path, req.size)
         except OSError as exc:
-            err = exc.errno or errno.EIO
-            req.error = f"cannot create CommitLog file {os.path.basename(req.path)}: {os.strerror(err)} (errno {err})"
-            self.ctl.set("alloc_error_errno", err)
-            self.ctl.set("alloc_error_offset", req.offset)
-            self.ctl.advance("alloc_error_count", self.ctl.get("alloc_error_count") + 1)
-            self.ctl.add_stat("alloc_errors")
-            log.error("%s", req.error)
             with self._lock:
                 self._table.pop(req.path, None)
+            req.error = record_failure(self.ctl, req.offset, req.path, exc)
             req.done.set()
-            self.ctl.broadcast("alloc_done")
             return
         if self.warm:
             self.last_warm = mf.warm(self.sync_flush, self.warm_flush_least_pages)
             self.ctl.add_stat("warm_ns_total", self.last_warm["warm_ns"])
-        elapsed = time.monotonic_ns() - t0
-        self.ctl.add_stat("alloc_count")
-        self.ctl.add_stat("alloc_ns_total", elapsed)
-        self.ctl.max_stat("alloc_ns_max", elapsed)
         req.mapped_file = mf
-        self.ctl.advance("alloc_ready_upto", req.offset)
+        record_created(self.ctl, req.offset, t0)
         req.done.set()
-        self.ctl.broadcast("alloc_done")
         if not self.warm and mf.hold():
             # after the file is handed out, so a writer that already needs it never waits for
             # this: the kernel zero-fills the pages here, not on the writer's first touch
@@ -228,8 +247,7 @@ class AllocateClient:
                 if mf is not None:
                     break
             if ctl.get("alloc_error_count") != errors and ctl.get("alloc_error_offset") == next_offset:
-                err = ctl.get("alloc_error_errno")
-                return f"cannot create CommitLog file {name}: {os.strerror(err)} (errno {err})"
+                return creation_error(self.queue.path_of(next_offset), ctl.get("alloc_error_errno"))
             left_ms = (deadline - time.monotonic_ns()) / 1e6
             if left_ms <= 0:
                 return f"the allocate process did not create {name} within {self.wait_timeout_ms} ms"
@@ -260,15 +278,10 @@ class ProcessAllocateService(ServiceThread):
 
     def next_missing(self) -> int | None:
         """The start of the first file to create, or None when every requested file exists."""
-        fs = self.queue.file_size
-        want = self.ctl.get("alloc_request_upto")
-        start = max(self.ctl.get("wrote"), self.ctl.get("alloc_ready_upto") + fs, 0)
-        start -= start % fs
-        while start <= want:
+        for start in requested_files(self.ctl, self.queue.file_size):
             if not os.path.exists(self.queue.path_of(start)):
                 return start
             self.ctl.advance("alloc_ready_upto", start)
-            start += fs
         return None
 
     def run_once(self) -> None:
@@ -283,14 +296,7 @@ class ProcessAllocateService(ServiceThread):
         except FileExistsError:
             return
         except OSError as exc:
-            err = exc.errno or errno.EIO
-            self.ctl.set("alloc_error_errno", err)
-            self.ctl.set("alloc_error_offset", start)
-            self.ctl.advance("alloc_error_count", self.ctl.get("alloc_error_count") + 1)
-            self.ctl.add_stat("alloc_errors")
-            log.error("cannot create CommitLog file %s: %s", os.path.basename(self.queue.path_of(start)),
-                      os.strerror(err))
-            self.ctl.broadcast("alloc_done")
+            record_failure(self.ctl, start, self.queue.path_of(start), exc)
             self.sleep(self.RETRY_AFTER_ERROR_MS)
             return
         try:
@@ -303,9 +309,4 @@ class ProcessAllocateService(ServiceThread):
                     mf.release()
         finally:
             mf.close()
-        elapsed = time.monotonic_ns() - t0
-        self.ctl.add_stat("alloc_count")
-        self.ctl.add_stat("alloc_ns_total", elapsed)
-        self.ctl.max_stat("alloc_ns_max", elapsed)
-        self.ctl.advance("alloc_ready_upto", start)
-        self.ctl.broadcast("alloc_done")
+        record_created(self.ctl, start, t0)
