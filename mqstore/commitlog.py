@@ -108,8 +108,7 @@ class CommitLog:
             if least_pages > 0 and same_file and target // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
                 return False
             t0 = time.monotonic_ns()
-            last = self.queue.last()
-            if last is None or last.file_from + self.file_size < target:
+            if self.queue.mapped_end < target:
                 self.queue.map_new_files()  # files another process (the allocator) created
             try:
                 self.queue.flush_between(flushed, target)

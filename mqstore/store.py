@@ -268,16 +268,21 @@ class MessageStore:
             raise
 
     # -- following what processes build (service_mode="processes", attached stores) --------------
+    def _follow_log(self) -> None:
+        """Map the CommitLog files other processes created up to the write position, and drop
+        the ones the cleaner process deleted (below min_phy)."""
+        queue = self.commitlog.queue
+        if queue.mapped_end < self.ctl.get("wrote"):
+            queue.map_new_files()
+        first = queue.first()
+        min_phy = self.ctl.get("min_phy")
+        if first is not None and first.file_from + self.commitlog.file_size <= min_phy:
+            queue.drop_below(min_phy)
+
     def _follow(self, topic: str, queue_id: int) -> None:
         """Reads in a process other than the dispatcher's: map CommitLog files created since
         and bring the queue up to the unit count the dispatcher published."""
-        queue = self.commitlog.queue
-        last = queue.last()
-        if last is None or last.file_from + self.commitlog.file_size < self.ctl.get("wrote"):
-            queue.map_new_files()
-        first = queue.first()
-        if first is not None and first.file_from + self.commitlog.file_size <= self.ctl.get("min_phy"):
-            queue.drop_below(self.ctl.get("min_phy"))  # the cleaner process deleted them
+        self._follow_log()
         units = self.ctl.table_get_dispatched(topic, queue_id)
         if units is None:
             return
@@ -343,8 +348,8 @@ class MessageStore:
 
     def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
         self._check_open()
-        if self._following and phy_offset >= self.commitlog.queue.mapped_end:
-            self.commitlog.queue.map_new_files()
+        if self._following:
+            self._follow_log()
         return self.reader.look_message_by_offset(phy_offset)
 
     def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
@@ -400,8 +405,7 @@ class MessageStore:
         self._check_open()
         if self._following and self.index is not None:
             self.index.follow()
-            if self.commitlog.queue.mapped_end < self.ctl.get("wrote"):
-                self.commitlog.queue.map_new_files()
+            self._follow_log()
         return self.reader.query_message(topic, key, max_num, begin, end)
 
     def execute_delete_files_manually(self) -> None:
