@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any
 
-from mqstore.errors import ConfigError, NotAStoreError
+from mqstore.errors import ConfigError
 
 NODE_INFO_NAME = "mqstore.node.json"
 
@@ -110,50 +110,38 @@ def _alive(pid: int) -> bool:
 
 def status(root: str, *, as_json: bool = False) -> int:
     """Owner and service processes (alive or not), positions, dispatch lag and key counters,
-    read from the control block without taking the store's lock. 0 when a node is running."""
-    from mqstore import _shm
+    read from the control block without taking the store's lock (mqstore.stats). 0 when a
+    node is running."""
+    from mqstore.stats import StatsReader
 
-    root = os.path.abspath(root)
-    path = os.path.join(root, "mqstore.shm")
-    if not os.path.exists(path):
-        raise NotAStoreError(f"{root} has no control block (never opened by mqstore)")
-    ctl = _shm.ControlBlock.attach(path)
-    try:
-        pos = ctl.positions()
-        stats = ctl.stats()
-        state = {_shm.STATE_BUILDING: "building", _shm.STATE_READY: "ready", _shm.STATE_CLOSED: "closed"}.get(
-            ctl.state, str(ctl.state))
-        owner = ctl.owner_pid
-        lag = max(0, ctl.get("last_store_timestamp") - ctl.get("dispatched_store_timestamp"))
-        flags = ctl.running_flags()
-    finally:
-        ctl.close()
+    with StatsReader(root) as reader:
+        snap = reader.snapshot()
     info: dict[str, Any] = {}
     try:
-        with open(os.path.join(root, NODE_INFO_NAME), encoding="utf-8") as fh:
+        with open(os.path.join(snap.root, NODE_INFO_NAME), encoding="utf-8") as fh:
             info = json.load(fh)
     except (FileNotFoundError, ValueError):
         pass
-    running = state == "ready" and _alive(owner)
+    running = snap.running and snap.state == "READY"
     services: dict[str, dict[str, Any]] = {k: {"pid": v, "alive": _alive(v)} for k, v in info.get("services", {}).items()}
-    shown = {k: stats[k] for k in ("put_messages", "put_bytes", "flush_count", "flush_timeouts", "page_cache_busy",
-                                   "lock_takeovers", "dispatch_records") if k in stats}
+    shown = {k: snap.counters[k] for k in ("put_messages", "put_bytes", "flush_count", "flush_timeouts",
+                                           "page_cache_busy", "lock_takeovers", "dispatch_records")
+             if k in snap.counters}
+    owner_alive = snap.owner_pid > 0 and _alive(snap.owner_pid)
     out: dict[str, Any] = {
-        "store": root, "state": state, "owner_pid": owner, "owner_alive": _alive(owner) if owner > 0 else False,
-        "services": services,
-        "positions": pos, "dispatch_behind_bytes": max(0, pos["committed"] - pos["dispatched"]),
-        "dispatch_lag_ms": lag if pos["committed"] > pos["dispatched"] else 0, "running_flags": flags,
-        "stats": shown,
+        "store": snap.root, "state": snap.state, "owner_pid": snap.owner_pid, "owner_alive": owner_alive,
+        "services": services, "positions": snap.positions, "dispatch_behind_bytes": snap.dispatch_behind_bytes,
+        "dispatch_lag_ms": snap.dispatch_lag_ms, "running_flags": list(snap.running_flags), "stats": shown,
     }
     if as_json:
         print(json.dumps(out, indent=1))
     else:
-        print(f"{root}: {state}, owner pid {owner} ({'alive' if out['owner_alive'] else 'not running'})")
+        print(f"{snap.root}: {snap.state}, owner pid {snap.owner_pid} ({'alive' if owner_alive else 'not running'})")
         for kind, s in services.items():
             print(f"  {kind:<11} pid {s['pid']:<8} {'alive' if s['alive'] else 'DEAD'}")
-        print("  positions: " + ", ".join(f"{k} {v:,}" for k, v in pos.items()))
-        print(f"  dispatch behind {out['dispatch_behind_bytes']:,} bytes, lag {out['dispatch_lag_ms']} ms; "
-              f"flags {', '.join(flags) or 'none'}")
+        print("  positions: " + ", ".join(f"{k} {v:,}" for k, v in snap.positions.items()))
+        print(f"  dispatch behind {snap.dispatch_behind_bytes:,} bytes, lag {snap.dispatch_lag_ms} ms; "
+              f"flags {', '.join(snap.running_flags) or 'none'}")
         print("  " + ", ".join(f"{k} {v:,}" for k, v in shown.items()))
     return 0 if running else 1
 

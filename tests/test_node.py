@@ -242,6 +242,13 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
     services = [int(p.split()[-1]) for p in line.strip().split(", ")[1:]]
     producer = start_py(PRODUCER, root, "p", 100_000, 0, acks)
     time.sleep(1.0)
+    status = subprocess.run([sys.executable, "-m", "mqstore.cli", "node", "status", root, "--json"],
+                            capture_output=True, text=True, env=ENV, timeout=60)
+    assert status.returncode == 0, status.stderr
+    live = json.loads(status.stdout)
+    assert live["state"] == "READY" and live["owner_pid"] == node.pid and live["owner_alive"]
+    assert sorted(s["pid"] for s in live["services"].values()) == sorted(services)
+    assert all(s["alive"] for s in live["services"].values()) and live["stats"]["put_messages"] > 0
     node.kill()
     node.wait()
     producer.kill()
@@ -250,6 +257,11 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
     while any(alive(p) for p in services) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in services), "service processes outlived the node"
+    after = subprocess.run([sys.executable, "-m", "mqstore.cli", "node", "status", root, "--json"],
+                                   capture_output=True, text=True, env=ENV, timeout=60)
+    dead = json.loads(after.stdout)
+    assert after.returncode == 1 and not dead["owner_alive"]
+    assert not any(s["alive"] for s in dead["services"].values())
     acked = [json.loads(x) for x in open(acks)]
     assert acked, "the producer acknowledged nothing before the kill"
     check_store(root, allow_torn_tail=True).raise_if_failed()
