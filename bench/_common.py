@@ -93,7 +93,7 @@ class StoreRounds:
         for i, r in enumerate(self.rounds):
             assert r["put_messages"] == n_msgs, f"round {i}: {r['put_messages']} of {n_msgs} messages stored"
             for bad in ("flush_timeouts", "create_mapped_file_failed", "message_illegal", "service_not_available",
-                        "page_cache_busy", "flush_errors", "alloc_errors"):
+                        "page_cache_busy", "pool_exhausted", "flush_errors", "alloc_errors"):
                 assert r[bad] == 0, f"round {i}: {bad}={r[bad]}"
 
 

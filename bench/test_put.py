@@ -108,6 +108,21 @@ def test_put_message_100b_flusher_idle(benchmark, open_store, messages, lock):
                 rolls=c.total("rolls"))
 
 
+@pytest.mark.benchmark(group=GROUP_100B)
+@pytest.mark.parametrize("lock", list(LOCK_KINDS))
+def test_put_message_100b_transient_pool(benchmark, open_store, messages, lock):
+    """As test_put_message_100b with the transient store pool on (spec §7): puts append into a
+    shared-memory write buffer (5 x 64 MiB on /dev/shm), the commit service (a thread, woken by
+    every put, 4 pages least) copies into the mapped file, the flusher msyncs what was
+    committed. The pair of this and test_put_message_100b is the pool on/off comparison."""
+    store = open_store(**ASYNC, transient_store_pool_enable=True,
+                       use_reentrant_lock_when_put_message=LOCK_KINDS[lock])
+    c = _measure(benchmark, store, _single_puts(store, messages("100B")), rounds=ROUNDS_FAST, n_msgs=MSGS)
+    record_rate(benchmark, f"put_message/100B/{lock}/transient-pool", MSGS, lock_kind=lock,
+                rolls=c.total("rolls"), commits=c.total("commit_count"), flushes=c.total("flush_count"),
+                committed_MB=round(c.total("commit_bytes") / 1e6, 1))
+
+
 # -- 2. put_messages batches, async flush -----------------------------------------------------
 @pytest.mark.benchmark(group=GROUP_100B)
 @pytest.mark.parametrize("batch", [100, 1000])

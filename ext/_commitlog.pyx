@@ -51,6 +51,8 @@ cdef enum:
     APPEND_END_OF_FILE = 1
     APPEND_NEED_FILE = 2
     APPEND_TABLE_FULL = 3
+    APPEND_NOT_WRITEABLE = 4
+    APPEND_POOL_EXHAUSTED = 5
 
 cdef enum:
     STACK_RECORD = 2048
@@ -417,7 +419,10 @@ cdef class CommitLogAppender:
     cdef int lock_kind
     cdef readonly int64_t file_size
     cdef object cur_file
+    cdef object cur_view
     cdef char *cur_base
+    cdef object pool
+    cdef int64_t pool_buffers
     cdef int64_t cur_from
     cdef object file_provider
     cdef int64_t max_message_size
@@ -441,7 +446,7 @@ cdef class CommitLogAppender:
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
                  int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
                  bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
-                 delay_levels=None):
+                 delay_levels=None, pool=None):
         self.ctl_obj = control_block
         self.ctl = <char *><size_t>control_block.address
         self.lock_kind = <int>mq_cell(self.ctl, MQ_CTL_LOCK_KIND)[0]
@@ -459,15 +464,28 @@ cdef class CommitLogAppender:
         self.delay_levels = delay_levels
         self.cur_base = NULL
         self.cur_from = -1
+        # transient store pool (spec §7): appends go to the file's write buffer, and the commit
+        # service moves the committed position; without it committed == wrote
+        self.pool = pool
+        self.pool_buffers = 0 if pool is None else pool.buffers
+        if pool is not None and pool.file_size != file_size:
+            raise ValueError(f"the transient store pool has buffers of {pool.file_size} bytes, files are {file_size}")
 
     def set_current_file(self, mapped_file):
-        """Make mapped_file the one appends go to (called by the file provider)."""
+        """Make mapped_file the one appends go to (called by the file provider); with the
+        transient store pool, appends go to the file's buffer in the pool."""
         self.cur_file = mapped_file
-        self.cur_base = <char *><size_t>mapped_file.address
         self.cur_from = mapped_file.file_from
+        if self.pool is None:
+            self.cur_view = mapped_file
+            self.cur_base = <char *><size_t>mapped_file.address
+        else:
+            self.cur_view = self.pool.buffer_view(self.cur_from)
+            self.cur_base = <char *><size_t>self.pool.buffer_address(self.cur_from)
 
     def forget_current_file(self):
         self.cur_file = None
+        self.cur_view = None
         self.cur_base = NULL
         self.cur_from = -1
 
@@ -486,7 +504,17 @@ cdef class CommitLogAppender:
         if mq_page_cache_busy(self.ctl, now, self.busy_timeout_ms):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
             return OS_PAGECACHE_BUSY
+        if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))):
+            mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_POOL_EXHAUSTED), 1)
+            return OS_PAGECACHE_BUSY
         return PUT_OK
+
+    cdef inline bint _pool_has_room(self, int64_t wrote) noexcept:
+        """The buffer of the file holding `wrote` is free: the file that used it before (the
+        one pool_buffers files back) is committed to its end. RocketMQ refuses sends while
+        the pool has no buffer (isTransientStorePoolDeficient), the same back-pressure."""
+        cdef int64_t k = wrote // self.file_size
+        return mq_load(mq_cell(self.ctl, MQ_CTL_COMMITTED)) >= (k - self.pool_buffers + 1) * self.file_size
 
     cdef PutMessageResult _fail(self, int status, object detail):
         if self.closed:
@@ -503,6 +531,8 @@ cdef class CommitLogAppender:
 
     cdef object _service_detail(self, int status):
         if status == OS_PAGECACHE_BUSY:
+            if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))):
+                return self._pool_detail()
             return f"a put has held the lock longer than {self.busy_timeout_ms} ms"
         if self.closed:
             return "the store is shut down"
@@ -510,6 +540,11 @@ cdef class CommitLogAppender:
             return "the store is a slave (broker_role=SLAVE) and does not accept puts"
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         return f"the store is not writable (running flags 0x{flags:x})"
+
+    cdef str _pool_detail(self):
+        return (f"the transient store pool is exhausted: all {self.pool_buffers} buffers hold bytes not yet "
+                f"committed to the CommitLog (committed {mq_load(mq_cell(self.ctl, MQ_CTL_COMMITTED))}, wrote "
+                f"{mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))}); the commit service is behind or not running")
 
     cdef bytes _topic_bytes(self, str topic):
         if topic is self.last_topic:
@@ -709,6 +744,13 @@ cdef class CommitLogAppender:
                 self._detail = (f"topic-queue table is full ({mq_cell(self.ctl, MQ_CTL_TABLE_SLOTS)[0]} slots); "
                                 "raise topic_queue_table_slots")
                 return UNKNOWN_ERROR
+            if r == APPEND_NOT_WRITEABLE:
+                self._detail = self._service_detail(SERVICE_NOT_AVAILABLE)
+                return SERVICE_NOT_AVAILABLE
+            if r == APPEND_POOL_EXHAUSTED:
+                mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_POOL_EXHAUSTED), 1)
+                self._detail = self._pool_detail()
+                return OS_PAGECACHE_BUSY
             attempts += 1
             if attempts > 64:
                 self._detail = "could not reach a CommitLog file with room after 64 attempts"
@@ -747,7 +789,7 @@ cdef class CommitLogAppender:
         if wrote <= entry or self.cur_base == NULL or entry < self.cur_from or wrote > self.cur_from + self.file_size:
             return
         try:
-            scan_records(self.cur_file, self.cur_from, entry - self.cur_from, wrote - self.cur_from, False, self.ctl_obj)
+            scan_records(self.cur_view, self.cur_from, entry - self.cur_from, wrote - self.cur_from, False, self.ctl_obj)
         except OverflowError:
             pass  # a full table: the put that follows reports it with its status
 
@@ -784,9 +826,15 @@ cdef class CommitLogAppender:
         cdef mq_tq_slot *slot
         cdef char *r
         cdef int result = APPEND_OK
-        if self.cur_base == NULL or wrote < self.cur_from or file_pos >= self.file_size:
+        if mq_load(mq_cell(ctl, MQ_CTL_RUNNING_FLAGS)) & MQ_NOT_WRITEABLE:
+            # the owner stopped writers (shutdown, or a new owner fenced this block) after this
+            # put's check: nothing may be written once it holds the lock
+            result = APPEND_NOT_WRITEABLE
+        elif self.cur_base == NULL or wrote < self.cur_from or file_pos >= self.file_size:
             out.need_offset = wrote
             result = APPEND_NEED_FILE
+        elif self.pool_buffers and not self._pool_has_room(wrote):
+            result = APPEND_POOL_EXHAUSTED
         else:
             slot = self._slot(topic_b, queue_id)
             if slot == NULL:
@@ -798,7 +846,8 @@ cdef class CommitLogAppender:
                     mq_put_i32(self.cur_base + file_pos, <int32_t>remaining)
                     mq_put_i32(self.cur_base + file_pos + 4, MQ_BLANK_MAGIC_CODE)
                     mq_store(mq_cell(ctl, MQ_CTL_WROTE), self.cur_from + self.file_size)
-                    mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
+                    if not self.pool_buffers:
+                        mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
                     mq_add_owned(mq_stat(ctl, MQ_STAT_ROLLS), 1)
                     out.need_offset = self.cur_from + self.file_size
                     result = APPEND_END_OF_FILE
@@ -820,7 +869,8 @@ cdef class CommitLogAppender:
                     memcpy(self.cur_base + file_pos, rec, total)
                     # publish the write position before the queue offset (see _repair_after_takeover)
                     mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + total)
-                    mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), wrote + total)  # no transient pool: committed == wrote
+                    if not self.pool_buffers:  # no transient pool: committed == wrote
+                        mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), wrote + total)
                     if advance:
                         mq_store(&slot.next_offset, q + n)
                     mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), begin_ms)
@@ -858,7 +908,9 @@ cdef class CommitLogAppender:
         res.msg_num = n
         res._store_host = self.store_host_b
         res._record_sizes = record_sizes
-        if self.sync_flush:
+        if self.pool_buffers:
+            mq_notify(self.ctl, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush
+        elif self.sync_flush:
             if wait:
                 self._wait_flushed(res, out.wrote_offset + out.wrote_bytes)
             else:

@@ -65,12 +65,14 @@ STAT_NAMES = (
     "alloc_errors", "properties_size_exceeded", "spin_yields", "roll_waits",
     "dispatch_records", "dispatch_units", "dispatch_batches", "dispatch_ns_total",
     "dispatch_skipped_bytes", "dispatch_errors", "index_keys", "index_errors",
+    "commit_count", "commit_bytes", "commit_ns_total", "commit_ns_max",
+    "pool_exhausted",
 )
 assert len(STAT_NAMES) == MQ_STAT_COUNT
 
 _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": MQ_CTL_FLUSHED,
               "dispatched": MQ_CTL_DISPATCHED, "confirmed": MQ_CTL_CONFIRMED, "min_phy": MQ_CTL_MIN_PHY,
-              "last_store_timestamp": MQ_CTL_LAST_STORE_TS,
+              "last_store_timestamp": MQ_CTL_LAST_STORE_TS, "committed_store_timestamp": MQ_CTL_COMMITTED_STORE_TS,
               "dispatched_store_timestamp": MQ_CTL_DISPATCHED_STORE_TS, "flushed_store_timestamp": MQ_CTL_FLUSHED_STORE_TS,
               "flush_request_upto": MQ_CTL_FLUSH_REQUEST_UPTO, "flush_error_count": MQ_CTL_FLUSH_ERROR_COUNT,
               "flush_last_errno": MQ_CTL_FLUSH_LAST_ERRNO, "flush_error_offset": MQ_CTL_FLUSH_ERROR_OFFSET,
@@ -105,8 +107,12 @@ cdef class ControlBlock:
             c_close(self.fd)
 
     @staticmethod
-    def create(str path, *, int64_t table_slots, int64_t file_size, str lock_kind, bint sync_flush):
+    def create(str path, *, int64_t table_slots, int64_t file_size, str lock_kind, bint sync_flush,
+               int64_t pool_buffers=0):
         """Lay out a fresh block in a new file (atomically renamed over any old one).
+
+        pool_buffers: buffers of the transient store pool (0: no pool; then the put path
+        moves the committed position with the wrote position).
 
         The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
         The block starts in state BUILDING; the owner rebuilds it from the files and then
@@ -146,6 +152,7 @@ cdef class ControlBlock:
         mq_cell(cb.base, MQ_CTL_OWNER_PID)[0] = getpid()
         mq_cell(cb.base, MQ_CTL_LOCK_KIND)[0] = MQ_LOCK_MUTEX if lock_kind == "mutex" else MQ_LOCK_SPIN
         mq_cell(cb.base, MQ_CTL_FLUSH_DISK_TYPE)[0] = 1 if sync_flush else 0
+        mq_cell(cb.base, MQ_CTL_POOL_BUFFERS)[0] = pool_buffers
         mq_cell(cb.base, MQ_CTL_CREATED_MS)[0] = mq_now_ms()
         mq_cell(cb.base, MQ_CTL_ALLOC_READY_UPTO)[0] = -1
         mq_cell(cb.base, MQ_CTL_ALLOC_REQUEST_UPTO)[0] = -1
@@ -233,6 +240,11 @@ cdef class ControlBlock:
     @property
     def sync_flush(self) -> bool:
         return mq_cell(self._b(), MQ_CTL_FLUSH_DISK_TYPE)[0] == 1
+
+    @property
+    def pool_buffers(self) -> int:
+        """Buffers of the transient store pool (0: the store has none)."""
+        return mq_cell(self._b(), MQ_CTL_POOL_BUFFERS)[0]
 
     @property
     def owner_pid(self) -> int:
@@ -481,3 +493,172 @@ def ofd_is_locked(int fd) -> bool:
     if fcntl(fd, F_OFD_GETLK, &fl) != 0:
         raise OSError(errno, os.strerror(errno))
     return fl.l_type != F_UNLCK
+
+
+# -- the transient store pool (spec §7) ----------------------------------------------------------
+
+cdef extern from "<sys/mman.h>" nogil:
+    int mlock(const void *addr, size_t len)
+
+cdef uint64_t POOL_MAGIC = 0x4C4F4F5054534D51ULL  # "MQSTPOOL"
+cdef int64_t POOL_VERSION = 1
+cdef int64_t POOL_HEADER = 4096
+POOL_HEADER_SIZE = POOL_HEADER
+
+
+cdef class TransientStorePool:
+    """RocketMQ's TransientStorePool, shared by every process of a store: ``buffers`` write
+    buffers of one CommitLog file each, in one file on a memory file system (``/dev/shm``).
+
+    Writers append into the buffer of the file they write (buffer ``(file_from / file_size)
+    % buffers``: a ring, so no process has to borrow or return a buffer); the commit service
+    copies the bytes between the committed and the wrote positions into the CommitLog file.
+    A buffer is free again once the committed position has passed the end of the file that
+    used it, which is when RocketMQ returns a buffer to its pool.
+
+    A 4 KiB header names the control block the pool belongs to (its created_ms and owner
+    pid), so a pool left by an owner that died is recognised by the next owner, which copies
+    what was written but not committed into the files before recovering (see
+    mqstore.pool.replay_transient_pool), and a stale pool is never attached to another block.
+    """
+
+    cdef char *base
+    cdef readonly int64_t size
+    cdef readonly str path
+    cdef int fd
+    cdef readonly int64_t buffers
+    cdef readonly int64_t file_size
+    cdef readonly bint locked
+    cdef readonly int lock_errno
+
+    def __cinit__(self):
+        self.base = NULL
+        self.fd = -1
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            munmap(self.base, self.size)
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    @staticmethod
+    def create(str path, int64_t buffers, int64_t file_size, int64_t ctl_created_ms, int64_t ctl_owner_pid,
+               bint lock_memory=True):
+        """A new pool file (any old one at path is replaced), fully allocated, its buffers
+        mlocked when lock_memory (a failed mlock is reported by ``locked``/``lock_errno``)."""
+        if buffers < 1:
+            raise ValueError(f"buffers={buffers} must be >= 1")
+        cdef int64_t total = POOL_HEADER + buffers * file_size
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        cdef bytes path_b = os.fsencode(path)
+        cdef int fd = c_open(path_b, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        if fd < 0:
+            raise OSError(errno, f"cannot create the transient store pool {path}: {os.strerror(errno)}")
+        cdef int r = posix_fallocate(fd, 0, total)
+        if r != 0:
+            c_close(fd)
+            os.unlink(path)
+            raise OSError(r, f"cannot allocate {total} bytes for the transient store pool {path} "
+                             f"({buffers} x {file_size} bytes): {os.strerror(r)}")
+        cdef TransientStorePool pool = TransientStorePool.__new__(TransientStorePool)
+        pool.path = path
+        pool.fd = fd
+        pool._map(total)
+        memset(pool.base, 0, POOL_HEADER)
+        (<uint64_t *>pool.base)[0] = POOL_MAGIC
+        (<int64_t *>pool.base)[1] = POOL_VERSION
+        (<int64_t *>pool.base)[2] = buffers
+        (<int64_t *>pool.base)[3] = file_size
+        (<int64_t *>pool.base)[4] = ctl_created_ms
+        (<int64_t *>pool.base)[5] = ctl_owner_pid
+        pool.buffers = buffers
+        pool.file_size = file_size
+        if lock_memory:
+            with nogil:
+                r = mlock(pool.base + POOL_HEADER, buffers * file_size)
+            pool.locked = r == 0
+            pool.lock_errno = 0 if r == 0 else errno
+        return pool
+
+    @staticmethod
+    def attach(str path, int64_t ctl_created_ms=-1, int64_t ctl_owner_pid=-1):
+        """Map an existing pool. With the control block's identity given, a pool that belongs to
+        another block raises ValueError (as does a file that is not a pool)."""
+        cdef bytes path_b = os.fsencode(path)
+        cdef int fd = c_open(path_b, O_RDWR, 0)
+        if fd < 0:
+            raise OSError(errno, f"cannot open the transient store pool {path}: {os.strerror(errno)}")
+        cdef TransientStorePool pool = TransientStorePool.__new__(TransientStorePool)
+        pool.path = path
+        pool.fd = fd
+        size = os.fstat(fd).st_size
+        if size < POOL_HEADER:
+            raise ValueError(f"{path} is {size} bytes, too small for a transient store pool")
+        pool._map(size)
+        cdef int64_t *h = <int64_t *>pool.base
+        if (<uint64_t *>pool.base)[0] != POOL_MAGIC or h[1] != POOL_VERSION:
+            raise ValueError(f"{path} is not an mqstore transient store pool of version {POOL_VERSION}")
+        pool.buffers = h[2]
+        pool.file_size = h[3]
+        if pool.buffers < 1 or POOL_HEADER + pool.buffers * pool.file_size != size:
+            raise ValueError(f"{path}: header says {pool.buffers} x {pool.file_size} bytes, the file has {size}")
+        if ctl_created_ms >= 0 and (h[4] != ctl_created_ms or h[5] != ctl_owner_pid):
+            raise ValueError(f"{path} belongs to another control block (created {h[4]} by pid {h[5]}, "
+                             f"not {ctl_created_ms} by pid {ctl_owner_pid})")
+        return pool
+
+    cdef _map(self, int64_t size):
+        cdef void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, self.fd, 0)
+        if p == MAP_FAILED:
+            raise OSError(errno, f"cannot map the transient store pool {self.path}: {os.strerror(errno)}")
+        self.base = <char *>p
+        self.size = size
+
+    cdef inline char *_buffer(self, int64_t file_from) except NULL:
+        if self.base == NULL:
+            raise ValueError("the transient store pool is closed")
+        if file_from < 0 or file_from % self.file_size:
+            raise ValueError(f"{file_from} is not the start of a CommitLog file of {self.file_size} bytes")
+        return self.base + POOL_HEADER + ((file_from // self.file_size) % self.buffers) * self.file_size
+
+    def buffer_index(self, int64_t file_from) -> int:
+        """The buffer the CommitLog file starting at file_from writes into."""
+        self._buffer(file_from)
+        return (file_from // self.file_size) % self.buffers
+
+    def buffer_address(self, int64_t file_from) -> int:
+        return <size_t>self._buffer(file_from)
+
+    def buffer_view(self, int64_t file_from) -> memoryview:
+        """The buffer of a file as a writable memoryview (valid while the pool is open)."""
+        cdef unsigned char *p = <unsigned char *>self._buffer(file_from)
+        return memoryview(<unsigned char[:self.file_size]> p)
+
+    @property
+    def ctl_created_ms(self) -> int:
+        return (<int64_t *>self.base)[4] if self.base != NULL else -1
+
+    @property
+    def ctl_owner_pid(self) -> int:
+        return (<int64_t *>self.base)[5] if self.base != NULL else -1
+
+    def commit_into(self, size_t file_address, int64_t file_from, int64_t start, int64_t end):
+        """Copy bytes [start, end) of file file_from's buffer into the mapped file at
+        file_address (the commit of RocketMQ's CommitRealTimeService), without the GIL."""
+        cdef char *src = self._buffer(file_from)
+        if not 0 <= start <= end <= self.file_size:
+            raise ValueError(f"commit range [{start}, {end}) is not inside a file of {self.file_size} bytes")
+        cdef char *dst = <char *>file_address
+        with nogil:
+            memcpy(dst + start, src + start, end - start)
+
+    def close(self):
+        if self.base != NULL:
+            munmap(self.base, self.size)
+            self.base = NULL
+        if self.fd >= 0:
+            c_close(self.fd)
+            self.fd = -1

@@ -11,7 +11,7 @@ from _typeshed import ReadableBuffer
 from typing_extensions import disjoint_base
 
 from mqstore._mapped import MappedFile
-from mqstore._shm import ControlBlock
+from mqstore._shm import ControlBlock, TransientStorePool
 from mqstore.status import PutMessageStatus
 
 # (ip, port); the ip is anything whose str() is an IPv4 or IPv6 address (mqstore.record.encode_host).
@@ -163,6 +163,7 @@ class CommitLogAppender:
         lock_hold_warn_ms: int = 500,
         slave: bool = False,
         delay_levels: Sequence[int] | None = None,
+        pool: TransientStorePool | None = None,
     ) -> None:
         """file_provider(offset) maps the file holding offset and makes it current (with
         set_current_file); it returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""

@@ -34,9 +34,18 @@ class ControlBlock:
     def path(self) -> str: ...
     @staticmethod
     def create(
-        path: str, *, table_slots: int, file_size: int, lock_kind: Literal["spin", "mutex"], sync_flush: bool
+        path: str,
+        *,
+        table_slots: int,
+        file_size: int,
+        lock_kind: Literal["spin", "mutex"],
+        sync_flush: bool,
+        pool_buffers: int = 0,
     ) -> ControlBlock:
         """Lay out a fresh block in a new file (atomically renamed over any old one).
+
+        pool_buffers: buffers of the transient store pool (0: no pool; then the put path
+        moves the committed position with the wrote position).
 
         The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
         The block starts in state BUILDING; the owner rebuilds it from the files and then
@@ -69,6 +78,9 @@ class ControlBlock:
     def lock_kind(self) -> Literal["spin", "mutex"]: ...
     @property
     def sync_flush(self) -> bool: ...
+    @property
+    def pool_buffers(self) -> int:
+        """Buffers of the transient store pool (0: the store has none)."""
     @property
     def owner_pid(self) -> int: ...
     @property
@@ -154,3 +166,46 @@ def ofd_lock(fd: int, exclusive: bool = True) -> bool:
 def ofd_unlock(fd: int) -> None: ...
 def ofd_is_locked(fd: int) -> bool:
     """True if some open file description holds a conflicting lock on byte 0."""
+
+POOL_HEADER_SIZE: Final[int]
+
+@disjoint_base
+class TransientStorePool:
+    """RocketMQ's TransientStorePool, shared by every process of a store: ``buffers`` write
+    buffers of one CommitLog file each, in one file on a memory file system (``/dev/shm``)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def buffers(self) -> int: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def locked(self) -> bool: ...
+    @property
+    def lock_errno(self) -> int: ...
+    @staticmethod
+    def create(
+        path: str, buffers: int, file_size: int, ctl_created_ms: int, ctl_owner_pid: int, lock_memory: bool = True
+    ) -> TransientStorePool:
+        """A new pool file (any old one at path is replaced), fully allocated, its buffers
+        mlocked when lock_memory (a failed mlock is reported by ``locked``/``lock_errno``)."""
+    @staticmethod
+    def attach(path: str, ctl_created_ms: int = -1, ctl_owner_pid: int = -1) -> TransientStorePool:
+        """Map an existing pool. With the control block's identity given, a pool that belongs to
+        another block raises ValueError (as does a file that is not a pool)."""
+    def buffer_index(self, file_from: int) -> int:
+        """The buffer the CommitLog file starting at file_from writes into."""
+    def buffer_address(self, file_from: int) -> int: ...
+    def buffer_view(self, file_from: int) -> memoryview:
+        """The buffer of a file as a writable memoryview (valid while the pool is open)."""
+    @property
+    def ctl_created_ms(self) -> int: ...
+    @property
+    def ctl_owner_pid(self) -> int: ...
+    def commit_into(self, file_address: int, file_from: int, start: int, end: int) -> None:
+        """Copy bytes [start, end) of file file_from's buffer into the mapped file at
+        file_address (the commit of RocketMQ's CommitRealTimeService), without the GIL."""
+    def close(self) -> None: ...

@@ -239,7 +239,10 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         problem("commitlog", starts[0], "first file is not aligned to the file size")
 
     last_with_data = max((i for i, n in enumerate(names) if _starts_with_data(os.path.join(cdir, n))), default=0)
-    live_wrote = live_positions["wrote"] if live_positions else None
+    # live: the end of what the files may hold when the scan began; past it bytes may be
+    # arriving (the committed position: with a transient store pool the bytes between it and
+    # the wrote position are still in the write buffers, without one the two move together)
+    live_wrote = live_positions["committed"] if live_positions else None
     last_ts = [-1]
     next_q: dict[tuple[bytes, int], int] = {}
     first_q: dict[tuple[bytes, int], int] = {}
@@ -414,14 +417,21 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
         if not pos["flushed"] <= pos["committed"] <= pos["wrote"]:
             problem("control block", pos["wrote"], f"positions out of order: {pos}")
         ends = (report.valid_end, blank_end)
-        if quiescent and pos["wrote"] not in ends:
-            problem("control block", pos["wrote"], f"wrote position {pos['wrote']} but the log ends at {report.valid_end}")
-        if pos["wrote"] > report.valid_end and pos["wrote"] != blank_end:
-            problem("control block", pos["wrote"], f"wrote position is past the end of the log {report.valid_end}")
+        # what the files hold: up to the committed position with a transient store pool (the
+        # rest is in its buffers), else up to the wrote position
+        name = "committed" if ctl.pool_buffers else "wrote"
+        end = pos[name]
+        if quiescent and end not in ends:
+            problem("control block", end, f"{name} position {end} but the log ends at {report.valid_end}")
+        if end > report.valid_end and end != blank_end:
+            problem("control block", end, f"{name} position is past the end of the log {report.valid_end}")
         if quiescent:
             table = {(t, q): n for t, q, n in ctl.table_items()}
+            # records still in the pool's buffers (wrote past committed) have their offsets
+            in_pool = ctl.pool_buffers > 0 and pos["wrote"] > pos["committed"]
             for key, summary in report.queues.items():
-                if table.get(key) != summary.last_offset + 1:
+                got = table.get(key)
+                if got != summary.last_offset + 1 and not (in_pool and got is not None and got > summary.last_offset):
                     problem("control block", 0, f"queue {key[0]}-{key[1]}: table says next offset {table.get(key)}, "
                                                 f"the log's last is {summary.last_offset}")
     finally:

@@ -1,8 +1,9 @@
-"""CommitLog: the files, the put path kernel and the flush of one store (spec §6, §8, §9).
+"""CommitLog: the files, the put path kernel, the commit and the flush of one store (spec §6-§9).
 
 The store-wide positions (wrote / committed / flushed) live in the control block; this class
-maps files for the put path (outside the put lock), flushes ranges that may span two files,
-and owns the allocate service hand-off.
+maps files for the put path (outside the put lock), commits the transient store pool's
+buffers into the files (spec §7, when the store has a pool), flushes ranges that may span two
+files, and owns the allocate service hand-off.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from mqstore._commitlog import CommitLogAppender
 from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.pool import commit_range
 
 if TYPE_CHECKING:
-    from mqstore._shm import ControlBlock
+    from mqstore._shm import ControlBlock, TransientStorePool
     from mqstore.config import StoreConfig
     from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 
@@ -27,13 +29,16 @@ MUNLOCK_DELAY_S = 6.0  # spec §6.3: a warmed file is munlock'ed 6 s after the p
 
 
 class CommitLog:
-    def __init__(self, root: str, config: StoreConfig, ctl: ControlBlock) -> None:
+    def __init__(self, root: str, config: StoreConfig, ctl: ControlBlock,
+                 pool: TransientStorePool | None = None) -> None:
         self.config = config
         self.ctl = ctl
+        self.pool = pool
         self.file_size = config.mapped_file_size_commit_log
         self.queue = MappedFileQueue(config.commit_log_dir(root), self.file_size)
         self.allocator: AllocateMappedFileService | AllocateClient | None = None
         self._flush_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
         self.appender = CommitLogAppender(
             ctl,
             self._provide_file,
@@ -46,6 +51,7 @@ class CommitLog:
             store_host=config.store_host_address,
             lock_hold_warn_ms=config.lock_hold_warn_ms,
             slave=config.is_slave,
+            pool=pool,
         )
 
     # -- files for the put path (called by the kernel outside the put lock) ---------------
@@ -85,8 +91,40 @@ class CommitLog:
     # -- positions -------------------------------------------------------------------------
     @property
     def max_offset(self) -> int:
-        """End of readable data (spec §6.2 getMaxOffset)."""
-        return self.ctl.get("wrote")
+        """End of readable data (spec §6.2 getMaxOffset): the committed position (with the
+        transient store pool the bytes past it are still in the write buffers)."""
+        return self.ctl.get("committed")
+
+    # -- commit (spec §7) -------------------------------------------------------------------
+    def commit(self, least_pages: int) -> bool:
+        """Copy [committed, wrote) from the transient store pool into the files when at least
+        least_pages pages are pending (0 = any byte; a range reaching the end of a file always
+        goes), then move the committed position. Returns True if it moved. One committer at a
+        time: the commit service of the owner or of the flusher process, or the owner at
+        shutdown after writers were stopped."""
+        pool = self.pool
+        if pool is None:
+            return False
+        with self._commit_lock:
+            ts = self.ctl.get("last_store_timestamp")  # read before wrote: covered by [0, wrote)
+            wrote = self.ctl.get("wrote")
+            committed = self.ctl.get("committed")
+            if wrote <= committed:
+                return False
+            same_file = committed // self.file_size == wrote // self.file_size
+            if least_pages > 0 and same_file and wrote // OS_PAGE_SIZE - committed // OS_PAGE_SIZE < least_pages:
+                return False
+            t0 = time.monotonic_ns()
+            commit_range(pool, self.queue, committed, wrote)
+            elapsed = time.monotonic_ns() - t0
+            self.ctl.advance("committed", wrote)
+            if ts > 0:
+                self.ctl.advance("committed_store_timestamp", ts)
+            self.ctl.add_stat("commit_count")
+            self.ctl.add_stat("commit_bytes", wrote - committed)
+            self.ctl.add_stat("commit_ns_total", elapsed)
+            self.ctl.max_stat("commit_ns_max", elapsed)
+            return True
 
     @property
     def min_offset(self) -> int:
@@ -95,12 +133,13 @@ class CommitLog:
 
     # -- flush (spec §8) --------------------------------------------------------------------
     def flush(self, least_pages: int) -> bool:
-        """Flush [flushed, wrote) if at least least_pages pages are dirty (0 = anything), across
+        """Flush [flushed, committed) if at least least_pages pages are dirty (0 = anything), across
         file boundaries. Returns True if the flushed position moved. A failed msync is recorded
         in the control block (waiters return FLUSH_DISK_TIMEOUT) and re-raised, never hidden."""
         with self._flush_lock:
-            ts = self.ctl.get("last_store_timestamp")
-            target = self.ctl.get("wrote")
+            # the store timestamp read first is covered by the position read after it
+            ts = self.ctl.get("committed_store_timestamp" if self.pool is not None else "last_store_timestamp")
+            target = self.ctl.get("committed")
             flushed = self.ctl.get("flushed")
             if target <= flushed:
                 return False

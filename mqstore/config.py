@@ -449,16 +449,20 @@ _TABLE: tuple[Definition, ...] = (
          java="flushConsumeQueueThoroughInterval"),
     # --- transient store pool ------------------------------------------------------------------
     _key("transient_store_pool_enable", bool, False, "-", _BOOL,
-         "Append into mlocked off-heap buffers and commit them to the file later (spec §7). "
-         "Refused with SYNC_FLUSH or on a SLAVE (RocketMQ silently ignores it there).",
+         "Append into mlocked write buffers in shared memory (/dev/shm, one pool per store, used by "
+         "every writer process) and let the commit service copy them into the CommitLog files "
+         "(spec §7); readers see committed bytes only, puts get OS_PAGECACHE_BUSY while the buffer "
+         "they need still holds uncommitted bytes. Refused with SYNC_FLUSH or on a SLAVE (RocketMQ "
+         "silently ignores it there).",
          java="transientStorePoolEnable"),
     _key("transient_store_pool_size", int, 5, "count", _POSITIVE,
          "Buffers in the pool, each one commit log file big and mlocked: memory = this x "
          "mapped_file_size_commit_log.",
          java="transientStorePoolSize"),
     _key("fast_fail_if_no_buffer_in_store_pool", bool, False, "-", _BOOL,
-         "With the pool on, allocation fails at once when no buffer is free instead of waiting "
-         "(puts then get CREATE_MAPEDFILE_FAILED).",
+         "Accepted for RocketMQ configurations; changes nothing here: buffers are not borrowed "
+         "per allocated file (file i writes into buffer i mod the pool size), and a put whose "
+         "buffer is not free always fails at once with OS_PAGECACHE_BUSY (docs/node.md).",
          java="fastFailIfNoBufferInStorePool"),
     # --- reads ------------------------------------------------------------------------------------
     _key("max_transfer_bytes_on_message_in_memory", int, 256 * 1024, "bytes", _POSITIVE,

@@ -203,10 +203,17 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
         return [ProcessAllocateService(ctl, queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
                                        warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file)], [queue]
     if kind == "flusher":
-        commitlog = CommitLog(root, cfg, ctl)
+        from mqstore.pool import attach_pool
+        from mqstore.services.flush import CommitRealTimeService
+
+        pool = attach_pool(root, ctl)
+        commitlog = CommitLog(root, cfg, ctl, pool)
         commitlog.queue.map_new_files()
         flusher = GroupCommitService(commitlog) if cfg.is_sync_flush else FlushRealTimeService(commitlog)
-        return [flusher], [commitlog]
+        if pool is None:
+            return [flusher], [commitlog]
+        # the transient store pool's commit service runs beside the flush (and stops before it)
+        return [flusher, CommitRealTimeService(commitlog)], [commitlog, pool]
     if kind == "dispatcher":
         from mqstore.consume_queue import ConsumeQueueTable
         from mqstore.dispatch import Dispatcher, ReputMessageService

@@ -49,10 +49,10 @@ GAUGES = frozenset({"flush_ns_last"})
 #: events shown on every screen, even at zero (others only once they happened)
 ALWAYS_SHOWN_EVENTS = ("lock_hold_warns", "lock_takeovers", "page_cache_busy", "flush_timeouts",
                        "service_not_available")
-OTHER_EVENTS = ("flush_errors", "alloc_errors", "create_mapped_file_failed", "message_illegal",
+OTHER_EVENTS = ("pool_exhausted", "flush_errors", "alloc_errors", "create_mapped_file_failed", "message_illegal",
                 "properties_size_exceeded", "dispatch_errors", "index_errors", "dispatch_skipped_bytes")
 EVENT_LABELS = {"lock_hold_warns": "lock hold warnings", "page_cache_busy": "page cache busy",
-                "service_not_available": "service not available", "create_mapped_file_failed": "create file failed",
+                "service_not_available": "service not available", "pool_exhausted": "transient pool exhausted", "create_mapped_file_failed": "create file failed",
                 "dispatch_skipped_bytes": "dispatch skipped bytes"}
 
 
@@ -87,6 +87,7 @@ class Snapshot:
     lock_begin_ms: int  # wall ms the current put lock hold began, 0 when free
     error_cells: dict[str, int]
     counters: dict[str, int]
+    pool_buffers: int = 0  # transient store pool buffers (0: the store has no pool)
 
     @property
     def incarnation(self) -> tuple[int, int, int]:
@@ -110,6 +111,19 @@ class Snapshot:
         if self.dispatch_behind_bytes == 0 or done <= 0:
             return 0
         return max(0, self.timestamps["last_store_timestamp"] - done)
+
+    @property
+    def uncommitted_bytes(self) -> int:
+        """Bytes in the transient store pool's buffers not yet committed to the files."""
+        return max(0, self.positions["wrote"] - self.positions["committed"])
+
+    @property
+    def pool_buffers_in_use(self) -> int:
+        """Buffers holding uncommitted bytes or being written (file i uses buffer i mod size)."""
+        if not self.pool_buffers:
+            return 0
+        return min(self.pool_buffers,
+                   self.positions["wrote"] // self.file_size - self.positions["committed"] // self.file_size + 1)
 
     @property
     def unflushed_bytes(self) -> int:
@@ -136,7 +150,7 @@ def snapshot_of(ctl: _shm.ControlBlock, *, root: str, status: str, block_inode: 
         queues=ctl.table_count, positions={name: positions[name] for name in POSITION_NAMES}, timestamps=timestamps,
         running_flags=tuple(ctl.running_flags()), lock_holder_pid=None if holder is None else holder[0],
         lock_begin_ms=ctl.get("lock_begin_time_ms"), error_cells={name: ctl.get(name) for name in ERROR_CELLS},
-        counters=counters)
+        counters=counters, pool_buffers=ctl.pool_buffers)
 
 
 class StatsReader:
@@ -198,6 +212,8 @@ class Rates:
     flush_bytes_per_s: float | None
     flush_avg_ms: float | None
     flush_max_ms: float | None  # the interval's largest flush, when it set a new since-open max
+    commits_per_s: float | None  # transient store pool commits
+    commit_avg_ms: float | None
     group_commit_waits_per_s: float | None
     group_commit_wait_avg_ms: float | None
     lock_acquires_per_s: float | None
@@ -240,6 +256,7 @@ def rates(prev: Snapshot, cur: Snapshot) -> Rates:
         puts_per_s=per_s("put_requests"), messages_per_s=per_s("put_messages"), bytes_per_s=per_s("put_bytes"),
         flushes_per_s=per_s("flush_count"), flush_bytes_per_s=per_s("flush_bytes"),
         flush_avg_ms=avg("flush_ns_total", "flush_count", 1e6), flush_max_ms=interval_max("flush_ns_max", 1e6),
+        commits_per_s=per_s("commit_count"), commit_avg_ms=avg("commit_ns_total", "commit_count", 1e6),
         group_commit_waits_per_s=per_s("group_commit_waits"),
         group_commit_wait_avg_ms=avg("flush_wait_ns_total", "group_commit_waits", 1e6),
         lock_acquires_per_s=per_s("lock_acquires"), lock_hold_avg_us=avg("lock_hold_ns_total", "lock_acquires", 1e3),
@@ -290,6 +307,9 @@ def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
         "running_flags": list(cur.running_flags),
         "positions": cur.positions,
         "unflushed_bytes": cur.unflushed_bytes,
+        "pool_buffers": cur.pool_buffers,
+        "pool_buffers_in_use": cur.pool_buffers_in_use,
+        "uncommitted_bytes": cur.uncommitted_bytes,
         "dispatch_behind_bytes": cur.dispatch_behind_bytes,
         "dispatch_lag_ms": cur.dispatch_lag_ms,
         "timestamps": cur.timestamps,
@@ -331,6 +351,9 @@ def format_lines(fig: dict[str, Any]) -> list[str]:
     held = fig["lock_held_ms"]
     holder = f" by pid {fig['lock_holder_pid']}" if fig["lock_holder_pid"] is not None else ""
     lock = f"held{holder} for {held:,} ms" if held is not None else "free"
+    if fig["pool_buffers"]:
+        lines.append(f"  transient store pool: {fig['pool_buffers_in_use']} of {fig['pool_buffers']} buffers in use, "
+                     f"uncommitted {_bytes(fig['uncommitted_bytes'])}")
     lines.append(f"  unflushed {_bytes(fig['unflushed_bytes'])}; dispatch behind {_bytes(fig['dispatch_behind_bytes'])}"
                  f", lag {fig['dispatch_lag_ms']:,} ms; put lock {lock}")
     return lines
@@ -363,6 +386,8 @@ def _rate_rows(fig: dict[str, Any]) -> list[str]:
         ("bytes", _bytes(rate("bytes_per_s")), _bytes(delta("put_bytes")), _bytes(c["put_bytes"]), ""),
         ("flushes", _num(rate("flushes_per_s")), _num(delta("flush_count")), _num(c["flush_count"]),
          detail("flush_avg_ms", "ms", maximum("flush_max_ms", "flush_max_ms", "ms", "flush_count"))),
+        *([("commits", _num(rate("commits_per_s")), _num(delta("commit_count")), _num(c["commit_count"]),
+            detail("commit_avg_ms", "ms", ""))] if fig["pool_buffers"] else []),
         ("flushed bytes", _bytes(rate("flush_bytes_per_s")), _bytes(delta("flush_bytes")), _bytes(c["flush_bytes"]),
          ""),
         ("group-commit waits", _num(rate("group_commit_waits_per_s")), _num(delta("group_commit_waits")),

@@ -48,8 +48,8 @@ HINTS = {
     "check that the allocate service is running",
     PutMessageStatus.MESSAGE_ILLEGAL: "fix the message: see the result's detail",
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: "properties must encode to at most 32767 UTF-8 bytes",
-    PutMessageStatus.OS_PAGECACHE_BUSY: "another put held the lock longer than os_page_cache_busy_time_out_mills; "
-    "retry later (the disk or page cache is saturated)",
+    PutMessageStatus.OS_PAGECACHE_BUSY: "the store is busy (another put held the lock longer than "
+    "os_page_cache_busy_time_out_mills, or the transient store pool has no free buffer): retry later",
 }
 
 

@@ -27,15 +27,19 @@ from mqstore.index import IndexService
 from mqstore.reads import MessageReader, QueryMessageResult, TimeLookup
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
 from mqstore.node import CONFIG_NAME, Supervisor, read_config, write_config
+from mqstore import pool as transient_pool
 from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
-from mqstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from mqstore.services.flush import (CommitRealTimeService, FlushConsumeQueueService, FlushRealTimeService,
+                                    GroupCommitService)
 from mqstore._consumequeue import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
 
 CONTROL_BLOCK_NAME = "mqstore.shm"
+#: how long wait_for_messages holds by default with long polling (a push consumer's suspend time)
+LONG_POLLING_SUSPEND_MS = 15_000
 STORE_ENTRIES = frozenset({"commitlog", "consumequeue", "consumequeue_ext", "index", "checkpoint", "abort", "lock",
                            "config", CONTROL_BLOCK_NAME, CONFIG_NAME, "mqstore.node.json"})
 
@@ -124,17 +128,13 @@ class MessageStore:
         if overrides:
             cfg = cfg.replace(**overrides)
         self.config = cfg.validate()
-        if self.config.transient_store_pool_enable:
-            raise ConfigError("transient_store_pool_enable=true is not implemented yet (the transient store pool "
-                              "and commit service come with the multi-process node); refusing rather than "
-                              "silently writing through the mapped files",
-                              hint="open the store with transient_store_pool_enable=false")
         if self.config.enable_consume_queue_ext:
             raise ConfigError("enable_consume_queue_ext=true is not implemented (ConsumeQueueExt units and "
                               "bitmap filters); refusing rather than building queues without it",
                               hint="open the store with enable_consume_queue_ext=false")
         self._closed = True
         self._lock_fd = -1
+        self.pool: _shm.TransientStorePool | None = None
         self._services: list[ServiceThread] = []
         self._following = False  # reads follow queues another process builds
         self.supervisor: Supervisor | None = None
@@ -185,16 +185,22 @@ class MessageStore:
         cfg = self.config
         self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
-        fence_control_block(os.path.join(self.root, CONTROL_BLOCK_NAME))
+        ctl_path = os.path.join(self.root, CONTROL_BLOCK_NAME)
+        fence_control_block(ctl_path)
+        # bytes a dead owner's writers appended to its transient store pool go into the files
+        # before they are recovered
+        self.pool_replayed_bytes = transient_pool.replay(self.root, ctl_path, cfg.commit_log_dir(self.root))
         self.ctl = _shm.ControlBlock.create(
-            os.path.join(self.root, CONTROL_BLOCK_NAME),
+            ctl_path,
             table_slots=cfg.topic_queue_table_slots,
             file_size=cfg.mapped_file_size_commit_log,
             lock_kind=cfg.put_lock_kind,
             sync_flush=cfg.is_sync_flush,
+            pool_buffers=cfg.transient_store_pool_size if cfg.transient_store_pool_enable else 0,
         )
+        self.pool = transient_pool.create_pool(self.root, self.ctl, cfg) if cfg.transient_store_pool_enable else None
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
-        self.commitlog = CommitLog(self.root, cfg, self.ctl)
+        self.commitlog = CommitLog(self.root, cfg, self.ctl, self.pool)
         self.commitlog.queue.load(commitlog_file_was_cut)
         self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
                                                 cfg.mapped_file_size_consume_queue)
@@ -246,6 +252,9 @@ class MessageStore:
         # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
         # log are flushed
         self._services = [allocator, flusher, self.cq_flusher, self.reput, cleaner]
+        if self.pool is not None:
+            # stopped before the flusher, whose final flush covers what the last commit moved
+            self._services.insert(2, CommitRealTimeService(self.commitlog))
         for service in self._services:
             service.start()
 
@@ -272,7 +281,7 @@ class MessageStore:
         """Map the CommitLog files other processes created up to the write position, and drop
         the ones the cleaner process deleted (below min_phy)."""
         queue = self.commitlog.queue
-        if queue.mapped_end < self.ctl.get("wrote"):
+        if queue.mapped_end < self.ctl.get("committed"):
             queue.map_new_files()
         first = queue.first()
         min_phy = self.ctl.get("min_phy")
@@ -328,9 +337,33 @@ class MessageStore:
         return {**self.ctl.stats(), **self.ctl.positions()}
 
     def flush(self) -> bool:
-        """Flush everything written so far; raises OSError if the disk refuses."""
+        """Flush everything written so far (with the transient store pool: committed first);
+        raises OSError if the disk refuses."""
         self._check_open()
+        if self.pool is not None:
+            self.commit()
         return self.commitlog.flush(0)
+
+    def commit(self, timeout_ms: float = 5000) -> bool:
+        """With the transient store pool: have everything written so far committed to the
+        CommitLog files (readable, flushable). In threads mode this process commits; in a
+        node the flusher process is the only committer, so this wakes it and waits up to
+        timeout_ms (an attached process too). True when the committed position reached the
+        write position read first."""
+        self._check_open()
+        if self.pool is None:
+            return True
+        target = self.ctl.get("wrote")
+        if not self._following:
+            self.commitlog.commit(0)
+        else:
+            # the request makes the commit service commit whatever the least-pages setting says
+            self.ctl.advance("flush_request_upto", target)
+            deadline = time.monotonic() + timeout_ms / 1000
+            while self.ctl.get("committed") < target and time.monotonic() < deadline:
+                self.ctl.notify("commit")
+                time.sleep(0.001)
+        return self.ctl.get("committed") >= target
 
     def _check_open(self) -> None:
         if self._closed:
@@ -427,6 +460,29 @@ class MessageStore:
     def dispatch_lag_ms(self) -> int:
         return self.dispatcher.lag_ms()
 
+    def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_ms: float | None = None) -> bool:
+        """Long polling for a reader in any process (spec §12): block until the queue has a
+        message at ``offset`` or later (its max offset passed offset), or timeout_ms passes;
+        True when there is one. The wait is a futex wait on the control block's "dispatched"
+        channel, which the dispatcher (a thread, or the node's dispatcher process) wakes after
+        each applied batch while ``long_polling_enable`` is on; with it off the dispatcher
+        wakes waiters only when it has caught up (short polling). Default timeout: 15 s (a
+        push consumer's suspend time) with long polling, ``short_polling_time_mills``
+        without."""
+        self._check_open()
+        if timeout_ms is None:
+            timeout_ms = (LONG_POLLING_SUSPEND_MS if self.config.long_polling_enable
+                          else self.config.short_polling_time_mills)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            seen = self.ctl.channel_seq("dispatched")  # before the check: no wake-up is missed
+            if self.get_max_offset_in_queue(topic, queue_id) > offset:
+                return True
+            left_ms = (deadline - time.monotonic()) * 1000
+            if left_ms <= 0:
+                return False
+            self.ctl.wait_seq_change("dispatched", seen, left_ms)
+
     def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
         """Wait until everything written (or up to offset) is dispatched."""
         target = self.ctl.get("committed") if offset is None else offset
@@ -441,6 +497,13 @@ class MessageStore:
         self._closed = True
         self.commitlog.appender.closed = True
         _stop_writers(self.ctl)
+        if self.pool is not None:
+            # no writer can append any more: commit everything here (the commit service of
+            # the flusher process may be copying the same bytes: the same bytes to the same place)
+            try:
+                self.commitlog.commit(0)
+            except OSError as exc:
+                log.error("final commit from the transient store pool failed: %s", exc)
         for service in reversed(self._services):
             service.shutdown()
         errors: list[Any] = [s.error for s in self._services if s.error is not None]
@@ -458,6 +521,10 @@ class MessageStore:
         self.checkpoint.close()
         self.reader = None  # type: ignore[assignment]
         self.commitlog.close()
+        if self.pool is not None:
+            self.pool.close()
+            if flushed_all:
+                transient_pool.remove_pool(self.root)  # else the next owner replays it
         self.ctl.mark_closed()
         self.ctl.close()
         if flushed_all and not errors and behind == 0:
@@ -503,12 +570,14 @@ class AttachedStore(MessageStore):
         self.supervisor = None
         self.cleaner = None
         self.ctl = self._attach_control_block()
+        self.pool = None
         try:
             self.config = self._owner_config(config, overrides)
             cfg = self.config
             self.last_exit_ok = True
             self.checkpoint = None  # type: ignore[assignment]
-            self.commitlog = CommitLog(self.root, cfg, self.ctl)
+            self.pool = transient_pool.attach_pool(self.root, self.ctl)
+            self.commitlog = CommitLog(self.root, cfg, self.ctl, self.pool)
             self.commitlog.queue.map_new_files()
             self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
                                                       wait_timeout_ms=cfg.allocate_wait_timeout_ms)
@@ -520,6 +589,8 @@ class AttachedStore(MessageStore):
             self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, None, self.ctl)
             self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
         except BaseException:
+            if self.pool is not None:
+                self.pool.close()
             self.ctl.close()
             raise
         appender = self.commitlog.appender
@@ -578,6 +649,8 @@ class AttachedStore(MessageStore):
             self.index.close()
         self.consume_queues.close()
         self.commitlog.close()
+        if self.pool is not None:
+            self.pool.close()
         self.ctl.close()
 
     close = shutdown

@@ -94,8 +94,6 @@ def test_wrong_file_size_is_refused_and_data_kept(store_dir):
 def test_impossible_config_is_refused_at_open(store_dir):
     with pytest.raises(ConfigError, match="transient_store_pool_enable"):
         MessageStore(store_dir, transient_store_pool_enable=True, flush_disk_type="SYNC_FLUSH")
-    with pytest.raises(ConfigError, match="not implemented yet"):
-        MessageStore(store_dir, transient_store_pool_enable=True)
     with pytest.raises(ConfigError, match="mapped_file_size_commit_log"):
         MessageStore(store_dir, mapped_file_size_commit_log=1000)
     assert not os.path.exists(os.path.join(store_dir, "lock"))

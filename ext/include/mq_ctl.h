@@ -5,8 +5,10 @@
  * every access is atomic so readers never see a torn value.
  *
  *   0      header line: magic, layout version, sizes, generation, owner pid, state
- *   64     store-wide settings every process must agree on (lock kind, flush type, flags)
- *   128..  positions: wrote, committed, flushed, dispatched (+ its store timestamp at 328),
+ *   64     store-wide settings every process must agree on (lock kind, flush type, flags,
+ *          transient store pool buffers at 104: 0 = no pool)
+ *   128..  positions: wrote, committed (+ the store timestamp it covers at 200), flushed,
+ *          dispatched (+ its store timestamp at 328),
  *          confirmed, min_phy, timestamps
  *   640    put lock: spin word, begin_time_in_lock, entry position, takeovers
  *   704    robust process-shared pthread mutex (the "mutex" lock kind)
@@ -39,8 +41,8 @@ enum {
     MQ_CTL_MAGIC_OFF = 0, MQ_CTL_VERSION_OFF = 8, MQ_CTL_TOTAL_SIZE = 16, MQ_CTL_TABLE_SLOTS = 24,
     MQ_CTL_FILE_SIZE = 32, MQ_CTL_GENERATION = 40, MQ_CTL_OWNER_PID = 48, MQ_CTL_STATE = 56,
     MQ_CTL_LOCK_KIND = 64, MQ_CTL_RUNNING_FLAGS = 72, MQ_CTL_FLUSH_DISK_TYPE = 80, MQ_CTL_CREATED_MS = 88,
-    MQ_CTL_TABLE_COUNT = 96,
-    MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
+    MQ_CTL_TABLE_COUNT = 96, MQ_CTL_POOL_BUFFERS = 104,
+    MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_COMMITTED_STORE_TS = 200, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
     MQ_CTL_DISPATCHED_STORE_TS = 328, MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
     MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
     MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672, MQ_CTL_LOCK_OWNER_PID = 680,
@@ -77,7 +79,9 @@ enum {
     MQ_STAT_ALLOC_ERRORS, MQ_STAT_PROPERTIES_SIZE_EXCEEDED, MQ_STAT_SPIN_YIELDS, MQ_STAT_ROLL_WAITS,
     MQ_STAT_DISPATCH_RECORDS = 32, MQ_STAT_DISPATCH_UNITS, MQ_STAT_DISPATCH_BATCHES, MQ_STAT_DISPATCH_NS_TOTAL,
     MQ_STAT_DISPATCH_SKIPPED_BYTES, MQ_STAT_DISPATCH_ERRORS, MQ_STAT_INDEX_KEYS, MQ_STAT_INDEX_ERRORS,
-    MQ_STAT_COUNT = 40
+    MQ_STAT_COMMIT_COUNT = 40, MQ_STAT_COMMIT_BYTES, MQ_STAT_COMMIT_NS_TOTAL, MQ_STAT_COMMIT_NS_MAX,
+    MQ_STAT_POOL_EXHAUSTED,
+    MQ_STAT_COUNT = 45
 };
 
 static inline int64_t *mq_cell(char *ctl, int off) { return (int64_t *)(ctl + off); }

@@ -84,6 +84,51 @@ class GroupCommitService(_FlushService):
         self._flush(0)
 
 
+class CommitRealTimeService(ServiceThread):
+    """spec §7: with the transient store pool, copy what writers appended to the pool's buffers
+    into the CommitLog files every commit_interval_commit_log ms (woken earlier by each put),
+    once commit_commit_log_least_pages pages are pending, everything at least every
+    commit_commit_log_thorough_interval ms; after a commit that moved, wake the flush service.
+    Shutdown commits everything (up to 10 tries, as RocketMQ)."""
+
+    channel = "commit"
+
+    def __init__(self, commitlog: CommitLog) -> None:
+        super().__init__("commit-commitlog", commitlog.ctl)
+        self.commitlog = commitlog
+        cfg = commitlog.config
+        self.interval_ms = cfg.commit_interval_commit_log
+        self.least_pages = cfg.commit_commit_log_least_pages
+        self.thorough_ms = cfg.commit_commit_log_thorough_interval
+        self._last_commit_ms = 0.0
+
+    def run_once(self) -> None:
+        least = self.least_pages
+        now = time.monotonic() * 1000
+        if now >= self._last_commit_ms + self.thorough_ms:
+            self._last_commit_ms = now
+            least = 0
+        elif self.ctl.get("flush_request_upto") > self.ctl.get("committed"):
+            least = 0  # MessageStore.commit/flush asked (with the pool the flush is async only)
+        if self._commit(least):
+            self._last_commit_ms = time.monotonic() * 1000
+            self.ctl.notify("flush")
+        self.wait_for_running(self.interval_ms)
+
+    def _commit(self, least_pages: int) -> bool:
+        try:
+            return self.commitlog.commit(least_pages)
+        except OSError as exc:
+            log.error("CommitLog commit from the transient store pool failed: %s", exc)
+            self.sleep(self.interval_ms)
+            return False
+
+    def on_shutdown(self) -> None:
+        for _ in range(SHUTDOWN_FLUSH_RETRIES):
+            if not self._commit(0):
+                break
+
+
 class FlushConsumeQueueService(ServiceThread):
     """spec §3 last bullet: flush the ConsumeQueues every flush_interval_consume_queue ms
     when at least flush_consume_queue_least_pages pages are dirty, everything every
