@@ -182,7 +182,7 @@ cdef class ConsumeQueueKernel:
             return False
         self.published_ctl = control_block
         self.published = &s.dispatched_next
-        mq_store(self.published, self.c_max_logic() // CQ_UNIT)
+        mq_tq_publish_units(self.published, self.c_max_logic() // CQ_UNIT)
         return True
 
     # -- the current (last) file ---------------------------------------------------------
@@ -254,7 +254,7 @@ cdef class ConsumeQueueKernel:
         self.cur_wrote += CQ_UNIT
         self.max_physic_offset = phy + size
         if self.published != NULL:
-            mq_store(self.published, (self.cur_from + self.cur_wrote) // CQ_UNIT)
+            mq_tq_publish_units(self.published, (self.cur_from + self.cur_wrote) // CQ_UNIT)
         return 1
 
     cdef int _roll(self, int64_t expect) except -1:

@@ -441,8 +441,24 @@ cdef class ControlBlock:
         cdef mq_tq_slot *s = mq_tq_find(self._b(), t, len(t), queue_id, mq_tq_hash(t, len(t), queue_id))
         if s == NULL:
             return False
-        mq_store(&s.dispatched_next, units)
+        mq_tq_publish_units(&s.dispatched_next, units)
         return True
+
+    def wait_queue_units(self, str topic, int32_t queue_id, int64_t above, double timeout_ms):
+        """Long polling (spec §12): wait until the dispatcher has published more than ``above``
+        units of the queue, or timeout_ms; returns the unit count seen last, or None when the
+        queue is not in the table (nothing was ever put to it). A futex wait on the queue's
+        slot: the dispatcher wakes it after publishing a unit, and only queues somebody waits
+        for cost it a wake-up."""
+        cdef bytes t = topic.encode("utf-8")
+        cdef mq_tq_slot *s = mq_tq_find(self._w(), t, len(t), queue_id, mq_tq_hash(t, len(t), queue_id))
+        if s == NULL:
+            return None
+        cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
+        cdef int64_t units
+        with nogil:
+            units = mq_tq_wait_units(s, above, ns)
+        return units
 
     def table_items(self) -> list:
         """[(topic, queue_id, next_offset)] of every queue in the table."""

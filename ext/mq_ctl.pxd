@@ -41,6 +41,8 @@ cdef extern from "mq_ctl.h" nogil:
         uint8_t topic_len
         char topic[128]
         int64_t dispatched_next
+        uint32_t arrival_seq
+        uint32_t waiters
 
     int64_t *mq_cell(char *ctl, int off)
     int64_t *mq_stat(char *ctl, int idx)
@@ -61,3 +63,5 @@ cdef extern from "mq_ctl.h" nogil:
     mq_tq_slot *mq_tq_find(char *ctl, const char *topic, int len, int32_t queue_id, uint64_t h)
     mq_tq_slot *mq_tq_insert(char *ctl, const char *topic, int len, int32_t queue_id, uint64_t h, int64_t next_offset)
     mq_tq_slot *mq_tq_get_or_insert(char *ctl, const char *topic, int len, int32_t queue_id)
+    void mq_tq_publish_units(int64_t *cell, int64_t units)
+    int64_t mq_tq_wait_units(mq_tq_slot *s, int64_t above, int64_t timeout_ns)

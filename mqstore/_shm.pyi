@@ -155,6 +155,10 @@ class ControlBlock:
     def table_set_dispatched(self, topic: str, queue_id: int, units: int) -> bool:
         """Publish a queue's dispatched unit count; False if the queue is not in the table."""
 
+    def wait_queue_units(self, topic: str, queue_id: int, above: int, timeout_ms: float) -> int | None:
+        """Long polling (spec §12): wait until the dispatcher has published more than ``above``
+        units of the queue, or timeout_ms; returns the unit count seen last, or None when the
+        queue is not in the table (nothing was ever put to it)."""
     def table_items(self) -> list[tuple[str, int, int]]:
         """[(topic, queue_id, next_offset)] of every queue in the table."""
 

@@ -463,16 +463,19 @@ class MessageStore:
     def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_ms: float | None = None) -> bool:
         """Long polling for a reader in any process (spec §12): block until the queue has a
         message at ``offset`` or later (its max offset passed offset), or timeout_ms passes;
-        True when there is one. The wait is a futex wait on the control block's "dispatched"
-        channel, which the dispatcher (a thread, or the node's dispatcher process) wakes after
-        each applied batch while ``long_polling_enable`` is on; with it off the dispatcher
-        wakes waiters only when it has caught up (short polling). Default timeout: 15 s (a
-        push consumer's suspend time) with long polling, ``short_polling_time_mills``
-        without."""
+        True when there is one.
+
+        With ``long_polling_enable`` the reader sleeps in a futex wait on the queue's slot of
+        the control block, and the dispatcher (a thread, or the node's dispatcher process)
+        wakes it when it publishes a unit of that queue: RocketMQ's notifyMessageArriving per
+        queue, and only queues somebody waits for cost the dispatcher a wake-up. With it off
+        (short polling) nothing is registered: the reader waits on the "dispatched" channel,
+        which the dispatcher broadcasts only when it has caught up. Default timeout: 15 s (a
+        push consumer's suspend time) with long polling, ``short_polling_time_mills`` without."""
         self._check_open()
+        long_polling = self.config.long_polling_enable
         if timeout_ms is None:
-            timeout_ms = (LONG_POLLING_SUSPEND_MS if self.config.long_polling_enable
-                          else self.config.short_polling_time_mills)
+            timeout_ms = LONG_POLLING_SUSPEND_MS if long_polling else self.config.short_polling_time_mills
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             seen = self.ctl.channel_seq("dispatched")  # before the check: no wake-up is missed
@@ -481,7 +484,10 @@ class MessageStore:
             left_ms = (deadline - time.monotonic()) * 1000
             if left_ms <= 0:
                 return False
-            self.ctl.wait_seq_change("dispatched", seen, left_ms)
+            units = self.ctl.wait_queue_units(topic, queue_id, offset, left_ms) if long_polling else None
+            if units is None:
+                # short polling, or a queue nobody has put to yet (no slot to wait on)
+                self.ctl.wait_seq_change("dispatched", seen, left_ms if not long_polling else min(left_ms, 50))
 
     def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
         """Wait until everything written (or up to offset) is dispatched."""

@@ -21,6 +21,7 @@
 #ifndef MQ_CTL_H
 #define MQ_CTL_H
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 #include <errno.h>
 #include <limits.h>
@@ -186,10 +187,45 @@ typedef struct {
     uint8_t pad[3];
     char topic[128];
     int64_t dispatched_next; /* units the dispatcher has built (release-stored after the unit) */
-    char reserved[32];
+    uint32_t arrival_seq;    /* long polling: bumped (and futex-woken) when units arrive for waiters */
+    uint32_t waiters;        /* readers waiting in mq_tq_wait_units */
+    char reserved[24];
 } mq_tq_slot;
 
 _Static_assert(sizeof(mq_tq_slot) == MQ_TQ_SLOT_SIZE, "slot layout");
+
+/* ---- long polling (spec §12): readers of a queue wait on its slot, the dispatcher wakes them ---- */
+
+/* Publish a queue's unit count (cell = &slot->dispatched_next); wake the readers waiting for
+ * the queue, if any (a load per unit when nobody waits, a futex wake when somebody does). The
+ * store and the load are sequentially consistent, as in mq_tq_wait_units: either the waiter
+ * sees the new count or the publisher sees the waiter. */
+static inline void mq_tq_publish_units(int64_t *cell, int64_t units) {
+    mq_tq_slot *s = (mq_tq_slot *)((char *)cell - offsetof(mq_tq_slot, dispatched_next));
+    __atomic_store_n(cell, units, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&s->waiters, __ATOMIC_SEQ_CST)) {
+        __atomic_add_fetch(&s->arrival_seq, 1, __ATOMIC_SEQ_CST);
+        mq_futex_wake(&s->arrival_seq, INT_MAX);
+    }
+}
+
+/* Wait until the queue has more than `above` units or timeout_ns passes; returns the unit count
+ * seen last. A waiter killed while registered leaves `waiters` raised: later units of that
+ * queue then cost the dispatcher a futex wake each (no other effect). */
+static inline int64_t mq_tq_wait_units(mq_tq_slot *s, int64_t above, int64_t timeout_ns) {
+    int64_t deadline = mq_mono_ns() + timeout_ns, units;
+    __atomic_add_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&s->arrival_seq, __ATOMIC_SEQ_CST);
+        units = __atomic_load_n(&s->dispatched_next, __ATOMIC_SEQ_CST);
+        if (units > above) break;
+        int64_t left = deadline - mq_mono_ns();
+        if (left <= 0) break;
+        mq_futex_wait(&s->arrival_seq, seq, left);
+    }
+    __atomic_sub_fetch(&s->waiters, 1, __ATOMIC_SEQ_CST);
+    return units;
+}
 
 static inline uint64_t mq_tq_hash(const char *topic, int len, int32_t queue_id) {
     uint64_t h = 0xcbf29ce484222325ULL;
