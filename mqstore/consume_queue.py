@@ -68,6 +68,7 @@ class ConsumeQueue(ConsumeQueueKernel):
         self._flush_lock = threading.Lock()
         self.load_damage: list[str] = []  # what load() repaired (short files), for recover()
         self.load_dropped_units = 0
+        self._followed_min_phy = 0  # follow_cleaning: the last min_phy acted on
 
     def __repr__(self) -> str:
         return (f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset_in_queue}, "
@@ -189,6 +190,26 @@ class ConsumeQueue(ConsumeQueueKernel):
                 previous.wrote_position = self.file_size  # the files before the holder are full
             cur.wrote_position = end - cur.file_from
             self.set_current_file(cur)
+
+    def follow_cleaning(self, min_phy: int) -> None:
+        """A follower: the cleaner (another process) deleted this queue's files whose units all
+        point below min_phy. Forget the leading files that are gone from the disk and raise
+        the min offset as the cleaner did (start of the first remaining file, then
+        correct_min_offset). Runs only when min_phy rose. Never writes."""
+        if min_phy <= self._followed_min_phy:
+            return
+        self._followed_min_phy = min_phy
+        gone_end = -1
+        for mf in self.files.files[:-1]:  # never the last
+            if os.path.exists(mf.path):
+                break
+            gone_end = mf.file_from + self.file_size
+        if gone_end > 0:
+            self.files.drop_below(gone_end)
+        first = self.files.first()
+        if first is not None and first.file_from > self.min_logic_offset:
+            self.min_logic_offset = first.file_from
+        self.correct_min_offset(min_phy)
 
     def resume_at(self, units: int) -> int:
         """The dispatcher taking the queue over (a dispatcher process started or restarted):

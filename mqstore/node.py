@@ -262,7 +262,7 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
         if cfg.message_index_enable:
             index = IndexService(root, cfg, checkpoint)
             index.load(True)
-        return [CleanService(ctl, queue, queues, index, cfg, root)], [queue, queues, checkpoint]
+        return [CleanService(ctl, queue, queues, index, cfg, root, follow=True)], [queue, queues, checkpoint]
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
 
 

@@ -296,8 +296,13 @@ class MessageStore:
         if units is None:
             return
         cq = self.consume_queues.get(topic, queue_id) or self.consume_queues.open_existing(topic, queue_id)
-        if cq is not None and units != cq.max_offset_in_queue:
+        if cq is None:
+            return
+        if units != cq.max_offset_in_queue:
             cq.follow(units)
+        min_phy = self.ctl.get("min_phy")
+        if min_phy > 0:
+            cq.follow_cleaning(min_phy)  # the cleaner process deleted files below it
 
     # -- puts ----------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -443,12 +448,13 @@ class MessageStore:
 
     def execute_delete_files_manually(self) -> None:
         """RocketMQ executeDeleteFilesManually: the next 20 cleaning runs delete expired files
-        whatever the hour (threads mode; with service processes the cleaner process is only
-        woken for a run)."""
+        whatever the hour, the first one now. In a node or an attached process the request
+        goes to the cleaner process through the control block."""
         self._check_open()
         if self.cleaner is not None:
             self.cleaner.execute_delete_files_manually()
         else:
+            self.ctl.advance("manual_delete_request", time.time_ns() // 1_000_000)
             self.ctl.notify("clean")
 
     # -- dispatch ------------------------------------------------------------------------

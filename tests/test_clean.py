@@ -708,3 +708,31 @@ def test_a_really_full_disk(tmp_path):
     assert out["refused"] == "SERVICE_NOT_AVAILABLE"
     assert out["deleted"] == 10 and out["files_after"] == out["files_before"] - 10
     assert out["usage_after"] < 0.90 and out["cleared"] and out["after"] == "PUT_OK"
+
+
+def test_a_manual_request_from_an_attached_store_reaches_the_node_cleaner_process(tmp_path):
+    """executeDeleteFilesManually in a node: the request goes through the control block to the
+    cleaner process, which deletes the expired files now (whatever the hour)."""
+    root = str(tmp_path / "s")
+    cfg = {**CFG, "service_mode": "processes", "disk_space_warning_level_ratio": 100,
+           "disk_space_clean_forcibly_ratio": 100}
+    with MessageStore(root, **cfg) as node:
+        fill(node, 300)
+        queue = node.commitlog.queue
+        assert len(queue) >= 12
+        age(queue, queue.files[:4], time.time() * 1000, hours=73)
+        min_after = queue.files[4].file_from
+        with MessageStore.open(root) as attached:
+            assert attached.attached
+            attached.execute_delete_files_manually()
+        deadline = time.monotonic() + 60
+        while node.ctl.get("min_phy") < min_after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert node.ctl.get("min_phy") == min_after
+        assert names_on_disk(queue.store_path)[0] == min_after
+        low = node.get_min_offset_in_queue("T", 0)
+        assert low > 0  # the owner follows the cleaner process: the files it deleted are gone here too
+        assert node.get_message("g", "T", 0, 0, 32).status is S.OFFSET_TOO_SMALL
+        r = node.get_message("g", "T", 0, low, 32)
+        assert r.status is S.FOUND and next(iter(r)).queue_offset == low
+    check_store(root).raise_if_failed()

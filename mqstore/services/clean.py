@@ -255,10 +255,14 @@ class CleanService(ServiceThread):
     def __init__(self, ctl: ControlBlock, commitlog: MappedFileQueue, consume_queues: ConsumeQueueTable,
                  index: Any | None, config: StoreConfig, root: str, *,
                  now_ms: Callable[[], int] = wall_clock_ms, disk_usage: Callable[[str], float] = disk_usage_ratio,
-                 initial_delay_ms: int = FIRST_CLEAN_DELAY_MS) -> None:
+                 initial_delay_ms: int = FIRST_CLEAN_DELAY_MS, follow: bool = False) -> None:
         super().__init__("clean", ctl)
         self.config = config
         self.commitlog = commitlog
+        self.consume_queues = consume_queues
+        self.index = index
+        #: the cleaner process of a node: files and queues are created by other processes
+        self.follow = follow
         self.commitlog_cleaner = CleanCommitLogService(
             ctl, commitlog, config, root, consume_queues.root, now_ms=now_ms, disk_usage=disk_usage,
             sleep_ms=self.sleep)
@@ -267,6 +271,9 @@ class CleanService(ServiceThread):
         self._next_clean_ms = start + initial_delay_ms
         self._next_disk_check_ms = start + min(1000, initial_delay_ms)
         self._clean_lock = threading.Lock()
+        # executeDeleteFilesManually from another process (a node's owner, an attached store):
+        # the wall ms of the newest request, in the control block
+        self._manual_seen = ctl.get("manual_delete_request")
         self.runs = 0
         self.last_report: CleanReport | None = None
         self.last_error: BaseException | None = None
@@ -285,6 +292,8 @@ class CleanService(ServiceThread):
         """One run: CommitLog files, the min offset published in the control block, then
         ConsumeQueue and index files below it. One run at a time."""
         with self._clean_lock:
+            if self.follow:
+                self._follow()
             report = CleanReport(self.commitlog_cleaner.check_disk())
             self.commitlog_cleaner.run(report)
             report.min_offset = self.commitlog.min_available_offset()
@@ -294,12 +303,32 @@ class CleanService(ServiceThread):
             self.last_report = report
             return report
 
+    def _follow(self) -> None:
+        """Map what the allocator and the dispatcher processes created since the last run: new
+        CommitLog files, new queues and their files (up to the published unit counts), new
+        index files; else they would never be cleaned."""
+        self.commitlog.map_new_files()
+        for topic, queue_id, _ in self.ctl.table_items():
+            units = self.ctl.table_get_dispatched(topic, queue_id)
+            if not units:
+                continue
+            cq = self.consume_queues.get(topic, queue_id) or self.consume_queues.open_existing(topic, queue_id)
+            if cq is not None:
+                cq.follow(units)
+        if self.index is not None:
+            self.index.follow()
+
     def run_once(self) -> None:
         now = time.monotonic() * 1000
         wait = min(self._next_clean_ms, self._next_disk_check_ms) - now
         woken = self.wait_for_running(wait) if wait > 0 else False
         if self.is_stopped:
             return
+        requested = self.ctl.get("manual_delete_request")
+        if requested > self._manual_seen:
+            self._manual_seen = requested
+            self.commitlog_cleaner.execute_delete_files_manually()
+            woken = True
         now = time.monotonic() * 1000
         try:
             if woken or now >= self._next_clean_ms:
