@@ -67,3 +67,29 @@ def test_a_holder_killed_inside_the_lock_is_not_busy_but_taken_over(tmp_path, lo
         time.sleep(0.3)
         store.put("T", b"taken over").check()
         assert store.stats()["lock_takeovers"] == 1
+
+
+def test_sync_puts_time_out_while_the_flusher_process_is_stopped(tmp_path):
+    """SYNC_FLUSH in a node: a put waits (futex on the control block) for the flusher process;
+    with the flusher stopped (SIGSTOP) it returns FLUSH_DISK_TIMEOUT after sync_flush_timeout,
+    the message stored; once the flusher runs again puts are acknowledged and everything is
+    flushed."""
+    root = str(tmp_path / "s")
+    with MessageStore(root, service_mode="processes", flush_disk_type="SYNC_FLUSH", sync_flush_timeout=300,
+                      mapped_file_size_commit_log=256 * 1024) as node:
+        node.put("T", b"ok").check()
+        flusher = node.supervisor.pids()["flusher"]
+        os.kill(flusher, signal.SIGSTOP)
+        try:
+            r = node.put("T", b"not flushed in time")
+            assert r.status.name == "FLUSH_DISK_TIMEOUT" and "sync_flush_timeout=300" in r.detail
+            assert node.stats()["flush_timeouts"] == 1
+            assert node.positions()["flushed"] < node.positions()["wrote"]
+        finally:
+            os.kill(flusher, signal.SIGCONT)
+        node.put("T", b"flushed again").check()
+        pos = node.positions()
+        assert pos["flushed"] == pos["wrote"]
+        node.wait_dispatched()
+        assert [bytes(m.body) for m in node.get_message("g", "T", 0, 0, 32)] == [
+            b"ok", b"not flushed in time", b"flushed again"]
