@@ -51,6 +51,46 @@ while True:
 """.replace("QUEUES", str(QUEUES))
 
 
+def stopped(pid: int) -> bool:
+    """True when every thread of pid is stopped (state T or t in /proc)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
+def freeze(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP pid and wait until all its threads are stopped. kill() only queues the signal:
+    a thread of the process can go on running (e.g. a commit thread woken by a futex) until
+    the thread picked to take the signal is scheduled, which on a busy machine takes
+    milliseconds. Raises TimeoutError if the process does not stop, ProcessLookupError if it
+    is gone."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while not stopped(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} did not stop within {timeout_s} s of SIGSTOP")
+        os.kill(pid, 0)
+        time.sleep(0.0005)
+
+
+def thaw(pid: int) -> None:
+    """SIGCONT a process freeze() stopped (nothing if it is gone)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 @dataclass
 class Soak:
     root: str

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from mqstore import MessageStore
+from mqstore.soak import freeze, thaw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -79,14 +80,14 @@ def test_sync_puts_time_out_while_the_flusher_process_is_stopped(tmp_path):
                       mapped_file_size_commit_log=256 * 1024) as node:
         node.put("T", b"ok").check()
         flusher = node.supervisor.pids()["flusher"]
-        os.kill(flusher, signal.SIGSTOP)
+        freeze(flusher)
         try:
             r = node.put("T", b"not flushed in time")
             assert r.status.name == "FLUSH_DISK_TIMEOUT" and "sync_flush_timeout=300" in r.detail
             assert node.stats()["flush_timeouts"] == 1
             assert node.positions()["flushed"] < node.positions()["wrote"]
         finally:
-            os.kill(flusher, signal.SIGCONT)
+            thaw(flusher)
         node.put("T", b"flushed again").check()
         pos = node.positions()
         assert pos["flushed"] == pos["wrote"]

@@ -300,3 +300,41 @@ def test_query_by_key_follows_the_dispatcher_process(tmp_path):
                     hits = store.query_message("T", f"p-{i}").messages
                     assert [bytes(m.body).split(b"|")[:2] for m in hits] == [[b"p", str(i).encode()]], (store, i)
             assert len(os.listdir(os.path.join(root, "index"))) >= 3
+
+
+def test_freeze_returns_once_every_thread_is_stopped(tmp_path):
+    """Regression (CI, test_pool): kill(SIGSTOP) returns before the process stops, and a thread
+    of it woken meanwhile went on committing. freeze() waits until no thread runs: a counter
+    that a busy thread bumps in a shared file stays put afterwards."""
+    from mqstore.soak import freeze, stopped, thaw
+
+    path = tmp_path / "counter"
+    path.write_bytes(b"\0" * 8)
+    p = start_py(textwrap.dedent("""
+        import mmap, struct, sys, threading
+        f = open(sys.argv[1], "r+b")
+        m = mmap.mmap(f.fileno(), 8)
+        def spin():
+            n = 0
+            while True:
+                n += 1
+                m[:8] = struct.pack("<q", n)
+        threading.Thread(target=spin, daemon=True).start()
+        print("GO", flush=True)
+        threading.Event().wait()
+    """), str(path))
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "GO"
+        freeze(p.pid)
+        assert stopped(p.pid)
+        first = path.read_bytes()
+        time.sleep(0.2)
+        assert path.read_bytes() == first
+        thaw(p.pid)
+        deadline = time.monotonic() + 10
+        while path.read_bytes() == first:
+            assert time.monotonic() < deadline, "the process did not run again after thaw()"
+            time.sleep(0.01)
+    finally:
+        p.kill()
+        p.wait()

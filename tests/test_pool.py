@@ -25,6 +25,7 @@ from mqstore.checker import check_store
 from mqstore.errors import ConfigError
 from mqstore.pool import pool_path
 from mqstore.services.flush import CommitRealTimeService
+from mqstore.soak import freeze, thaw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -208,7 +209,7 @@ def test_a_stalled_commit_service_exhausts_the_pool_and_a_resumed_one_frees_it(t
     root = str(tmp_path / "s")
     with MessageStore(root, **POOL, **NODE) as node:
         flusher = node.supervisor.pids()["flusher"]
-        os.kill(flusher, signal.SIGSTOP)
+        freeze(flusher)
         try:
             acked, i = [], 0
             while True:
@@ -228,7 +229,7 @@ def test_a_stalled_commit_service_exhausts_the_pool_and_a_resumed_one_frees_it(t
                                   capture_output=True, text=True, env=ENV, timeout=60).stdout
             assert "transient store pool: 3 of 3 buffers in use" in text and "transient pool exhausted" in text
         finally:
-            os.kill(flusher, signal.SIGCONT)
+            thaw(flusher)
         deadline = time.monotonic() + 10
         while not node.put_message(Message("T", body(i), queue_id=i % 2)).ok:
             assert time.monotonic() < deadline, "the pool never drained after SIGCONT"
@@ -246,13 +247,14 @@ def _kill_node_with_uncommitted_bytes(root: str) -> tuple[list[int], dict[str, i
     code = textwrap.dedent("""
         import json, os, signal, sys, time
         from mqstore import Message, MessageStore
+        from mqstore.soak import freeze
         cfg = json.loads(sys.argv[2])
         node = MessageStore(sys.argv[1], **cfg)
         pids = node.supervisor.pids()
         for k in range(120):  # committed: three files' worth would not fit; stays in the first two
             node.put_message(Message("T", f"m|{k}|".encode() + b"b" * (k % 150), queue_id=k % 2)).check()
         assert node.commit()
-        os.kill(pids["flusher"], signal.SIGSTOP)
+        freeze(pids["flusher"])
         for k in range(120, 400):
             node.put_message(Message("T", f"m|{k}|".encode() + b"b" * (k % 150), queue_id=k % 2)).check()
         print(json.dumps({"pids": pids, "positions": node.positions()}), flush=True)
