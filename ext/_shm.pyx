@@ -80,7 +80,8 @@ _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": M
               "alloc_error_errno": MQ_CTL_ALLOC_ERROR_ERRNO, "alloc_error_offset": MQ_CTL_ALLOC_ERROR_OFFSET,
               "alloc_error_count": MQ_CTL_ALLOC_ERROR_COUNT, "running_flags": MQ_CTL_RUNNING_FLAGS,
               "lock_begin_time_ms": MQ_CTL_LOCK_BEGIN_MS, "lock_takeovers": MQ_CTL_LOCK_TAKEOVERS,
-              "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE, "manual_delete_request": MQ_CTL_MANUAL_DELETE}
+              "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE, "lock_owner_pid": MQ_CTL_LOCK_OWNER_PID,
+              "manual_delete_request": MQ_CTL_MANUAL_DELETE}
 
 
 def control_block_size(int64_t table_slots) -> int:

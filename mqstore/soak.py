@@ -5,7 +5,9 @@ under stress").
 The node runs as ``mqstore node`` in its own process; writers are separate processes that
 attach with ``MessageStore.open`` and put with SYNC_FLUSH, appending every acknowledged put
 to an ack file. Each step sleeps a random time, then kills one victim picked at random: a
-writer, a service process (allocator, flusher, dispatcher, cleaner) or the node itself. A
+writer, a writer caught inside the put lock (frozen with SIGSTOP at random moments until it
+holds the lock, then killed there), a service process (allocator, flusher, dispatcher,
+cleaner) or the node itself. A
 killed writer is replaced; a killed service process is restarted by the node; a killed node
 is started again (its service processes die with it), which recovers the store. After every
 kill the invariant checker runs (on the live store, or on the stopped one after a node kill).
@@ -34,13 +36,18 @@ QUEUES = 4
 NODE_SETTINGS: dict[str, Any] = {"flush_disk_type": "SYNC_FLUSH", "mapped_file_size_commit_log": 256 * 1024,
                  "mapped_file_size_consume_queue": 20 * 500, "flush_interval_consume_queue": 100}
 WRITER = """
-import json, sys
+import json, sys, time
 from mqstore import Message, MessageStore
-root, name, acks = sys.argv[1], sys.argv[2], sys.argv[3]
+root, name, acks, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 store = MessageStore.open(root)
 out = open(acks, "a", buffering=1)
 i = 0
+t0 = time.monotonic()
 while True:
+    if rate > 0 and i % 16 == 0:  # paced: the store (and the checker's scan after each kill) grows slower
+        ahead = t0 + i / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
     body = f"{name}|{i}|".encode() + b"x" * (i % 300)
     r = store.put_message(Message("T", body, queue_id=i % QUEUES, keys=[f"{name}-{i}"]))
     if r.status.name == "SERVICE_NOT_AVAILABLE":
@@ -80,7 +87,7 @@ def freeze(pid: int, timeout_s: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"process {pid} did not stop within {timeout_s} s of SIGSTOP")
         os.kill(pid, 0)
-        time.sleep(0.0005)
+        time.sleep(0.0001)
 
 
 def thaw(pid: int) -> None:
@@ -97,18 +104,24 @@ class Soak:
     rng: random.Random
     writers: int = 2
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    rate: float = 500.0  # messages/s per writer; 0 = flat out
     node: subprocess.Popen[str] | None = None
     services: dict[str, int] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     kills: dict[str, int] = field(default_factory=dict)
     serial: int = 0
+    lock: str = "mutex"
 
     @property
     def ack_dir(self) -> str:
         return os.path.join(os.path.dirname(self.root), os.path.basename(self.root) + ".acks")
 
     def start_node(self) -> None:
-        args = [sys.executable, "-m", "mqstore.cli", "node", self.root]
+        """Start (or restart) the node; each start picks the put lock kind at random, so both
+        kinds are killed into (the owner's choice is what attached writers use)."""
+        self.lock = self.rng.choice(["spin", "mutex"])
+        args = [sys.executable, "-m", "mqstore.cli", "node", self.root,
+                f"--set=use_reentrant_lock_when_put_message={self.lock == 'mutex'}"]
         for k, v in NODE_SETTINGS.items():
             args.append(f"--set={k}={v}")
         self.node = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -127,7 +140,7 @@ class Soak:
         self.serial += 1
         name = f"w{self.serial}"
         self.procs[name] = subprocess.Popen([sys.executable, "-c", WRITER, self.root, name,
-                                             os.path.join(self.ack_dir, name)],
+                                             os.path.join(self.ack_dir, name), str(self.rate)],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
 
     def refresh_services(self) -> None:
@@ -147,13 +160,15 @@ class Soak:
             self.start_writer()
         self.refresh_services()
         running = sorted(kind for kind, pid in self.services.items() if pid > 0)  # -1: being restarted
-        victims = ["writer"] * 4 + running + ["node"]
+        victims = ["writer"] * 3 + ["writer-in-lock"] * 2 + running + ["node"]
         victim = self.rng.choice(victims)
-        self.kills[victim] = self.kills.get(victim, 0) + 1
-        if victim == "writer":
+        if victim == "writer-in-lock":
+            victim = self.kill_writer_in_lock()
+        elif victim == "writer":
             name = self.rng.choice(sorted(self.procs))
             self.procs.pop(name).kill()
-        elif victim == "node":
+        self.kills[victim] = self.kills.get(victim, 0) + 1
+        if victim == "node":
             assert self.node is not None
             self.node.kill()
             self.node.wait()
@@ -163,7 +178,7 @@ class Soak:
             check_store(self.root, allow_torn_tail=True, quiescent=False).raise_if_failed()
             self.start_node()
             return victim
-        else:
+        elif victim in self.services:
             pid = self.services[victim]
             assert pid > 0  # never kill(-1, ...)
             try:
@@ -172,6 +187,43 @@ class Soak:
                 pass
         check_store(self.root, quiescent=False).raise_if_failed()
         return victim
+
+    def kill_writer_in_lock(self, within_s: float = 1.0) -> str:
+        """SIGKILL a writer while it holds the put lock: watch the control block until the
+        writer records itself as the holder (lock_owner_pid its pid, lock_begin_time_ms set),
+        freeze it, and kill it if it is still inside (it usually is not: the lock is held for
+        microseconds), else let it go on and watch again. Returns "writer-in-lock/<lock kind>",
+        or "writer" when within_s passed without catching it inside (a writer that is not
+        putting, e.g. starting up or waiting for a restarted flusher): killed where it stands."""
+        from mqstore._shm import ControlBlock
+
+        name = self.rng.choice(sorted(self.procs))
+        p = self.procs.pop(name)
+        ctl = ControlBlock.attach(os.path.join(self.root, "mqstore.shm"), readonly=True)
+
+        def holds_lock() -> bool:
+            return ctl.get("lock_owner_pid") == p.pid and ctl.get("lock_begin_time_ms") != 0
+
+        give_up = time.monotonic() + within_s
+        try:
+            while time.monotonic() < give_up:
+                watch_until = time.monotonic() + 0.005
+                while not holds_lock() and time.monotonic() < watch_until:
+                    pass
+                try:
+                    freeze(p.pid)
+                except (ProcessLookupError, TimeoutError):
+                    break  # it exited (fenced by a new node): reaped below
+                if holds_lock():
+                    p.kill()
+                    p.wait()
+                    return f"writer-in-lock/{self.lock}"
+                thaw(p.pid)
+        finally:
+            ctl.close()
+        p.kill()
+        p.wait()
+        return "writer"
 
     @staticmethod
     def _wait_gone(pids: list[int], timeout_s: float = 15.0) -> None:
@@ -218,8 +270,8 @@ class Soak:
 
 
 def run(root: str, kills: int, seed: int | str, writers: int = 2, env: dict[str, str] | None = None,
-        progress: bool = False) -> dict[str, object]:
-    soak = Soak(os.path.abspath(root), random.Random(seed), writers, env or dict(os.environ))
+        progress: bool = False, rate: float = 500.0) -> dict[str, object]:
+    soak = Soak(os.path.abspath(root), random.Random(seed), writers, env or dict(os.environ), rate=rate)
     soak.start_node()
     try:
         for n in range(kills):
@@ -241,9 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", help="a new store directory")
     parser.add_argument("--kills", type=int, default=1000)
     parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=500.0,
+                        help="messages/s each writer puts at most (0: flat out); the checker scans the whole store "
+                             "after every kill, so a faster store makes every step slower")
     parser.add_argument("--seed", default="soak")
     args = parser.parse_args(argv)
-    result = run(args.root, args.kills, args.seed, args.writers, progress=True)
+    result = run(args.root, args.kills, args.seed, args.writers, progress=True, rate=args.rate)
     print(json.dumps(result))
     return 0
 

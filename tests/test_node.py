@@ -275,14 +275,16 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
 
 def test_random_sigkills_of_every_process_kind(tmp_path):
     """The short version of the soak (python -m mqstore.soak DIR --kills 1000): 100 SIGKILLs
-    of writers, service processes and the node at random moments; the checker after every
-    kill; at the end every acknowledged SYNC_FLUSH message is at its queue offset."""
+    of writers (some caught inside the put lock, with either lock kind), service processes and
+    the node at random moments; the checker after every kill; at the end every acknowledged
+    SYNC_FLUSH message is at its queue offset."""
     from mqstore import soak
 
     result = soak.run(str(tmp_path / "store"), kills=100, seed="suite", env=ENV)
     kills = result["kills"]
     assert isinstance(kills, dict) and sum(kills.values()) >= 100
     assert {"writer", "node", "dispatcher", "flusher"} <= set(kills), kills
+    assert any(k.startswith("writer-in-lock/") for k in kills), kills  # killed while holding the put lock
     assert result["acks"] and result["messages"] >= result["acks"]
 
 
