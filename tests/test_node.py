@@ -365,3 +365,20 @@ def test_the_dispatcher_process_takes_a_pass_per_millisecond_not_per_few_records
     assert records == after["put_messages"] - before["put_messages"] > 0
     # one kernel call per pass, plus one per CommitLog file a pass crosses; a 1 ms wait between
     assert passes <= elapsed_ms + 100, (passes, records, elapsed_ms)
+
+
+def test_background_services_run_at_a_lower_priority(tmp_path):
+    """The allocator and the cleaner work ahead of need and run niced, so their bursts (a new
+    file's pages zero-filled, a deletion run) do not take a core from writers, the flusher
+    or the dispatcher."""
+    from mqstore.node import BACKGROUND_NICE
+
+    def nice(pid: int) -> int:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[16])
+
+    with MessageStore(str(tmp_path / "store"), **NODE_CFG) as node:
+        pids = node.supervisor.pids()
+        base = nice(os.getpid())
+        assert nice(pids["allocator"]) == nice(pids["cleaner"]) == min(19, base + BACKGROUND_NICE)
+        assert nice(pids["flusher"]) == nice(pids["dispatcher"]) == base
