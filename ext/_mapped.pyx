@@ -43,6 +43,8 @@ cdef extern from "<sched.h>" nogil:
 
 OS_PAGE_SIZE = 4096
 cdef int64_t PAGE = 4096
+#: bytes per msync call of flush_range (the kernel yields its CPU between calls)
+cdef int64_t FLUSH_SLICE = 4 << 20
 
 # Fault injection (mqstore.testing.faults): the next N flushes fail with this errno instead
 # of calling msync, so tests can prove a failed flush is never reported as success.
@@ -279,12 +281,20 @@ cdef class MappedFile:
             raise OSError(_fail_flush_errno, f"msync of {self.file_name} [{start}, {end}) failed: "
                           f"{os.strerror(_fail_flush_errno)} (injected)")
         cdef int64_t z = (end // PAGE) * PAGE
+        cdef int64_t at = a, upto
+        r = 0
         with nogil:
-            if not self.locked_in_memory and z > a:
-                madvise(self.base + a, z - a, MADV_DONTNEED)
-            r = msync(self.base + a, end - a, MS_SYNC)
-            if r != 0:
-                err = errno
+            # in slices: the kernel runs the writeback of one msync call without giving up its
+            # CPU, which on a 2-core machine keeps the dispatcher and writers off a core for
+            # milliseconds when an async flush covers hundreds of MB; between calls it can switch
+            while at < end and r == 0:
+                upto = min(end, at + FLUSH_SLICE)
+                if not self.locked_in_memory and min(upto, z) > at:
+                    madvise(self.base + at, min(upto, z) - at, MADV_DONTNEED)
+                r = msync(self.base + at, upto - at, MS_SYNC)
+                if r != 0:
+                    err = errno
+                at = upto
         if r != 0:
             raise OSError(err, f"msync of {self.file_name} [{start}, {end}) failed: {os.strerror(err)}")
 
