@@ -10,6 +10,12 @@ from typing import Any
 MSGS = 100_000
 #: messages per round of the one-fsync-per-message benchmarks (each costs a disk flush)
 SYNC_MSGS = 300
+#: messages per round of the node benchmarks (all writer processes together)
+NODE_MSGS = 200_000
+#: messages per round of the node's SYNC_FLUSH group-commit benchmarks: one message per put,
+#: and batches of 100 per put (and the lmdb baseline, which commits every 100)
+NODE_SYNC_MSGS = 1_600
+NODE_SYNC_BATCH_MSGS = 16_000
 #: bodies are random bytes (fixed per session), the same objects for mqstore and the baselines
 BODY_SIZES = {"100B": 100, "1KiB": 1024}
 TOPIC = "BenchTopic"
@@ -32,7 +38,13 @@ GROUP_100B = "async append, 100k x 100 B per round"
 GROUP_1KIB = "async append, 100k x 1 KiB per round"
 GROUP_DURABLE = "durable, one flush/commit per message, 300 per round"
 GROUP_ROLL = "roll stall, 16 MiB files, 100k x 100 B per round"
-GROUP_ORDER = (GROUP_DURABLE, GROUP_100B, GROUP_1KIB, GROUP_ROLL)
+GROUP_NODE_WRITERS = "node: writer processes, 200k x 100 B per round in all"
+GROUP_NODE_SYNC = "node: SYNC_FLUSH producer processes vs lmdb fsync per 100 puts"
+GROUP_NODE_LAG = "node: dispatch lag while writer processes put flat out"
+GROUP_NODE_ROLL = "node: put latency around CommitLog rolls"
+GROUP_NODE_IDLE = "node: idle"
+GROUP_ORDER = (GROUP_DURABLE, GROUP_100B, GROUP_1KIB, GROUP_ROLL, GROUP_NODE_SYNC, GROUP_NODE_WRITERS,
+               GROUP_NODE_LAG, GROUP_NODE_ROLL, GROUP_NODE_IDLE)
 
 
 def record_rate(benchmark: Any, case: str, n_msgs: int, **extra: Any) -> None:

@@ -261,15 +261,28 @@ TARGETS = [
     ("put_messages (batch 100, 1000) / lmdb", ["put_messages/batch100", "put_messages/batch1000"],
      "lmdb/append", 5.0),
     ("sync flush one-per-flush / SQLite WAL FULL one-per-commit", ["sync_flush/100B"], "sqlite/wal-full-1", 1.0),
+    ("2 writer processes / 1 (spin)", ["node/writers-2/spin"], "node/writers-1/spin", 1.7),
+    ("2 writer processes / 1 (mutex)", ["node/writers-2/mutex"], "node/writers-1/mutex", 1.7),
+    ("SYNC_FLUSH 16 producer processes / lmdb fsync per 100 puts",
+     ["node/sync/batch100/16-producers", "node/sync/batch1/16-producers"], "lmdb/sync-batch100", 1.5),
+]
+#: node figures checked in the summary: (case prefix, extra_info key, label, limit, "max" | "min")
+NODE_LIMITS = [
+    ("node/lag/", "lag_ms_p99", "dispatch lag p99 (ms)", 10, "max"),
+    ("node/latency/", "p999_roll_over_steady", "put latency p99.9 around a roll / steady", 2.0, "max"),
+    ("node/idle", "cpu_percent_all", "idle node CPU (% of one core, all its processes)", 1.0, "max"),
 ]
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = getattr(config, "_benchmarksession", None)
-    benches = [b for b in getattr(session, "benchmarks", []) if "case" in b.extra_info
-               and "msgs_per_s_median" in b.extra_info]
+    every = [b for b in getattr(session, "benchmarks", []) if "case" in b.extra_info]
+    benches = [b for b in every if "msgs_per_s_median" in b.extra_info]
+    if not every:
+        return
     if not benches:
+        _node_summary(terminalreporter, every)
         return
     tr = terminalreporter
     by_case = {b.extra_info["case"]: b.extra_info for b in benches}
@@ -309,5 +322,25 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
                           f"{warm['lock_hold_ms_max']:.2f} ms (median round {cold['lock_hold_ms_median_round_max']:.2f}"
                           f" / {warm['lock_hold_ms_median_round_max']:.2f} ms); {cold['msgs_per_s_median']:,} / "
                           f"{warm['msgs_per_s_median']:,} msg/s")
+    _node_summary(tr, every)
     if sys.flags.optimize:
         tr.write_line("note: python -O strips the per-round sanity asserts")
+
+
+def _node_summary(tr: Any, benches: list[Any]) -> None:
+    """The node's figures that are not rates: dispatch lag, latency around rolls, idle CPU,
+    and where the CPU went while writer processes ran."""
+    for b in benches:
+        info = b.extra_info
+        case = info["case"]
+        if "cpu_percent" in info and case.startswith("node/writers-"):
+            cpu = ", ".join(f"{k} {v:g}" for k, v in info["cpu_percent"].items())
+            tr.write_line(f"{case}: CPU % of a core: {cpu}; machine idle {info.get('machine_idle_percent', 0):g} %; "
+                          f"lock hold mean {info['lock_hold_ns_mean']:g} ns")
+        if case.startswith("node/sync/") and "msgs_per_flush" in info:
+            tr.write_line(f"{case}: {info['msgs_per_flush']:g} messages per flush, flush {info['flush_us_mean']:g} us")
+        for prefix, key, label, limit, kind in NODE_LIMITS:
+            if case.startswith(prefix) and key in info:
+                ok = info[key] <= limit if kind == "max" else info[key] >= limit
+                tr.write_line(f"{label}: {case} = {info[key]:g} (target {'<=' if kind == 'max' else '>='} {limit:g}, "
+                              f"{'meets' if ok else 'MISSES'})")

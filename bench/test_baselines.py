@@ -31,7 +31,9 @@ import pytest
 from bench._common import (
     GROUP_100B,
     GROUP_DURABLE,
+    GROUP_NODE_SYNC,
     MSGS,
+    NODE_SYNC_BATCH_MSGS,
     ROUNDS_FAST,
     ROUNDS_SYNC,
     SYNC_MSGS,
@@ -135,3 +137,32 @@ def test_sqlite_wal_normal_batched(benchmark, work_dir, bodies):
         con.close()
     record_rate(benchmark, "sqlite/wal-normal-1000", MSGS, synchronous="NORMAL", rows_per_commit=SQLITE_BATCH,
                 sqlite_version=sqlite3.sqlite_version)
+
+
+@pytest.mark.benchmark(group=GROUP_NODE_SYNC)
+def test_lmdb_sync_batches_of_100(benchmark, work_dir, bodies):
+    """lmdb with sync=True (fsync at every commit), one write transaction per 100 puts:
+    the durable batch a single lmdb writer would use, against SYNC_FLUSH group commit."""
+    lmdb = pytest.importorskip("lmdb")
+    body = bodies["100B"]
+    env = lmdb.open(str(work_dir / "lmdb"), map_size=1 << 30, sync=True)
+    pack = struct.Struct(">Q").pack
+    state = {"next": 0}
+
+    def setup():
+        start = state["next"]
+        state["next"] += NODE_SYNC_BATCH_MSGS
+        keys = [pack(i) for i in range(start, start + NODE_SYNC_BATCH_MSGS)]
+        return (keys,), {}
+
+    def commit_batches(keys):
+        for at in range(0, len(keys), 100):
+            with env.begin(write=True) as txn:
+                for key in keys[at:at + 100]:
+                    txn.put(key, body, append=True)
+
+    benchmark.pedantic(commit_batches, setup=setup, rounds=ROUNDS_SYNC, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+    with env.begin() as txn:
+        assert txn.stat()["entries"] == state["next"]
+    env.close()
+    record_rate(benchmark, "lmdb/sync-batch100", NODE_SYNC_BATCH_MSGS)
