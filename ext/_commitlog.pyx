@@ -908,6 +908,8 @@ cdef class CommitLogAppender:
         res.msg_num = n
         res._store_host = self.store_host_b
         res._record_sizes = record_sizes
+        if not self.pool_buffers:  # with the pool, the commit that makes the put readable wakes it
+            mq_wake_idle_dispatcher(self.ctl)
         if self.pool_buffers:
             mq_notify(self.ctl, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush
         elif self.sync_flush:

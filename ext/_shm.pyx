@@ -81,7 +81,7 @@ _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": M
               "alloc_error_count": MQ_CTL_ALLOC_ERROR_COUNT, "running_flags": MQ_CTL_RUNNING_FLAGS,
               "lock_begin_time_ms": MQ_CTL_LOCK_BEGIN_MS, "lock_takeovers": MQ_CTL_LOCK_TAKEOVERS,
               "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE, "lock_owner_pid": MQ_CTL_LOCK_OWNER_PID,
-              "manual_delete_request": MQ_CTL_MANUAL_DELETE}
+              "manual_delete_request": MQ_CTL_MANUAL_DELETE, "dispatch_idle": MQ_CTL_DISPATCH_IDLE}
 
 
 def control_block_size(int64_t table_slots) -> int:
@@ -321,6 +321,24 @@ cdef class ControlBlock:
         mq_store_relaxed(mq_stat(self._w(), STAT_NAMES.index(name)), value)
 
     # -- wake-ups -------------------------------------------------------------------------
+    def arm_dispatch_idle(self) -> bool:
+        """The dispatcher is going to sleep long: from now on the put path (and the commit of
+        the transient store pool) wakes it on the "dispatch" channel. After this returns,
+        a put that the dispatcher's next look at the positions misses sees the flag (see
+        mq_dispatch_idle_arm). False where the kernel has no membarrier: keep polling."""
+        cdef char *b = self._w()
+        cdef int r
+        with nogil:
+            r = mq_dispatch_idle_arm(b)
+        return r == 0
+
+    def disarm_dispatch_idle(self):
+        mq_dispatch_idle_disarm(self._w())
+
+    def wake_idle_dispatcher(self):
+        """Wake the dispatcher if it sleeps idle (after moving the committed position)."""
+        mq_wake_idle_dispatcher(self._w())
+
     def notify(self, str channel):
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
         cdef char *b = self._w()

@@ -8,6 +8,7 @@ cdef extern from "mq_ctl.h" nogil:
     int MQ_CTL_MAGIC_OFF, MQ_CTL_VERSION_OFF, MQ_CTL_TOTAL_SIZE, MQ_CTL_TABLE_SLOTS, MQ_CTL_FILE_SIZE
     int MQ_CTL_GENERATION, MQ_CTL_OWNER_PID, MQ_CTL_STATE, MQ_CTL_LOCK_KIND, MQ_CTL_RUNNING_FLAGS
     int MQ_CTL_FLUSH_DISK_TYPE, MQ_CTL_CREATED_MS, MQ_CTL_TABLE_COUNT, MQ_CTL_POOL_BUFFERS, MQ_CTL_COMMITTED_STORE_TS, MQ_CTL_MANUAL_DELETE
+    int MQ_CTL_DISPATCH_IDLE
     int MQ_CTL_WROTE, MQ_CTL_COMMITTED, MQ_CTL_FLUSHED, MQ_CTL_DISPATCHED, MQ_CTL_DISPATCHED_STORE_TS, MQ_CTL_CONFIRMED, MQ_CTL_MIN_PHY
     int MQ_CTL_LAST_STORE_TS, MQ_CTL_FLUSHED_STORE_TS
     int MQ_CTL_LOCK_WORD, MQ_CTL_LOCK_BEGIN_MS, MQ_CTL_LOCK_BEGIN_NS, MQ_CTL_LOCK_ENTRY_WROTE, MQ_CTL_LOCK_TAKEOVERS, MQ_CTL_LOCK_OWNER_PID
@@ -50,6 +51,9 @@ cdef extern from "mq_ctl.h" nogil:
     uint32_t *mq_ch_pending(char *ctl, int ch)
     void mq_stat_max(char *ctl, int idx, int64_t v)
     void mq_notify(char *ctl, int ch)
+    int mq_dispatch_idle_arm(char *ctl)
+    void mq_dispatch_idle_disarm(char *ctl)
+    void mq_wake_idle_dispatcher(char *ctl)
     void mq_broadcast(char *ctl, int ch)
     int mq_wait_notified(char *ctl, int ch, int64_t timeout_ns)
     int64_t mq_lock_token()

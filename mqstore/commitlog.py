@@ -118,6 +118,7 @@ class CommitLog:
             commit_range(pool, self.queue, committed, wrote)
             elapsed = time.monotonic_ns() - t0
             self.ctl.advance("committed", wrote)
+            self.ctl.wake_idle_dispatcher()
             if ts > 0:
                 self.ctl.advance("committed_store_timestamp", ts)
             self.ctl.add_stat("commit_count")

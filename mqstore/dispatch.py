@@ -49,8 +49,9 @@ CHUNK_BYTES = 16 << 20  # most bytes one serial kernel call dispatches (bounds t
 DISPATCH_BATCH_BYTES = 4 << 20  # spec §10.2 BATCH_SIZE
 POOL_THREADS = 16  # spec §10.2 batchDispatchRequestThreadPoolNums
 SHUTDOWN_CATCH_UP_MS = 5000  # spec §10.1: shutdown waits up to 5 s for dispatch to catch up
-IDLE_AFTER_POLLS = 1000  # empty 1 ms polls before the reput slows down
-IDLE_INTERVAL_MS = 10.0
+IDLE_AFTER_POLLS = 1000  # empty 1 ms polls before the reput goes idle
+IDLE_SLEEP_MS = 1000.0  # idle: puts wake the reput (ControlBlock.arm_dispatch_idle); a sleep ends after this anyway
+IDLE_INTERVAL_MS = 10.0  # idle where the kernel has no membarrier: slower polls
 RETRY_AFTER_ERROR_MS = 1000
 
 
@@ -345,11 +346,20 @@ class ReputMessageService(ServiceThread):
                 # overhead while writers run flat out); lag stays within ~interval_ms
                 self.wait_for_running(self.interval_ms)
             return
-        # RocketMQ polls every 1 ms; after a second with nothing to dispatch the poll slows to
-        # IDLE_INTERVAL_MS so an idle node stays under 1 % CPU (the first put after a pause
-        # waits at most that long to be dispatched)
+        # RocketMQ polls every 1 ms; after a second with nothing to dispatch the reput sleeps
+        # until a put (or a commit of the transient store pool) wakes it, so an idle node
+        # stays well under 1 % CPU and the first put after a pause is dispatched at once
         self._idle_polls += 1
-        self.wait_for_running(self.interval_ms if self._idle_polls < IDLE_AFTER_POLLS else IDLE_INTERVAL_MS)
+        if self._idle_polls < IDLE_AFTER_POLLS:
+            self.wait_for_running(self.interval_ms)
+        elif not self.ctl.arm_dispatch_idle():
+            self.wait_for_running(IDLE_INTERVAL_MS)
+        else:
+            try:
+                if self.dispatcher.behind() == 0 and self.wait_for_running(IDLE_SLEEP_MS):
+                    self._idle_polls = 0  # woken: back to 1 ms polls until idle again
+            finally:
+                self.ctl.disarm_dispatch_idle()
 
     def on_shutdown(self) -> None:
         # spec §10.1: let dispatch catch up (at most 5 s) so a clean shutdown leaves nothing behind

@@ -382,3 +382,27 @@ def test_background_services_run_at_a_lower_priority(tmp_path):
         base = nice(os.getpid())
         assert nice(pids["allocator"]) == nice(pids["cleaner"]) == min(19, base + BACKGROUND_NICE)
         assert nice(pids["flusher"]) == nice(pids["dispatcher"]) == base
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["plain", "transient-pool"])
+def test_an_idle_dispatcher_sleeps_until_a_put_wakes_it(tmp_path, monkeypatch, pool):
+    """After a second without work the reput arms the control block's idle flag and sleeps
+    (IDLE_SLEEP_MS, made a minute here); the next put (with the transient store pool: the
+    commit that makes it readable) wakes it, so the message is dispatched at once and an
+    idle node does not poll."""
+    from mqstore import dispatch
+
+    monkeypatch.setattr(dispatch, "IDLE_SLEEP_MS", 60_000.0)
+    extra = {"transient_store_pool_enable": True, "transient_store_pool_size": 2} if pool else {}
+    with MessageStore(str(tmp_path / "store"), mapped_file_size_commit_log=FS, **extra) as store:
+        store.put("T", b"first").check()
+        assert store.wait_dispatched(timeout_ms=10_000)
+        deadline = time.monotonic() + 10
+        while store.ctl.get("dispatch_idle") != 1:
+            assert time.monotonic() < deadline, "the dispatcher never went idle"
+            time.sleep(0.05)
+        store.put("T", b"wakes it").check()
+        if pool:
+            assert store.commit(timeout_ms=10_000)
+        assert store.wait_dispatched(timeout_ms=10_000), "the put did not wake the idle dispatcher"
+        assert [bytes(m.body) for m in store.get_message("g", "T", 0, 0, 8)] == [b"first", b"wakes it"]

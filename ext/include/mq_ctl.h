@@ -6,7 +6,8 @@
  *
  *   0      header line: magic, layout version, sizes, generation, owner pid, state
  *   64     store-wide settings every process must agree on (lock kind, flush type, flags,
- *          transient store pool buffers at 104: 0 = no pool)
+ *          transient store pool buffers at 104: 0 = no pool); at 120 the dispatcher's idle
+ *          flag (puts read this line anyway: they wake an idle dispatcher at no extra cost)
  *   128..  positions: wrote, committed (+ the store timestamp it covers at 200), flushed,
  *          dispatched (+ its store timestamp at 328),
  *          confirmed, min_phy, timestamps
@@ -28,6 +29,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "mq_atomic.h"
 
 #define MQ_CTL_MAGIC 0x314C544354534D51ULL /* "MQSTCTL1" */
@@ -42,7 +46,7 @@ enum {
     MQ_CTL_MAGIC_OFF = 0, MQ_CTL_VERSION_OFF = 8, MQ_CTL_TOTAL_SIZE = 16, MQ_CTL_TABLE_SLOTS = 24,
     MQ_CTL_FILE_SIZE = 32, MQ_CTL_GENERATION = 40, MQ_CTL_OWNER_PID = 48, MQ_CTL_STATE = 56,
     MQ_CTL_LOCK_KIND = 64, MQ_CTL_RUNNING_FLAGS = 72, MQ_CTL_FLUSH_DISK_TYPE = 80, MQ_CTL_CREATED_MS = 88,
-    MQ_CTL_TABLE_COUNT = 96, MQ_CTL_POOL_BUFFERS = 104, MQ_CTL_MANUAL_DELETE = 112,
+    MQ_CTL_TABLE_COUNT = 96, MQ_CTL_POOL_BUFFERS = 104, MQ_CTL_MANUAL_DELETE = 112, MQ_CTL_DISPATCH_IDLE = 120,
     MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_COMMITTED_STORE_TS = 200, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
     MQ_CTL_DISPATCHED_STORE_TS = 328, MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
     MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
@@ -175,6 +179,28 @@ static inline int mq_page_cache_busy(char *ctl, int64_t now_ms, int64_t timeout_
     int64_t diff = now_ms - begin;
     if (!(begin != 0 && diff < 10000000 && diff > timeout_ms)) return 0;
     return mq_pid_alive(mq_load(mq_cell(ctl, MQ_CTL_LOCK_OWNER_PID)));
+}
+
+/* ---- the dispatcher's idle sleep: puts wake it ----
+ * An asymmetric Dekker handshake, so the put path pays no fence: a put publishes its
+ * position, then (compiler barrier only) reads the idle flag; the dispatcher sets the flag,
+ * makes every CPU pass a full barrier (membarrier MEMBARRIER_CMD_GLOBAL), then reads the
+ * position. Either the put sees the flag and wakes the dispatcher, or the dispatcher sees the
+ * put and does not sleep. Arming returns 0, or -1 where membarrier is unavailable (the flag
+ * is then left clear and the dispatcher must keep polling). */
+static inline int mq_dispatch_idle_arm(char *ctl) {
+    mq_store(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), 1);
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0) {
+        mq_store(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), 0);
+        return -1;
+    }
+    return 0;
+}
+static inline void mq_dispatch_idle_disarm(char *ctl) { mq_store(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), 0); }
+/* After a position readers dispatch from (committed) moved: wake the dispatcher if it sleeps. */
+static inline void mq_wake_idle_dispatcher(char *ctl) {
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (mq_load_relaxed(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE))) mq_notify(ctl, MQ_CH_DISPATCH);
 }
 
 /* ---- topic-queue offset table ("topic-queueId" -> next queue offset) ---- */
