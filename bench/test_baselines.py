@@ -7,7 +7,8 @@ one write transaction per 1,000 puts. ``lmdb/append`` opens the environment with
 mqstore's ASYNC_FLUSH, whose flusher msyncs every 500 ms) and every other option at its
 default (metasync=True, which only matters with sync=True; writemap=False; map_async=False;
 map_size 4 GiB, sparse). ``lmdb/append-sync`` is the same with lmdb's default sync=True
-(fsync per commit), as a reference.
+(fsync per commit), as a reference. ``lmdb/sync-batch100`` (group of the node's SYNC_FLUSH
+benchmarks): sync=True and a commit every 100 puts, 16,000 per round.
 
 SQLite (stdlib sqlite3): table ``msg(id INTEGER PRIMARY KEY, body BLOB NOT NULL)``,
 journal_mode=WAL, autocommit connection. ``sqlite/wal-full-1``: synchronous=FULL, one
@@ -47,41 +48,57 @@ SQLITE_BATCH = 1000
 
 
 # -- lmdb -------------------------------------------------------------------------------------
-@pytest.mark.benchmark(group=GROUP_100B)
-@pytest.mark.parametrize("sync", [False, True], ids=["nosync", "sync"])
-def test_lmdb_append(benchmark, work_dir, bodies, sync):
-    lmdb = pytest.importorskip("lmdb")
-    body = bodies["100B"]
-    env = lmdb.open(str(work_dir / "lmdb"), map_size=4 << 30, sync=sync)
+def _lmdb_rounds(benchmark, lmdb, path: str, body: bytes, *, sync: bool, n_msgs: int, per_txn: int, rounds: int,
+                 prewrite_first: bool) -> None:
+    """Rounds of n_msgs appends (txn.put(append=True)) committed every per_txn puts."""
+    env = lmdb.open(path, map_size=4 << 30, sync=sync)
     pack = struct.Struct(">Q").pack
     state = {"next": 0}
 
     def setup():
         start = state["next"]
-        state["next"] += MSGS
-        keys = [pack(i) for i in range(start, start + MSGS)]
+        state["next"] += n_msgs
+        keys = [pack(i) for i in range(start, start + n_msgs)]
         return (keys,), {}
 
     def append_all(keys):
         begin = env.begin
-        for c in range(0, MSGS, LMDB_TXN):
+        for c in range(0, n_msgs, per_txn):
             txn = begin(write=True)
             put = txn.put
-            for k in keys[c:c + LMDB_TXN]:
+            for k in keys[c:c + per_txn]:
                 put(k, body, append=True)
             txn.commit()
 
     try:
-        if not benchmark.disabled:
+        if prewrite_first and not benchmark.disabled:
             prewrite(append_all, setup=setup)
-        benchmark.pedantic(append_all, setup=setup, rounds=ROUNDS_FAST, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+        benchmark.pedantic(append_all, setup=setup, rounds=rounds, warmup_rounds=WARMUP_ROUNDS, iterations=1)
         assert env.stat()["entries"] == state["next"]
         with env.begin() as txn:
             assert txn.get(pack(state["next"] - 1)) == body
     finally:
         env.close()
+
+
+@pytest.mark.benchmark(group=GROUP_100B)
+@pytest.mark.parametrize("sync", [False, True], ids=["nosync", "sync"])
+def test_lmdb_append(benchmark, work_dir, bodies, sync):
+    lmdb = pytest.importorskip("lmdb")
+    _lmdb_rounds(benchmark, lmdb, str(work_dir / "lmdb"), bodies["100B"], sync=sync, n_msgs=MSGS, per_txn=LMDB_TXN,
+                 rounds=ROUNDS_FAST, prewrite_first=True)
     record_rate(benchmark, "lmdb/append" if not sync else "lmdb/append-sync", MSGS,
                 lmdb_sync=sync, commit_every=LMDB_TXN, lmdb_version=".".join(map(str, lmdb.version())))
+
+
+@pytest.mark.benchmark(group=GROUP_NODE_SYNC)
+def test_lmdb_sync_batches_of_100(benchmark, work_dir, bodies):
+    """lmdb with sync=True (fsync at every commit), one write transaction per 100 puts:
+    the durable batch a single lmdb writer would use, against SYNC_FLUSH group commit."""
+    lmdb = pytest.importorskip("lmdb")
+    _lmdb_rounds(benchmark, lmdb, str(work_dir / "lmdb"), bodies["100B"], sync=True, n_msgs=NODE_SYNC_BATCH_MSGS,
+                 per_txn=100, rounds=ROUNDS_SYNC, prewrite_first=False)
+    record_rate(benchmark, "lmdb/sync-batch100", NODE_SYNC_BATCH_MSGS, lmdb_sync=True, commit_every=100)
 
 
 # -- SQLite -----------------------------------------------------------------------------------
@@ -138,31 +155,3 @@ def test_sqlite_wal_normal_batched(benchmark, work_dir, bodies):
     record_rate(benchmark, "sqlite/wal-normal-1000", MSGS, synchronous="NORMAL", rows_per_commit=SQLITE_BATCH,
                 sqlite_version=sqlite3.sqlite_version)
 
-
-@pytest.mark.benchmark(group=GROUP_NODE_SYNC)
-def test_lmdb_sync_batches_of_100(benchmark, work_dir, bodies):
-    """lmdb with sync=True (fsync at every commit), one write transaction per 100 puts:
-    the durable batch a single lmdb writer would use, against SYNC_FLUSH group commit."""
-    lmdb = pytest.importorskip("lmdb")
-    body = bodies["100B"]
-    env = lmdb.open(str(work_dir / "lmdb"), map_size=1 << 30, sync=True)
-    pack = struct.Struct(">Q").pack
-    state = {"next": 0}
-
-    def setup():
-        start = state["next"]
-        state["next"] += NODE_SYNC_BATCH_MSGS
-        keys = [pack(i) for i in range(start, start + NODE_SYNC_BATCH_MSGS)]
-        return (keys,), {}
-
-    def commit_batches(keys):
-        for at in range(0, len(keys), 100):
-            with env.begin(write=True) as txn:
-                for key in keys[at:at + 100]:
-                    txn.put(key, body, append=True)
-
-    benchmark.pedantic(commit_batches, setup=setup, rounds=ROUNDS_SYNC, warmup_rounds=WARMUP_ROUNDS, iterations=1)
-    with env.begin() as txn:
-        assert txn.stat()["entries"] == state["next"]
-    env.close()
-    record_rate(benchmark, "lmdb/sync-batch100", NODE_SYNC_BATCH_MSGS)
