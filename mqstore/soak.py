@@ -5,9 +5,9 @@ under stress").
 The node runs as ``mqstore node`` in its own process; writers are separate processes that
 attach with ``MessageStore.open`` and put with SYNC_FLUSH, appending every acknowledged put
 to an ack file. Each step sleeps a random time, then kills one victim picked at random: a
-writer, a writer caught inside the put lock (frozen with SIGSTOP at random moments until it
-holds the lock, then killed there), a service process (allocator, flusher, dispatcher,
-cleaner) or the node itself. A
+writer, a writer caught inside the put lock (watched through the control block, frozen while
+it holds the lock, killed there), a service process (allocator, flusher, dispatcher, cleaner)
+or the node itself; each node start picks the lock kind (spin or mutex) at random. A
 killed writer is replaced; a killed service process is restarted by the node; a killed node
 is started again (its service processes die with it), which recovers the store. After every
 kill the invariant checker runs (on the live store, or on the stopped one after a node kill).
