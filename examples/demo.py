@@ -61,8 +61,10 @@ def main() -> None:
               f"= {args.messages / single_s:>12,.0f} msg/s")
         print(f"put_messages: {batches * args.batch:>9,} messages in batches of {args.batch} in {batch_s:6.2f} s "
               f"= {batches * args.batch / batch_s:>12,.0f} msg/s")
+        fs = store.config.mapped_file_size_commit_log
+        files = (store.max_phy_offset - 1) // fs - store.min_phy_offset // fs + 1
         print(f"stored {stored:,} bytes; CommitLog now ends at {store.max_phy_offset:,} in "
-              f"{len(store.commitlog.queue)} file(s); {stats['rolls']} rolls, max roll wait "
+              f"{files} file(s) of {fs >> 20} MiB; {stats['rolls']} rolls, max roll wait "
               f"{stats['roll_wait_ns_max'] / 1e6:.2f} ms; mean lock hold "
               f"{stats['lock_hold_ns_total'] / max(stats['lock_acquires'], 1):.0f} ns")
         for topic in ("DemoTopic", "DemoBatch"):
