@@ -104,7 +104,7 @@ class Soak:
     rng: random.Random
     writers: int = 2
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
-    rate: float = 500.0  # messages/s per writer; 0 = flat out
+    rate: float = 100.0  # messages/s per writer; 0 = flat out
     node: subprocess.Popen[str] | None = None
     services: dict[str, int] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -270,7 +270,7 @@ class Soak:
 
 
 def run(root: str, kills: int, seed: int | str, writers: int = 2, env: dict[str, str] | None = None,
-        progress: bool = False, rate: float = 500.0) -> dict[str, object]:
+        progress: bool = False, rate: float = 100.0) -> dict[str, object]:
     soak = Soak(os.path.abspath(root), random.Random(seed), writers, env or dict(os.environ), rate=rate)
     soak.start_node()
     try:
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", help="a new store directory")
     parser.add_argument("--kills", type=int, default=1000)
     parser.add_argument("--writers", type=int, default=2)
-    parser.add_argument("--rate", type=float, default=500.0,
+    parser.add_argument("--rate", type=float, default=100.0,
                         help="messages/s each writer puts at most (0: flat out); the checker scans the whole store "
                              "after every kill, so a faster store makes every step slower")
     parser.add_argument("--seed", default="soak")
