@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = ["mqstore._codec", "mqstore._shm", "mqstore._mapped", "mqstore._commitlog", "mqstore._consumequeue",
-           "mqstore._search", "mqstore._index", "mqstore._reput"]
+           "mqstore._search", "mqstore._index", "mqstore._reput", "mqstore._arrow"]
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 

@@ -1,0 +1,482 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Arrow column buffers of CommitLog records (issue 5: the Spark reader builds its record
+batches from these). Bytes only: the buffers follow Arrow's columnar layout (little-endian
+fixed-width values, int32 offsets + data for strings and binaries, validity bitmaps for the
+nullable columns, list offsets for the properties map) and ``mqstore.spark`` wraps them into
+``pyarrow`` arrays without copying. The pure-Python twin is ``mqstore.twin.arrow``.
+
+Columns, per record (spec §1):
+
+    topic, queue_id, queue_offset, commitlog_offset, store_size, born_timestamp (µs),
+    store_timestamp (µs), born_host, store_host ("ip:port", "[ipv6]:port"), tags and keys
+    (the TAGS and KEYS properties, null when absent), msg_id (the offset message id: store host
+    and physical offset in hex), properties (every name/value pair, in stored order), body,
+    reconsume_times, sys_flag
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcmp, memcpy
+
+from mq_bytes cimport mq_get_i32, mq_get_i64
+from mq_record cimport *
+
+cdef extern from "<arpa/inet.h>" nogil:
+    const char *inet_ntop(int af, const void *src, char *dst, unsigned int size)
+    int AF_INET
+    int AF_INET6
+
+cdef enum:
+    CQ_UNIT = 20
+    FILLER_SIZE = 0x7FFFFFFF
+
+#: the columns a batch can hold, in schema order
+COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size", "born_timestamp",
+           "store_timestamp", "born_host", "store_host", "tags", "keys", "msg_id", "properties", "body",
+           "reconsume_times", "sys_flag")
+#: which columns are strings / binary (offsets + data), nullable strings, fixed-width int32 / int64
+STRING_COLUMNS = ("topic", "born_host", "store_host", "msg_id", "body")
+NULLABLE_STRING_COLUMNS = ("tags", "keys")
+INT32_COLUMNS = ("queue_id", "store_size", "reconsume_times", "sys_flag")
+INT64_COLUMNS = ("queue_offset", "commitlog_offset", "born_timestamp", "store_timestamp")
+
+cdef enum:
+    C_TOPIC, C_QUEUE_ID, C_QUEUE_OFFSET, C_PHY, C_SIZE, C_BORN_TS, C_STORE_TS, C_BORN_HOST, C_STORE_HOST,
+    C_TAGS, C_KEYS, C_MSG_ID, C_PROPS, C_BODY, C_RECONSUME, C_SYS_FLAG, C_COUNT
+
+
+cdef struct Buf:
+    char *data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
+cdef int buf_reserve(Buf *b, Py_ssize_t extra) except -1 nogil:
+    cdef Py_ssize_t need = b.len + extra, cap
+    cdef char *p
+    if need <= b.cap:
+        return 0
+    cap = b.cap * 2 if b.cap else 4096
+    while cap < need:
+        cap *= 2
+    p = <char *>realloc(b.data, cap)
+    if p == NULL:
+        with gil:
+            raise MemoryError(f"cannot grow an Arrow buffer to {cap} bytes")
+    b.data = p
+    b.cap = cap
+    return 0
+
+
+cdef inline int buf_put(Buf *b, const void *src, Py_ssize_t n) except -1 nogil:
+    if b.len + n > b.cap:
+        buf_reserve(b, n)
+    memcpy(b.data + b.len, src, n)
+    b.len += n
+    return 0
+
+
+cdef inline int buf_i32(Buf *b, int32_t v) except -1 nogil:
+    return buf_put(b, &v, 4)  # Arrow buffers are little-endian, as this machine
+
+
+cdef inline int buf_i64(Buf *b, int64_t v) except -1 nogil:
+    return buf_put(b, &v, 8)
+
+
+cdef bytes buf_bytes(Buf *b):
+    if b.data == NULL:
+        return b""
+    return PyBytes_FromStringAndSize(b.data, b.len)
+
+
+cdef class _Column:
+    """One column's buffers: values (fixed width) or offsets + data (+ validity)."""
+    cdef Buf values
+    cdef Buf offsets
+    cdef Buf validity
+    cdef Py_ssize_t nulls
+
+    def __dealloc__(self):
+        free(self.values.data)
+        free(self.offsets.data)
+        free(self.validity.data)
+
+
+cdef inline int host_string(Buf *b, const char *raw, bint v6) except -1 nogil:
+    """'a.b.c.d:port' or '[v6]:port' of a BORNHOST/STOREHOST field."""
+    cdef char text[64]
+    cdef char port[16]
+    cdef int32_t p = mq_get_i32(raw + (16 if v6 else 4))
+    cdef int n = 0, i
+    cdef unsigned int up
+    if inet_ntop(AF_INET6 if v6 else AF_INET, raw, text, 64) == NULL:
+        text[0] = 0
+    if v6:
+        buf_put(b, "[", 1)
+    while text[n] != 0:
+        n += 1
+    buf_put(b, text, n)
+    if v6:
+        buf_put(b, "]", 1)
+    buf_put(b, ":", 1)
+    if p < 0:
+        buf_put(b, "-", 1)
+        up = <unsigned int>(-(<int64_t>p))
+    else:
+        up = <unsigned int>p
+    n = 0
+    while True:
+        port[15 - n] = <char>(48 + up % 10)
+        n += 1
+        up //= 10
+        if up == 0:
+            break
+    buf_put(b, port + 16 - n, n)
+    return 0
+
+
+cdef inline int32_t mq_get_i32_native(Buf *b) noexcept nogil:
+    """The last int32 of a buffer (native byte order)."""
+    cdef int32_t v
+    memcpy(&v, b.data + b.len - 4, 4)
+    return v
+
+
+cdef int64_t MAX_MS = 9223372036854775  # the most milliseconds an int64 of microseconds holds
+
+
+cdef inline int64_t micros(int64_t ms, int64_t phy, str field) except? -1:
+    if ms > MAX_MS or ms < -MAX_MS:
+        raise OverflowError(f"the record at physical offset {phy} has {field} {ms} ms, which a timestamp in "
+                            "microseconds cannot hold")
+    return ms * 1000
+
+
+cdef const char *HEX = "0123456789ABCDEF"
+#: most name/value pairs one properties string can hold (32767 bytes, 3 bytes a pair at least)
+cdef enum:
+    MAX_PAIRS = 10923
+
+
+cdef inline int hex_into(Buf *b, const char *raw, int n) except -1 nogil:
+    cdef int i
+    cdef unsigned char c
+    buf_reserve(b, 2 * n)
+    for i in range(n):
+        c = <unsigned char>raw[i]
+        b.data[b.len] = HEX[c >> 4]
+        b.data[b.len + 1] = HEX[c & 15]
+        b.len += 2
+    return 0
+
+
+cdef class BatchColumns:
+    """The columns of a batch of records, appended one record at a time (``add_units``,
+    ``add_span``), read out by ``buffers()``. ``columns`` names the columns wanted (default:
+    all); the others are not decoded (the body and the properties are the costly ones)."""
+
+    cdef readonly Py_ssize_t rows
+    cdef bint want[C_COUNT]
+    cdef list cols
+    cdef readonly tuple names
+    cdef _Column _prop_keys
+    cdef _Column _prop_values
+    cdef int32_t *pairs  # scratch: (name start, name end, value start, value end) per pair of a record
+
+    def __cinit__(self):
+        self.pairs = NULL
+
+    def __init__(self, columns=None):
+        cdef int i
+        names = COLUMNS if columns is None else tuple(columns)
+        unknown = [c for c in names if c not in COLUMNS]
+        if unknown:
+            raise ValueError(f"unknown column(s) {unknown}; the columns are {', '.join(COLUMNS)}")
+        self.names = tuple(c for c in COLUMNS if c in names)
+        self.cols = [_Column() for _ in range(C_COUNT)]
+        for i in range(C_COUNT):
+            self.want[i] = COLUMNS[i] in self.names
+            if COLUMNS[i] in STRING_COLUMNS or COLUMNS[i] in NULLABLE_STRING_COLUMNS or i == C_PROPS:
+                buf_i32(&(<_Column>self.cols[i]).offsets, 0)
+        self._prop_keys = _Column()
+        self._prop_values = _Column()
+        buf_i32(&self._prop_keys.offsets, 0)
+        buf_i32(&self._prop_values.offsets, 0)
+        self.pairs = <int32_t *>malloc(MAX_PAIRS * 4 * sizeof(int32_t))
+        if self.pairs == NULL:
+            raise MemoryError()
+        self.rows = 0
+
+    def __dealloc__(self):
+        free(self.pairs)
+
+    cdef inline Buf *_data(self, int c):
+        return &(<_Column>self.cols[c]).values
+
+    cdef inline int _end_string(self, int c) except -1:
+        cdef _Column col = <_Column>self.cols[c]
+        return buf_i32(&col.offsets, <int32_t>col.values.len)
+
+    cdef int _check_offsets(self, int c) except -1:
+        if (<_Column>self.cols[c]).values.len > 0x7FFFFFFF:
+            raise OverflowError(f"column {COLUMNS[c]} holds over 2 GiB in one batch; make batches smaller")
+        return 0
+
+    cdef int _validity(self, int c, bint valid) except -1:
+        cdef _Column col = <_Column>self.cols[c]
+        cdef Py_ssize_t row = self.rows
+        if row % 8 == 0:
+            buf_put(&col.validity, "\0", 1)
+        if valid:
+            col.validity.data[row // 8] |= <char>(1 << (row % 8))
+        else:
+            col.nulls += 1
+        return 0
+
+    cdef int _pairs(self, const char *props, int n) noexcept nogil:
+        """spec §1.4 string2messageProperties on the bytes of a properties string: segments
+        split on \\x02; a segment counts if its first \\x01 leaves a non-empty name and a
+        non-empty value (everything after it); a later duplicate name replaces the value and
+        keeps the first position. Fills self.pairs; returns the number of pairs."""
+        cdef int i = 0, seg, sep, end, j, m, npairs = 0
+        cdef int32_t *q
+        while i < n:
+            seg = i
+            end = seg
+            sep = -1
+            while end < n and props[end] != 2:
+                if sep < 0 and props[end] == 1:
+                    sep = end
+                end += 1
+            if sep > seg and sep < end - 1:
+                m = -1
+                for j in range(npairs):
+                    q = self.pairs + 4 * j
+                    if q[1] - q[0] == sep - seg and memcmp(props + q[0], props + seg, sep - seg) == 0:
+                        m = j
+                        break
+                if m < 0:
+                    m = npairs
+                    npairs += 1
+                    q = self.pairs + 4 * m
+                    q[0] = seg
+                    q[1] = sep
+                q = self.pairs + 4 * m
+                q[2] = sep + 1
+                q[3] = end
+            i = end + 1
+        return npairs
+
+    cdef int add(self, const char *p, int64_t avail, int64_t phy) except -1:
+        """Append the record at p (phy is its physical offset). Raises ValueError when the
+        bytes there are not a record."""
+        cdef RecordHead h
+        cdef int r = parse_record_head(p, avail, &h)
+        if r != MQ_PARSE_OK:
+            raise ValueError(f"no record at physical offset {phy}" + (" (an END_OF_FILE blank)" if r == MQ_PARSE_BLANK
+                                                                       else ""))
+        cdef int32_t sf = h.sys_flag
+        cdef bint born_v6 = (sf & MQ_BORNHOST_V6_FLAG) != 0
+        cdef bint store_v6 = (sf & MQ_STOREHOST_V6_FLAG) != 0
+        cdef int born_len = 20 if born_v6 else 8
+        cdef int store_ts_pos = store_timestamp_pos(sf)
+        cdef int store_host_pos = store_ts_pos + 8
+        cdef int store_len = 20 if store_v6 else 8
+        cdef const char *props = p + h.props_pos
+        cdef int i, npairs
+        cdef int32_t *k
+        cdef bint has_tags = False, has_keys = False
+        cdef int tags_at = 0, tags_len = 0, keys_at = 0, keys_len = 0
+        cdef char id_raw[28]
+        if self.want[C_TOPIC]:
+            buf_put(self._data(C_TOPIC), p + h.topic_pos, h.topic_len)
+            self._end_string(C_TOPIC)
+        if self.want[C_QUEUE_ID]:
+            buf_i32(self._data(C_QUEUE_ID), mq_get_i32(p + MQ_POS_QUEUEID))
+        if self.want[C_QUEUE_OFFSET]:
+            buf_i64(self._data(C_QUEUE_OFFSET), mq_get_i64(p + MQ_POS_QUEUEOFFSET))
+        if self.want[C_PHY]:
+            buf_i64(self._data(C_PHY), mq_get_i64(p + MQ_POS_PHYSICALOFFSET))
+        if self.want[C_SIZE]:
+            buf_i32(self._data(C_SIZE), h.size)
+        if self.want[C_BORN_TS]:
+            buf_i64(self._data(C_BORN_TS), micros(mq_get_i64(p + MQ_POS_BORNTIMESTAMP), phy, "BORNTIMESTAMP"))
+        if self.want[C_STORE_TS]:
+            buf_i64(self._data(C_STORE_TS), micros(mq_get_i64(p + store_ts_pos), phy, "STORETIMESTAMP"))
+        if self.want[C_BORN_HOST]:
+            host_string(self._data(C_BORN_HOST), p + MQ_POS_BORNHOST, born_v6)
+            self._end_string(C_BORN_HOST)
+        if self.want[C_STORE_HOST]:
+            host_string(self._data(C_STORE_HOST), p + store_host_pos, store_v6)
+            self._end_string(C_STORE_HOST)
+        if self.want[C_MSG_ID]:
+            # the offset message id: the store host's address and port, then the physical offset
+            memcpy(id_raw, p + store_host_pos, store_len)
+            memcpy(id_raw + store_len, p + MQ_POS_PHYSICALOFFSET, 8)
+            hex_into(self._data(C_MSG_ID), id_raw, store_len + 8)
+            self._end_string(C_MSG_ID)
+        if self.want[C_BODY]:
+            buf_put(self._data(C_BODY), p + h.body_pos, h.body_len)
+            self._check_offsets(C_BODY)
+            self._end_string(C_BODY)
+        if self.want[C_RECONSUME]:
+            buf_i32(self._data(C_RECONSUME), mq_get_i32(p + h.body_pos - 16))
+        if self.want[C_SYS_FLAG]:
+            buf_i32(self._data(C_SYS_FLAG), sf)
+        if self.want[C_TAGS] or self.want[C_KEYS] or self.want[C_PROPS]:
+            npairs = self._pairs(props, h.props_len)
+            for i in range(npairs):
+                k = self.pairs + 4 * i
+                if k[1] - k[0] == 4 and props[k[0]] == 84 and props[k[0] + 1] == 65 and \
+                        props[k[0] + 2] == 71 and props[k[0] + 3] == 83:  # TAGS
+                    has_tags, tags_at, tags_len = True, k[2], k[3] - k[2]
+                elif k[1] - k[0] == 4 and props[k[0]] == 75 and props[k[0] + 1] == 69 and \
+                        props[k[0] + 2] == 89 and props[k[0] + 3] == 83:  # KEYS
+                    has_keys, keys_at, keys_len = True, k[2], k[3] - k[2]
+                if self.want[C_PROPS]:
+                    buf_put(&self._prop_keys.values, props + k[0], k[1] - k[0])
+                    buf_i32(&self._prop_keys.offsets, <int32_t>self._prop_keys.values.len)
+                    buf_put(&self._prop_values.values, props + k[2], k[3] - k[2])
+                    buf_i32(&self._prop_values.offsets, <int32_t>self._prop_values.values.len)
+            if self.want[C_TAGS]:
+                self._validity(C_TAGS, has_tags)
+                if has_tags:
+                    buf_put(self._data(C_TAGS), props + tags_at, tags_len)
+                self._end_string(C_TAGS)
+            if self.want[C_KEYS]:
+                self._validity(C_KEYS, has_keys)
+                if has_keys:
+                    buf_put(self._data(C_KEYS), props + keys_at, keys_len)
+                self._end_string(C_KEYS)
+            if self.want[C_PROPS]:
+                buf_i32(&(<_Column>self.cols[C_PROPS]).offsets,
+                        mq_get_i32_native(&(<_Column>self.cols[C_PROPS]).offsets) + npairs)
+        self.rows += 1
+        return 0
+
+    def buffers(self) -> dict:
+        """{column: buffers} in Arrow's layout, as bytes: int32 / int64 columns
+        ``(values,)``; strings and binaries ``(offsets, data)``; tags and keys
+        ``(validity or None, offsets, data, null_count)``; properties ``(list offsets,
+        key offsets, key data, value offsets, value data)``."""
+        out = {}
+        cdef _Column col
+        cdef int i
+        for i in range(C_COUNT):
+            if not self.want[i]:
+                continue
+            name = COLUMNS[i]
+            col = <_Column>self.cols[i]
+            if i == C_PROPS:
+                out[name] = (buf_bytes(&col.offsets), buf_bytes(&self._prop_keys.offsets),
+                             buf_bytes(&self._prop_keys.values), buf_bytes(&self._prop_values.offsets),
+                             buf_bytes(&self._prop_values.values))
+            elif name in NULLABLE_STRING_COLUMNS:
+                out[name] = (buf_bytes(&col.validity) if col.nulls else None, buf_bytes(&col.offsets),
+                             buf_bytes(&col.values), col.nulls)
+            elif name in STRING_COLUMNS:
+                out[name] = (buf_bytes(&col.offsets), buf_bytes(&col.values))
+            else:
+                out[name] = (buf_bytes(&col.values),)
+        return out
+
+    def add_units(self, logs, const unsigned char[:] units, int64_t min_phy=0) -> int:
+        """Append the records that ConsumeQueue units point at: units is a run of 20-byte units
+        (big-endian phyOffset, size, tagsCode); filler units and units below min_phy (the
+        CommitLog's first available byte) are skipped. logs is a RecordSource. Returns the
+        records appended."""
+        return (<RecordSource?>logs).add_units(self, units, min_phy)
+
+    def add_span(self, logs, int64_t phy, int64_t end) -> int:
+        """Append every record in [phy, end) of the CommitLog, in order; an END_OF_FILE blank
+        ends a file (the next record starts the next file). Returns the records appended."""
+        return (<RecordSource?>logs).add_span(self, phy, end)
+
+
+cdef class RecordSource:
+    """Addresses of the mapped CommitLog files a batch reads from. files: buffers (e.g.
+    memoryviews of mapped files), each holding the file that starts at first_from +
+    k * file_size for k = 0, 1, ... The buffers must stay alive and mapped while in use."""
+
+    cdef const char **bases
+    cdef Py_ssize_t count
+    cdef readonly int64_t first_from
+    cdef readonly int64_t file_size
+    cdef list _views
+
+    def __cinit__(self):
+        self.bases = NULL
+
+    def __init__(self, int64_t first_from, int64_t file_size, files):
+        cdef Py_ssize_t i
+        cdef const unsigned char[:] mv
+        if file_size <= 0:
+            raise ValueError(f"file_size must be > 0, got {file_size}")
+        self.first_from = first_from
+        self.file_size = file_size
+        self._views = []
+        files = list(files)
+        self.bases = <const char **>malloc(max(1, len(files)) * sizeof(char *))
+        if self.bases == NULL:
+            raise MemoryError()
+        self.count = len(files)
+        for i in range(self.count):
+            mv = files[i]
+            if mv.shape[0] < file_size:
+                raise ValueError(f"file {i} holds {mv.shape[0]} bytes, less than file_size {file_size}")
+            self._views.append(mv)
+            self.bases[i] = <const char *>&mv[0]
+
+    def __dealloc__(self):
+        free(self.bases)
+
+    cdef inline const char *_at(self, int64_t phy, int64_t *avail) except NULL:
+        cdef int64_t k = (phy - self.first_from) // self.file_size if phy >= self.first_from else -1
+        if k < 0 or k >= self.count:
+            raise ValueError(f"physical offset {phy} is not in the mapped CommitLog files "
+                             f"[{self.first_from}, {self.first_from + self.count * self.file_size})")
+        cdef int64_t pos = phy - self.first_from - k * self.file_size
+        avail[0] = self.file_size - pos
+        return self.bases[k] + pos
+
+    cdef Py_ssize_t add_units(self, BatchColumns cols, const unsigned char[:] units, int64_t min_phy) except -1:
+        cdef Py_ssize_t n = units.shape[0] // CQ_UNIT, i, added = 0
+        cdef const char *u
+        cdef int64_t phy, avail = 0
+        cdef int32_t size
+        cdef const char *rec
+        for i in range(n):
+            u = <const char *>&units[i * CQ_UNIT]
+            phy = mq_get_i64(u)
+            size = mq_get_i32(u + 8)
+            if (phy == 0 and size == FILLER_SIZE) or phy < min_phy:
+                continue
+            rec = self._at(phy, &avail)
+            if size > avail:
+                raise ValueError(f"the ConsumeQueue unit at {phy} says {size} bytes, past the end of its file")
+            cols.add(rec, size, phy)
+            added += 1
+        return added
+
+    cdef Py_ssize_t add_span(self, BatchColumns cols, int64_t phy, int64_t end) except -1:
+        cdef Py_ssize_t added = 0
+        cdef int64_t avail = 0
+        cdef const char *rec
+        cdef RecordHead h
+        cdef int r
+        while phy < end:
+            rec = self._at(phy, &avail)
+            if avail > end - phy:
+                avail = end - phy
+            r = parse_record_head(rec, avail, &h)
+            if r == MQ_PARSE_BLANK:  # END_OF_FILE: the next record starts the next file
+                phy += self.file_size - (phy - self.first_from) % self.file_size
+                continue
+            if r != MQ_PARSE_OK:
+                raise ValueError(f"no record at physical offset {phy} (the span ends at {end})")
+            cols.add(rec, h.size, phy)
+            phy += h.size
+            added += 1
+        return added

@@ -1,0 +1,35 @@
+"""Arrow column buffers of CommitLog records (ext/_arrow.pyx)."""
+
+from collections.abc import Iterable
+
+from typing_extensions import Buffer, disjoint_base
+from typing import Any, Final
+
+COLUMNS: Final[tuple[str, ...]]
+STRING_COLUMNS: Final[tuple[str, ...]]
+NULLABLE_STRING_COLUMNS: Final[tuple[str, ...]]
+INT32_COLUMNS: Final[tuple[str, ...]]
+INT64_COLUMNS: Final[tuple[str, ...]]
+
+@disjoint_base
+class RecordSource:
+    """The mapped CommitLog files a batch reads from: file k starts at first_from + k * file_size."""
+
+    @property
+    def first_from(self) -> int: ...
+    @property
+    def file_size(self) -> int: ...
+    def __init__(self, first_from: int, file_size: int, files: Iterable[Buffer]) -> None: ...
+
+@disjoint_base
+class BatchColumns:
+    """The columns of a batch of records in Arrow's layout."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    def __init__(self, columns: Iterable[str] | None = None) -> None: ...
+    def buffers(self) -> dict[str, tuple[Any, ...]]: ...
+    def add_units(self, logs: RecordSource, units: Buffer, min_phy: int = 0) -> int: ...
+    def add_span(self, logs: RecordSource, phy: int, end: int) -> int: ...

@@ -1,0 +1,92 @@
+"""Pure-Python twin of ``mqstore._arrow``: the row values a batch of CommitLog records gives
+(the oracle of the parity tests), and a reader of the kernel's Arrow-layout buffers back into
+rows (so the tests compare values without needing pyarrow).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+from mqstore.twin.codec import DecodedRecord
+
+COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size", "born_timestamp",
+           "store_timestamp", "born_host", "store_host", "tags", "keys", "msg_id", "properties", "body",
+           "reconsume_times", "sys_flag")
+INT32_COLUMNS = ("queue_id", "store_size", "reconsume_times", "sys_flag")
+INT64_COLUMNS = ("queue_offset", "commitlog_offset", "born_timestamp", "store_timestamp")
+STRING_COLUMNS = ("topic", "born_host", "store_host", "msg_id")
+NULLABLE_STRING_COLUMNS = ("tags", "keys")
+
+
+def host_text(host: tuple[str, int], v6: bool) -> str:
+    """'a.b.c.d:port' / '[v6]:port', the address formatted by inet_ntop as the kernel does."""
+    ip, port = host
+    if v6:
+        return f"[{socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, ip))}]:{port}"
+    return f"{ip}:{port}"
+
+
+def row(rec: DecodedRecord) -> dict[str, Any]:
+    """The values of one record in the columns of a batch."""
+    props = rec.properties
+    return {
+        "topic": rec.topic,
+        "queue_id": rec.queue_id,
+        "queue_offset": rec.queue_offset,
+        "commitlog_offset": rec.physical_offset,
+        "store_size": rec.total_size,
+        "born_timestamp": rec.born_timestamp * 1000,
+        "store_timestamp": rec.store_timestamp * 1000,
+        "born_host": host_text(rec.born_host, bool(rec.sys_flag & 0x10)),
+        "store_host": host_text(rec.store_host, bool(rec.sys_flag & 0x20)),
+        "tags": props.get("TAGS"),
+        "keys": props.get("KEYS"),
+        "msg_id": rec.msg_id,
+        "properties": list(props.items()),
+        "body": rec.body,
+        "reconsume_times": rec.reconsume_times,
+        "sys_flag": rec.sys_flag,
+    }
+
+
+def rows(records: Iterable[DecodedRecord], columns: Iterable[str] = COLUMNS) -> list[dict[str, Any]]:
+    wanted = tuple(columns)
+    return [{k: v for k, v in row(rec).items() if k in wanted} for rec in records]
+
+
+def _strings(offsets: bytes, data: bytes, n: int, text: bool) -> list[Any]:
+    offs = struct.unpack(f"<{n + 1}i", offsets)
+    out = [data[offs[i]:offs[i + 1]] for i in range(n)]
+    return [b.decode("utf-8") for b in out] if text else out
+
+
+def buffers_to_rows(buffers: dict[str, tuple[Any, ...]], n: int) -> list[dict[str, Any]]:
+    """Rows from the kernel's buffers (``BatchColumns.buffers()``), read as Arrow would."""
+    cols: dict[str, list[Any]] = {}
+    for name, bufs in buffers.items():
+        if name in INT32_COLUMNS:
+            cols[name] = list(struct.unpack(f"<{n}i", bufs[0]))
+        elif name in INT64_COLUMNS:
+            cols[name] = list(struct.unpack(f"<{n}q", bufs[0]))
+        elif name in STRING_COLUMNS or name == "body":
+            cols[name] = _strings(bufs[0], bufs[1], n, name != "body")
+        elif name in NULLABLE_STRING_COLUMNS:
+            validity, offsets, data, nulls = bufs
+            values = _strings(offsets, data, n, True)
+            if validity is not None:
+                values = [v if validity[i // 8] >> (i % 8) & 1 else None for i, v in enumerate(values)]
+            assert sum(v is None for v in values) == nulls
+            cols[name] = values
+        elif name == "properties":
+            list_offsets, key_offsets, key_data, value_offsets, value_data = bufs
+            lo = struct.unpack(f"<{n + 1}i", list_offsets)
+            pairs = lo[n]
+            keys = _strings(key_offsets, key_data, pairs, True)
+            values = _strings(value_offsets, value_data, pairs, True)
+            cols[name] = [list(zip(keys[lo[i]:lo[i + 1]], values[lo[i]:lo[i + 1]])) for i in range(n)]
+        else:
+            raise ValueError(f"unknown column {name!r}")
+    return [{name: cols[name][i] for name in cols} for i in range(n)]

@@ -1,0 +1,129 @@
+"""The Arrow column kernel (ext/_arrow.pyx) against its pure-Python twin (mqstore.twin.arrow):
+records encoded by the codec into CommitLog-shaped files, read back by span (the whole-log
+scan) and by ConsumeQueue units, every column compared value by value."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_twin_codec import records
+
+from mqstore import _arrow
+from mqstore._codec import encode_record
+from mqstore.twin import arrow as twin
+from mqstore.twin import codec as c
+
+FILE_SIZE = 1 << 16
+UNIT = struct.Struct(">qiq")
+
+
+def _log(fields_list: list[dict], file_size: int = FILE_SIZE) -> tuple[list[bytearray], list[int]]:
+    """CommitLog files holding the records (PHYSICALOFFSET set to where each lands), an
+    END_OF_FILE blank where the next does not fit; returns the files and the offsets."""
+    files = [bytearray(file_size)]
+    phys = []
+    pos = 0
+    for fields in fields_list:
+        data = bytearray(encode_record(**{**fields, "body_crc": None}))
+        if pos % file_size + len(data) + 8 > file_size:
+            left = file_size - pos % file_size
+            struct.pack_into(">ii", files[-1], pos % file_size, left, c.BLANK_MAGIC_CODE)
+            files.append(bytearray(file_size))
+            pos += left
+        struct.pack_into(">q", data, 28, pos)
+        files[-1][pos % file_size:pos % file_size + len(data)] = data
+        phys.append(pos)
+        pos += len(data)
+    return files, phys
+
+
+def _end(files: list[bytearray], phys: list[int]) -> int:
+    """The end of the last record."""
+    return phys[-1] + struct.unpack_from(">i", files[-1], phys[-1] % FILE_SIZE)[0]
+
+
+def _expected(files: list[bytearray], phys: list[int], columns=twin.COLUMNS) -> list[dict]:
+    recs = [c.decode_record(files[p // FILE_SIZE], p % FILE_SIZE) for p in phys]
+    return twin.rows(recs, columns)
+
+
+MAX_MS = (2**63 - 1) // 1000  # timestamps beyond are refused (test_timestamps_microseconds_cannot_hold)
+SMALL = records().filter(lambda f: len(f["topic"].encode()) + len(f["body"]) < 2000
+                         and abs(f["born_timestamp"]) <= MAX_MS and abs(f["store_timestamp"]) <= MAX_MS)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SMALL, min_size=1, max_size=12))
+def test_span_scan_matches_the_twin(fields_list):
+    files, phys = _log(fields_list)
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    cols = _arrow.BatchColumns()
+    assert cols.add_span(source, 0, _end(files, phys)) == len(phys) == cols.rows
+    assert twin.buffers_to_rows(cols.buffers(), cols.rows) == _expected(files, phys)
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SMALL, min_size=1, max_size=8), st.data())
+def test_units_with_fillers_and_a_min_offset_match_the_twin(fields_list, data):
+    files, phys = _log(fields_list)
+    min_phy = data.draw(st.sampled_from([0] + phys))
+    picked = data.draw(st.lists(st.sampled_from(phys), max_size=10))
+    units = b"".join(UNIT.pack(0, 0x7FFFFFFF, 0) if data.draw(st.booleans()) and i % 3 == 0 else b""
+                     for i in range(len(picked)))
+    sizes = {p: struct.unpack_from(">i", files[p // FILE_SIZE], p % FILE_SIZE)[0] for p in phys}
+    units += b"".join(UNIT.pack(p, sizes[p], 7) for p in picked)
+    columns = data.draw(st.lists(st.sampled_from(twin.COLUMNS), min_size=1, unique=True))
+    cols = _arrow.BatchColumns(columns)
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    kept = [p for p in picked if p >= min_phy]
+    assert cols.add_units(source, units, min_phy) == len(kept)
+    assert twin.buffers_to_rows(cols.buffers(), cols.rows) == _expected(files, kept, columns)
+
+
+def test_properties_follow_rocketmq_parsing_rules():
+    """Duplicates keep the first position and the last value; a segment without a name, a
+    value or a \\x01 is skipped; a value may hold \\x01; TAGS and KEYS come out of the map."""
+    props = "TAGS\x01a\x02\x01x\x02KEYS\x01k1 k2\x02noval\x01\x02junk\x02TAGS\x01b\x02v\x01x\x01y"
+    files, phys = _log([dict(topic="T", body=b"b", properties=props)])
+    cols = _arrow.BatchColumns(["tags", "keys", "properties"])
+    cols.add_span(_arrow.RecordSource(0, FILE_SIZE, files), 0, _end(files, phys))
+    (got,) = twin.buffers_to_rows(cols.buffers(), 1)
+    assert got == {"tags": "b", "keys": "k1 k2", "properties": [("TAGS", "b"), ("KEYS", "k1 k2"), ("v", "x\x01y")]}
+
+
+def test_hosts_and_msg_id_for_ipv4_and_ipv6():
+    files, phys = _log([dict(topic="T", body=b"", born_host=("10.1.2.3", 10911), store_host=("::1", 7)),
+                        dict(topic="T", body=b"", born_host=("::ffff:0:1", 1), store_host=("192.168.0.1", 65535))])
+    cols = _arrow.BatchColumns(["born_host", "store_host", "msg_id", "tags", "keys"])
+    cols.add_span(_arrow.RecordSource(0, FILE_SIZE, files), 0, _end(files, phys))
+    got = twin.buffers_to_rows(cols.buffers(), 2)
+    assert got[0]["born_host"] == "10.1.2.3:10911" and got[0]["store_host"] == "[::1]:7"
+    assert got[1]["store_host"] == "192.168.0.1:65535"
+    assert got[0]["msg_id"] == c.msg_id(("::1", 7), phys[0]) and len(got[0]["msg_id"]) == 56
+    assert got[1]["msg_id"] == c.msg_id(("192.168.0.1", 65535), phys[1])
+    assert got[0]["tags"] is None and got[1]["keys"] is None
+
+
+def test_bad_input_names_the_cause():
+    files, phys = _log([dict(topic="T", body=b"x")])
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    with pytest.raises(ValueError, match="unknown column"):
+        _arrow.BatchColumns(["topic", "colour"])
+    with pytest.raises(ValueError, match="no record at physical offset 3"):
+        _arrow.BatchColumns().add_units(source, UNIT.pack(3, 100, 0), 0)
+    with pytest.raises(ValueError, match="not in the mapped CommitLog files"):
+        _arrow.BatchColumns().add_units(source, UNIT.pack(FILE_SIZE * 5, 100, 0), 0)
+    with pytest.raises(ValueError, match="less than file_size"):
+        _arrow.RecordSource(0, FILE_SIZE, [bytearray(10)])
+
+
+def test_timestamps_microseconds_cannot_hold_are_refused():
+    files, phys = _log([dict(topic="T", body=b"", store_timestamp=MAX_MS + 1)])
+    with pytest.raises(OverflowError, match="physical offset 0 has STORETIMESTAMP"):
+        _arrow.BatchColumns(["store_timestamp"]).add_span(_arrow.RecordSource(0, FILE_SIZE, files), 0,
+                                                          _end(files, phys))
+    assert _arrow.BatchColumns(["body"]).add_span(_arrow.RecordSource(0, FILE_SIZE, files), 0,
+                                                  _end(files, phys)) == 1
