@@ -389,10 +389,13 @@ cdef class BatchColumns:
         records appended."""
         return (<RecordSource?>logs).add_units(self, units, min_phy)
 
-    def add_span(self, logs, int64_t phy, int64_t end) -> int:
-        """Append every record in [phy, end) of the CommitLog, in order; an END_OF_FILE blank
-        ends a file (the next record starts the next file). Returns the records appended."""
-        return (<RecordSource?>logs).add_span(self, phy, end)
+    def add_span(self, logs, int64_t phy, int64_t end, Py_ssize_t max_rows=0) -> tuple:
+        """Append the records in [phy, end) of the CommitLog, in order, at most max_rows of
+        them (0: all); an END_OF_FILE blank ends a file (the next record starts the next
+        file). Returns (records appended, where the next record starts)."""
+        cdef int64_t at = phy
+        cdef Py_ssize_t added = (<RecordSource?>logs).add_span(self, &at, end, max_rows)
+        return added, at
 
 
 cdef class RecordSource:
@@ -460,13 +463,13 @@ cdef class RecordSource:
             added += 1
         return added
 
-    cdef Py_ssize_t add_span(self, BatchColumns cols, int64_t phy, int64_t end) except -1:
+    cdef Py_ssize_t add_span(self, BatchColumns cols, int64_t *at, int64_t end, Py_ssize_t max_rows) except -1:
         cdef Py_ssize_t added = 0
-        cdef int64_t avail = 0
+        cdef int64_t avail = 0, phy = at[0]
         cdef const char *rec
         cdef RecordHead h
         cdef int r
-        while phy < end:
+        while phy < end and (max_rows <= 0 or added < max_rows):
             rec = self._at(phy, &avail)
             if avail > end - phy:
                 avail = end - phy
@@ -478,5 +481,7 @@ cdef class RecordSource:
                 raise ValueError(f"no record at physical offset {phy} (the span ends at {end})")
             cols.add(rec, h.size, phy)
             phy += h.size
+            at[0] = phy
             added += 1
+        at[0] = phy
         return added

@@ -61,7 +61,8 @@ def test_span_scan_matches_the_twin(fields_list):
     files, phys = _log(fields_list)
     source = _arrow.RecordSource(0, FILE_SIZE, files)
     cols = _arrow.BatchColumns()
-    assert cols.add_span(source, 0, _end(files, phys)) == len(phys) == cols.rows
+    assert cols.add_span(source, 0, _end(files, phys)) == (len(phys), _end(files, phys))
+    assert cols.rows == len(phys)
     assert twin.buffers_to_rows(cols.buffers(), cols.rows) == _expected(files, phys)
 
 
@@ -126,4 +127,17 @@ def test_timestamps_microseconds_cannot_hold_are_refused():
         _arrow.BatchColumns(["store_timestamp"]).add_span(_arrow.RecordSource(0, FILE_SIZE, files), 0,
                                                           _end(files, phys))
     assert _arrow.BatchColumns(["body"]).add_span(_arrow.RecordSource(0, FILE_SIZE, files), 0,
-                                                  _end(files, phys)) == 1
+                                                  _end(files, phys))[0] == 1
+
+
+def test_a_span_read_in_slices_of_rows_gives_the_same_rows():
+    files, phys = _log([dict(topic="T", body=bytes([i]) * (i * 300)) for i in range(40)])
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    end = _end(files, phys)
+    got, at = [], 0
+    while at < end:
+        cols = _arrow.BatchColumns(["commitlog_offset", "body"])
+        added, at = cols.add_span(source, at, end, max_rows=7)
+        assert 0 < added <= 7
+        got += twin.buffers_to_rows(cols.buffers(), cols.rows)
+    assert got == _expected(files, phys, ["commitlog_offset", "body"]) and len(files) > 1
