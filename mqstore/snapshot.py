@@ -1,0 +1,166 @@
+"""A read-only view of a store directory for bulk readers (the Spark data source, exports):
+what has been dispatched, never more, with no lock taken and nothing written.
+
+- A store a node (or any owner) is serving: the queues end at the unit counts its dispatcher
+  published in the control block, the CommitLog at the dispatched position, and records
+  below the control block's ``min_phy`` (deleted by retention) are skipped.
+- A store that was shut down cleanly: the queues end at their last valid unit, the log where
+  its records end.
+- A store that crashed (``abort`` left, nobody running) is refused: its ConsumeQueues may
+  point past the valid end of the log until an open recovers it.
+
+Files are mapped read-only (CommitLog files write-protected, as ``mqstore inspect`` does), so a
+view taken while a node writes is a consistent snapshot of what was dispatched when it was
+opened. A file that retention deletes later stays readable through the mapping.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from mqstore import _shm
+from mqstore._arrow import RecordSource
+from mqstore.errors import MQStoreError
+from mqstore.inspection import (
+    UNIT,
+    QueueFiles,
+    ReadOnlyFileQueue,
+    log_end,
+    log_files,
+    open_commitlog,
+    queue_dirs,
+    queue_info,
+)
+from mqstore.node import CONTROL_BLOCK_NAME
+from mqstore.store import lock_state, require_store
+
+
+class StoreNotReadableError(MQStoreError):
+    """The store cannot be read consistently as it is (it crashed and was not recovered)."""
+
+    hint = "open it once (MessageStore(dir), or `mqstore node dir`) so it recovers, or read it while a node serves it"
+
+
+@dataclass(frozen=True)
+class QueueRange:
+    """A ConsumeQueue's readable offsets: [min_offset, max_offset)."""
+
+    topic: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+    @property
+    def key(self) -> str:
+        """"topic/queueId", the key of offsets in options and checkpoints."""
+        return f"{self.topic}/{self.queue_id}"
+
+
+class StoreSnapshot:
+    """See the module docstring. Use as a context manager or call close()."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = require_store(os.fspath(root))
+        state = lock_state(self.root)
+        self.live = state["status"] == "running"
+        if state["status"] == "crashed":
+            raise StoreNotReadableError(f"{self.root} was not shut down cleanly (its abort file is there) and no "
+                                        "store is running on it: its ConsumeQueues may point past the valid end "
+                                        "of the CommitLog")
+        self._ctl: Any = None
+        self._log: ReadOnlyFileQueue | None = None
+        self._queues: dict[tuple[str, int], QueueFiles] = {}
+        self._dirs = {(t, q): d for t, q, d in queue_dirs(self.root)}
+        try:
+            if self.live:
+                self._ctl = _shm.ControlBlock.attach(os.path.join(self.root, CONTROL_BLOCK_NAME), readonly=True)
+            self._log = open_commitlog(self.root)
+            files = self._log.files
+            first = files[0].file_from if files else 0
+            if self.live:
+                self.min_phy = max(first, self._ctl.get("min_phy"))
+                self.log_end = self._ctl.get("dispatched")
+            else:
+                self.min_phy = first
+                self.log_end = log_end(log_files(self._log, None)) if files else 0
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifetime --------------------------------------------------------------------------
+    def close(self) -> None:
+        for q in self._queues.values():
+            q.close()
+        self._queues.clear()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+
+    def __enter__(self) -> StoreSnapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the CommitLog -----------------------------------------------------------------------
+    @property
+    def file_size(self) -> int:
+        assert self._log is not None
+        return self._log.file_size
+
+    def record_source(self) -> RecordSource:
+        """The mapped CommitLog files for the Arrow kernel (valid while this view is open)."""
+        assert self._log is not None
+        files = self._log.files
+        return RecordSource(files[0].file_from if files else 0, max(1, self._log.file_size),
+                            [memoryview(mf) for mf in files])
+
+    def log_spans(self) -> list[tuple[int, int]]:
+        """[start, end) of the readable records of each CommitLog file, in log order."""
+        assert self._log is not None
+        out = []
+        for mf in self._log.files:
+            start, end = max(mf.file_from, self.min_phy), min(mf.file_from + self._log.file_size, self.log_end)
+            if start < end:
+                out.append((start, end))
+        return out
+
+    # -- ConsumeQueues -----------------------------------------------------------------------
+    def queues(self) -> list[QueueRange]:
+        """Every queue with its readable offsets, by topic and queue id."""
+        out = []
+        for topic, queue_id in sorted(self._dirs):
+            files = self._queue_files(topic, queue_id)
+            info = queue_info(files, self.min_phy)
+            max_offset = info.max_offset
+            if self.live:
+                published = self._ctl.table_get_dispatched(topic, queue_id)
+                max_offset = min(max_offset, published if published is not None else 0)
+            out.append(QueueRange(topic, queue_id, min(info.min_offset, max_offset), max_offset))
+        return out
+
+    def units(self, topic: str, queue_id: int, start: int, end: int) -> bytes:
+        """The 20-byte units of queue offsets [start, end) (a unit no file holds any more is
+        left out)."""
+        files = self._queue_files(topic, queue_id)
+        parts = []
+        lo, hi = start * UNIT, end * UNIT
+        for file_from, _, buf in files.files:
+            a, b = max(lo, file_from), min(hi, file_from + len(buf))
+            if a < b:
+                parts.append(buf[a - file_from:b - file_from])
+        return b"".join(parts)
+
+    def _queue_files(self, topic: str, queue_id: int) -> QueueFiles:
+        got = self._queues.get((topic, queue_id))
+        if got is None:
+            directory = self._dirs.get((topic, queue_id))
+            if directory is None:
+                raise KeyError(f"{self.root} has no ConsumeQueue {topic}/{queue_id}")
+            got = self._queues[(topic, queue_id)] = QueueFiles(topic, queue_id, directory)
+        return got

@@ -1,0 +1,178 @@
+"""The "mqstore" PySpark data source against a real local Spark session (issue 5): batch reads
+compared with the store's own reads, the options, the whole-log mode, a narrower schema, a
+store a node is serving while a producer writes; and the planning rules without Spark."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mqstore import Message, MessageStore
+from mqstore.spark.source import SCHEMA, OptionError, QueueSlice, plan_queue_slices
+from mqstore.snapshot import QueueRange
+
+CFG = {"mapped_file_size_commit_log": 256 * 1024, "mapped_file_size_consume_queue": 20 * 200}
+# timestamps as epoch milliseconds, so rows compare with the store's values exactly
+COLUMNS = [f"unix_millis({c}) as {c}" if c.endswith("_timestamp") else c for c in SCHEMA.fieldNames()]
+
+
+def _messages(n: int) -> list[Message]:
+    out = []
+    for i in range(n):
+        props = {"source": f"unit-{i % 3}"} if i % 4 == 0 else None
+        out.append(Message("Orders" if (i // 3) % 2 else "Pay", bytes([i % 256]) * (i % 50), queue_id=i % 3,
+                           tags=None if i % 5 == 0 else f"Tag{i % 2}", keys=[f"k{i}", f"alt{i}"] if i % 2 else None,
+                           properties=props))
+    return out
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store shut down cleanly: 2 topics x 3 queues, single puts and a batch."""
+    root = str(tmp_path_factory.mktemp("spark") / "store")
+    with MessageStore(root, **CFG) as s:
+        for m in _messages(2500):
+            s.put_message(m).check()
+        s.put_messages([Message("Pay", b"batch%d" % i, queue_id=1) for i in range(40)]).check()
+    return root
+
+
+def _store_rows(root: str) -> dict[tuple[str, int, int], dict]:
+    """Every message as the store itself reads it (get_message), by (topic, queue, offset)."""
+    out = {}
+    with MessageStore(root, **CFG) as s:
+        for topic in ("Orders", "Pay"):
+            for q in range(3):
+                offset = 0
+                while True:
+                    got = s.get_message("g", topic, q, offset, 64)
+                    if got.status.name != "FOUND":
+                        break
+                    for m in got:
+                        rec = m.decode()
+                        out[(topic, q, m.queue_offset)] = {
+                            "topic": rec.topic, "queue_id": rec.queue_id, "queue_offset": rec.queue_offset,
+                            "commitlog_offset": rec.physical_offset, "store_size": rec.total_size,
+                            "born_timestamp": rec.born_timestamp, "store_timestamp": rec.store_timestamp,
+                            "born_host": f"{rec.born_host[0]}:{rec.born_host[1]}",
+                            "store_host": f"{rec.store_host[0]}:{rec.store_host[1]}",
+                            "tags": rec.properties.get("TAGS"), "keys": rec.properties.get("KEYS"),
+                            "msg_id": m.msg_id, "properties": rec.properties, "body": rec.body,
+                            "reconsume_times": rec.reconsume_times, "sys_flag": rec.sys_flag}
+                    offset = got.next_begin_offset
+    return out
+
+
+def _spark_rows(df) -> dict[tuple[str, int, int], dict]:
+    rows = {}
+    for r in df.selectExpr(*COLUMNS).collect():
+        d = r.asDict()
+        d["body"] = bytes(d["body"])
+        rows[(d["topic"], d["queue_id"], d["queue_offset"])] = d
+    return rows
+
+
+def test_batch_read_gives_every_message_as_the_store_reads_it(spark, store):
+    expected = _store_rows(store)
+    df = spark.read.format("mqstore").load(store)
+    assert df.schema == SCHEMA
+    got = _spark_rows(df)
+    assert len(got) == len(expected) == 2540
+    assert got == expected
+    # small partitions: the same rows, cut into more pieces than there are queues
+    small = spark.read.format("mqstore").option("maxRowsPerPartition", 100).option("batchRows", 33).load(store)
+    assert small.rdd.getNumPartitions() > 20
+    assert _spark_rows(small) == expected
+
+
+def test_options_pick_topics_queues_and_offset_ranges(spark, store):
+    df = (spark.read.format("mqstore").option("topics", "Pay").option("queues", "1, 2")
+          .option("startingOffsets", '{"Pay/1": 10}').option("endingOffsets", '{"Pay/1": 15, "Pay/2": 3}')
+          .load(store))
+    got = sorted((r.topic, r.queue_id, r.queue_offset) for r in df.select("topic", "queue_id", "queue_offset").collect())
+    assert got == [("Pay", 1, q) for q in range(10, 15)] + [("Pay", 2, q) for q in range(3)]
+    latest = spark.read.format("mqstore").option("startingOffsets", "latest").load(store)
+    assert latest.count() == 0
+
+
+def test_commitlog_mode_reads_every_record_in_log_order(spark, store):
+    df = spark.read.format("mqstore").option("mode", "commitlog").load(store)
+    offsets = [r.commitlog_offset for r in df.select("commitlog_offset").collect()]
+    assert len(offsets) == 2540 and offsets == sorted(offsets)
+    assert df.rdd.getNumPartitions() > 1  # a partition per CommitLog file
+    assert _spark_rows(df) == _store_rows(store)
+
+
+def test_a_narrower_schema_reads_only_its_columns_and_a_wrong_one_is_named(spark, store):
+    df = spark.read.format("mqstore").schema("body binary, topic string").load(store)
+    rows = df.where("topic = 'Pay'").collect()
+    assert len(rows) == sum(1 for k in _store_rows(store) if k[0] == "Pay")
+    assert rows[0].asDict().keys() == {"body", "topic"}
+    with pytest.raises(Exception, match="'colour' is not an mqstore column"):
+        spark.read.format("mqstore").schema("colour string").load(store).collect()
+    with pytest.raises(Exception, match="'body' is binary, not string"):
+        spark.read.format("mqstore").schema("body string").load(store).collect()
+
+
+def test_a_store_a_node_serves_is_read_consistently_while_a_producer_writes(spark, tmp_path):
+    root = str(tmp_path / "live")
+    with MessageStore(root, service_mode="processes", **CFG) as node:
+        for i in range(3000):
+            node.put_message(Message("Live", b"x%d|" % i + b"." * (i % 40), queue_id=i % 2)).check()
+        stop = threading.Event()
+
+        def produce():
+            i = 3000
+            while not stop.is_set():
+                node.put_message(Message("Live", b"x%d|" % i + b"." * (i % 40), queue_id=i % 2)).check()
+                i += 1
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            rows = spark.read.format("mqstore").load(root).select("queue_id", "queue_offset", "body").collect()
+        finally:
+            stop.set()
+            producer.join()
+    assert len(rows) >= 3000
+    for q in (0, 1):
+        mine = sorted((r.queue_offset, bytes(r.body)) for r in rows if r.queue_id == q)
+        assert [o for o, _ in mine] == list(range(len(mine)))  # no gap, no duplicate
+        for offset, body in mine:
+            i = 2 * offset + q
+            assert body == b"x%d|" % i + b"." * (i % 40)
+
+
+def test_the_auto_registration_module_exports_the_source():
+    import pyspark_mqstore
+    from mqstore.spark import MQStoreDataSource
+
+    assert pyspark_mqstore.DefaultSource is MQStoreDataSource and MQStoreDataSource.name() == "mqstore"
+
+
+# -- planning, without Spark ----------------------------------------------------------------------
+QUEUES = [QueueRange("A", 0, 5, 100), QueueRange("A", 1, 0, 0), QueueRange("B", 0, 0, 30)]
+
+
+def test_plan_cuts_each_queue_into_pieces_of_max_rows():
+    got = plan_queue_slices(QUEUES, {"maxrowsperpartition": "40"})
+    assert got == [QueueSlice("A", 0, 5, 45), QueueSlice("A", 0, 45, 85), QueueSlice("A", 0, 85, 100),
+                   QueueSlice("B", 0, 0, 30)]
+
+
+def test_plan_refuses_offsets_no_longer_stored_naming_the_queue_and_the_range():
+    with pytest.raises(OptionError, match=r"queue A/0: .* offsets \[2, 5\) are no longer stored"):
+        plan_queue_slices(QUEUES, {"startingoffsets": '{"A/0": 2}'})
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"startingoffsets": "newest"}, "expected earliest, latest or JSON"),
+    ({"endingoffsets": '{"A/0": "ten"}'}, "expected earliest, latest or JSON"),
+    ({"startingoffsets": '{"C/0": 1}'}, "names queue.s. the store does not have: C/0"),
+    ({"queues": "one"}, "must list queue ids"),
+    ({"maxrowsperpartition": "0"}, "must be >= 1"),
+])
+def test_plan_names_a_bad_option(options, message):
+    with pytest.raises(OptionError, match=message):
+        plan_queue_slices(QUEUES, options)
