@@ -265,12 +265,15 @@ TARGETS = [
     ("2 writer processes / 1 (mutex)", ["node/writers-2/mutex"], "node/writers-1/mutex", 1.7),
     ("SYNC_FLUSH 16 producer processes / lmdb fsync per 100 puts",
      ["node/sync/batch100/16-producers", "node/sync/batch1/16-producers"], "lmdb/sync-batch100", 1.5),
+    ("Spark count(), mqstore / Parquet", ["spark/mqstore/count"], "spark/parquet/count", 0.5),
+    ("Spark aggregate over every body, mqstore / Parquet", ["spark/mqstore/aggregate"], "spark/parquet/aggregate", 0.5),
 ]
-#: node figures checked in the summary: (case prefix, extra_info key, label, limit, "max" | "min")
+#: figures checked in the summary: (case prefix, extra_info key, label, limit, "max" | "min")
 NODE_LIMITS = [
     ("node/lag/", "lag_ms_p99", "dispatch lag p99 (ms)", 10, "max"),
     ("node/latency/", "p999_roll_over_steady", "put latency p99.9 around a roll / steady", 2.0, "max"),
     ("node/idle", "cpu_percent_all", "idle node CPU (% of one core, all its processes)", 1.0, "max"),
+    ("spark/mqstore/", "msgs_per_s_median", "Spark reading mqstore (messages/s)", 500_000, "min"),
 ]
 
 
