@@ -14,6 +14,7 @@ Columns, per record (spec §1):
     reconsume_times, sys_flag
 """
 
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
@@ -85,10 +86,36 @@ cdef inline int buf_i64(Buf *b, int64_t v) except -1 nogil:
     return buf_put(b, &v, 8)
 
 
-cdef bytes buf_bytes(Buf *b):
-    if b.data == NULL:
-        return b""
-    return PyBytes_FromStringAndSize(b.data, b.len)
+cdef class BufferView:
+    """A read-only buffer over a column's memory, without a copy (pyarrow.py_buffer and
+    memoryview take it); it keeps the batch that owns the memory alive."""
+
+    cdef object owner
+    cdef char *data
+    cdef readonly Py_ssize_t nbytes
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, <void *>(self.data if self.data != NULL else EMPTY), self.nbytes, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def __len__(self):
+        return self.nbytes
+
+    def __bytes__(self):
+        return PyBytes_FromStringAndSize(self.data if self.data != NULL else EMPTY, self.nbytes)
+
+
+cdef char EMPTY[1]
+
+
+cdef BufferView buf_view(object owner, Buf *b):
+    cdef BufferView v = BufferView.__new__(BufferView)
+    v.owner = owner
+    v.data = b.data
+    v.nbytes = b.len
+    return v
 
 
 cdef class _Column:
@@ -154,21 +181,62 @@ cdef inline int64_t micros(int64_t ms, int64_t phy, str field) except? -1:
     return ms * 1000
 
 
+cdef inline void put_reserved(_Column col, const char *src, int n) noexcept:
+    """Append a string to col (data and its end offset) where buf_reserve made room."""
+    cdef int32_t end
+    memcpy(col.values.data + col.values.len, src, n)
+    col.values.len += n
+    end = <int32_t>col.values.len
+    memcpy(col.offsets.data + col.offsets.len, &end, 4)
+    col.offsets.len += 4
+
+
+cdef struct HostCache:
+    # the last host field formatted: records of one store repeat their store host (and
+    # mostly a few born hosts), so formatting each one again is wasted
+    char raw[20]
+    int raw_len
+    char text[64]
+    int text_len
+
+
+cdef inline int cached_host(Buf *b, HostCache *c, const char *raw, bint v6) except -1 nogil:
+    cdef int n = 20 if v6 else 8
+    cdef Buf tmp
+    if c.raw_len != n or memcmp(c.raw, raw, n) != 0:
+        tmp.data = NULL
+        tmp.len = 0
+        tmp.cap = 0
+        try:
+            host_string(&tmp, raw, v6)
+            memcpy(c.text, tmp.data, tmp.len)
+            c.text_len = <int>tmp.len
+        finally:
+            free(tmp.data)
+        memcpy(c.raw, raw, n)
+        c.raw_len = n
+    return buf_put(b, c.text, c.text_len)
+
+
 cdef const char *HEX = "0123456789ABCDEF"
 #: most name/value pairs one properties string can hold (32767 bytes, 3 bytes a pair at least)
 cdef enum:
     MAX_PAIRS = 10923
 
 
-cdef inline int hex_into(Buf *b, const char *raw, int n) except -1 nogil:
+cdef inline void hex_chars(char *out, const char *raw, int n) noexcept nogil:
     cdef int i
     cdef unsigned char c
-    buf_reserve(b, 2 * n)
     for i in range(n):
         c = <unsigned char>raw[i]
-        b.data[b.len] = HEX[c >> 4]
-        b.data[b.len + 1] = HEX[c & 15]
-        b.len += 2
+        out[2 * i] = HEX[c >> 4]
+        out[2 * i + 1] = HEX[c & 15]
+
+
+cdef inline int hex_into(Buf *b, const char *raw, int n) except -1 nogil:
+    buf_reserve(b, 2 * n)
+    hex_chars(b.data + b.len, raw, n)
+    b.len += 2 * n
     return 0
 
 
@@ -184,9 +252,16 @@ cdef class BatchColumns:
     cdef _Column _prop_keys
     cdef _Column _prop_values
     cdef int32_t *pairs  # scratch: (name start, name end, value start, value end) per pair of a record
+    cdef HostCache born_cache
+    cdef HostCache store_cache
+    cdef HostCache id_cache  # the store host in hex, the first half of a msg_id
+    cdef bint sealed  # buffers() handed out views of the memory: it must not move any more
 
     def __cinit__(self):
         self.pairs = NULL
+        self.born_cache.raw_len = 0
+        self.store_cache.raw_len = 0
+        self.id_cache.raw_len = 0
 
     def __init__(self, columns=None):
         cdef int i
@@ -289,7 +364,6 @@ cdef class BatchColumns:
         cdef int32_t *k
         cdef bint has_tags = False, has_keys = False
         cdef int tags_at = 0, tags_len = 0, keys_at = 0, keys_len = 0
-        cdef char id_raw[28]
         if self.want[C_TOPIC]:
             buf_put(self._data(C_TOPIC), p + h.topic_pos, h.topic_len)
             self._end_string(C_TOPIC)
@@ -306,16 +380,20 @@ cdef class BatchColumns:
         if self.want[C_STORE_TS]:
             buf_i64(self._data(C_STORE_TS), micros(mq_get_i64(p + store_ts_pos), phy, "STORETIMESTAMP"))
         if self.want[C_BORN_HOST]:
-            host_string(self._data(C_BORN_HOST), p + MQ_POS_BORNHOST, born_v6)
+            cached_host(self._data(C_BORN_HOST), &self.born_cache, p + MQ_POS_BORNHOST, born_v6)
             self._end_string(C_BORN_HOST)
         if self.want[C_STORE_HOST]:
-            host_string(self._data(C_STORE_HOST), p + store_host_pos, store_v6)
+            cached_host(self._data(C_STORE_HOST), &self.store_cache, p + store_host_pos, store_v6)
             self._end_string(C_STORE_HOST)
         if self.want[C_MSG_ID]:
             # the offset message id: the store host's address and port, then the physical offset
-            memcpy(id_raw, p + store_host_pos, store_len)
-            memcpy(id_raw + store_len, p + MQ_POS_PHYSICALOFFSET, 8)
-            hex_into(self._data(C_MSG_ID), id_raw, store_len + 8)
+            if self.id_cache.raw_len != store_len or memcmp(self.id_cache.raw, p + store_host_pos, store_len) != 0:
+                memcpy(self.id_cache.raw, p + store_host_pos, store_len)
+                self.id_cache.raw_len = store_len
+                hex_chars(self.id_cache.text, p + store_host_pos, store_len)
+                self.id_cache.text_len = 2 * store_len
+            buf_put(self._data(C_MSG_ID), self.id_cache.text, self.id_cache.text_len)
+            hex_into(self._data(C_MSG_ID), p + MQ_POS_PHYSICALOFFSET, 8)
             self._end_string(C_MSG_ID)
         if self.want[C_BODY]:
             buf_put(self._data(C_BODY), p + h.body_pos, h.body_len)
@@ -327,6 +405,11 @@ cdef class BatchColumns:
             buf_i32(self._data(C_SYS_FLAG), sf)
         if self.want[C_TAGS] or self.want[C_KEYS] or self.want[C_PROPS]:
             npairs = self._pairs(props, h.props_len)
+            if self.want[C_PROPS]:  # room for every pair at once: the loop below only copies
+                buf_reserve(&self._prop_keys.values, h.props_len)
+                buf_reserve(&self._prop_values.values, h.props_len)
+                buf_reserve(&self._prop_keys.offsets, 4 * npairs)
+                buf_reserve(&self._prop_values.offsets, 4 * npairs)
             for i in range(npairs):
                 k = self.pairs + 4 * i
                 if k[1] - k[0] == 4 and props[k[0]] == 84 and props[k[0] + 1] == 65 and \
@@ -336,10 +419,8 @@ cdef class BatchColumns:
                         props[k[0] + 2] == 89 and props[k[0] + 3] == 83:  # KEYS
                     has_keys, keys_at, keys_len = True, k[2], k[3] - k[2]
                 if self.want[C_PROPS]:
-                    buf_put(&self._prop_keys.values, props + k[0], k[1] - k[0])
-                    buf_i32(&self._prop_keys.offsets, <int32_t>self._prop_keys.values.len)
-                    buf_put(&self._prop_values.values, props + k[2], k[3] - k[2])
-                    buf_i32(&self._prop_values.offsets, <int32_t>self._prop_values.values.len)
+                    put_reserved(self._prop_keys, props + k[0], k[1] - k[0])
+                    put_reserved(self._prop_values, props + k[2], k[3] - k[2])
             if self.want[C_TAGS]:
                 self._validity(C_TAGS, has_tags)
                 if has_tags:
@@ -357,36 +438,44 @@ cdef class BatchColumns:
         return 0
 
     def buffers(self) -> dict:
-        """{column: buffers} in Arrow's layout, as bytes: int32 / int64 columns
+        """{column: buffers} in Arrow's layout, as BufferViews over this batch's memory (no
+        copy; nothing can be added to the batch afterwards): int32 / int64 columns
         ``(values,)``; strings and binaries ``(offsets, data)``; tags and keys
         ``(validity or None, offsets, data, null_count)``; properties ``(list offsets,
         key offsets, key data, value offsets, value data)``."""
         out = {}
         cdef _Column col
         cdef int i
+        self.sealed = True
         for i in range(C_COUNT):
             if not self.want[i]:
                 continue
             name = COLUMNS[i]
             col = <_Column>self.cols[i]
             if i == C_PROPS:
-                out[name] = (buf_bytes(&col.offsets), buf_bytes(&self._prop_keys.offsets),
-                             buf_bytes(&self._prop_keys.values), buf_bytes(&self._prop_values.offsets),
-                             buf_bytes(&self._prop_values.values))
+                out[name] = (buf_view(self, &col.offsets), buf_view(self, &self._prop_keys.offsets),
+                             buf_view(self, &self._prop_keys.values), buf_view(self, &self._prop_values.offsets),
+                             buf_view(self, &self._prop_values.values))
             elif name in NULLABLE_STRING_COLUMNS:
-                out[name] = (buf_bytes(&col.validity) if col.nulls else None, buf_bytes(&col.offsets),
-                             buf_bytes(&col.values), col.nulls)
+                out[name] = (buf_view(self, &col.validity) if col.nulls else None, buf_view(self, &col.offsets),
+                             buf_view(self, &col.values), col.nulls)
             elif name in STRING_COLUMNS:
-                out[name] = (buf_bytes(&col.offsets), buf_bytes(&col.values))
+                out[name] = (buf_view(self, &col.offsets), buf_view(self, &col.values))
             else:
-                out[name] = (buf_bytes(&col.values),)
+                out[name] = (buf_view(self, &col.values),)
         return out
+
+    cdef int _check_open(self) except -1:
+        if self.sealed:
+            raise ValueError("this batch's buffers were handed out (buffers()); start a new BatchColumns")
+        return 0
 
     def add_units(self, logs, const unsigned char[:] units, int64_t min_phy=0) -> int:
         """Append the records that ConsumeQueue units point at: units is a run of 20-byte units
         (big-endian phyOffset, size, tagsCode); filler units and units below min_phy (the
         CommitLog's first available byte) are skipped. logs is a RecordSource. Returns the
         records appended."""
+        self._check_open()
         return (<RecordSource?>logs).add_units(self, units, min_phy)
 
     def add_span(self, logs, int64_t phy, int64_t end, Py_ssize_t max_rows=0) -> tuple:
@@ -394,6 +483,7 @@ cdef class BatchColumns:
         them (0: all); an END_OF_FILE blank ends a file (the next record starts the next
         file). Returns (records appended, where the next record starts)."""
         cdef int64_t at = phy
+        self._check_open()
         cdef Py_ssize_t added = (<RecordSource?>logs).add_span(self, &at, end, max_rows)
         return added, at
 

@@ -12,6 +12,17 @@ INT32_COLUMNS: Final[tuple[str, ...]]
 INT64_COLUMNS: Final[tuple[str, ...]]
 
 @disjoint_base
+class BufferView:
+    """A read-only buffer over a batch's memory (no copy)."""
+
+    @property
+    def nbytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __bytes__(self) -> bytes: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@disjoint_base
 class RecordSource:
     """The mapped CommitLog files a batch reads from: file k starts at first_from + k * file_size."""
 

@@ -141,3 +141,18 @@ def test_a_span_read_in_slices_of_rows_gives_the_same_rows():
         assert 0 < added <= 7
         got += twin.buffers_to_rows(cols.buffers(), cols.rows)
     assert got == _expected(files, phys, ["commitlog_offset", "body"]) and len(files) > 1
+
+
+def test_buffers_are_views_and_seal_the_batch():
+    """buffers() hands out views of the batch's memory (no copy): adding afterwards would move
+    it under them, so it is refused."""
+    files, phys = _log([dict(topic="T", body=b"abc")])
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    cols = _arrow.BatchColumns(["body"])
+    cols.add_span(source, 0, _end(files, phys))
+    offsets, data = cols.buffers()["body"]
+    assert bytes(memoryview(data)) == b"abc" and memoryview(data).readonly and len(offsets) == 8
+    with pytest.raises(ValueError, match="buffers were handed out"):
+        cols.add_span(source, 0, _end(files, phys))
+    del cols  # the views keep the memory alive
+    assert bytes(data) == b"abc"

@@ -210,7 +210,7 @@ def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
                                                 null_count=nulls))
         else:  # properties
             list_offsets, key_offsets, key_data, value_offsets, value_data = bufs
-            pairs = int.from_bytes(list_offsets[-4:], "little")
+            pairs = int.from_bytes(bytes(memoryview(list_offsets)[-4:]), "little")
             keys = pa.Array.from_buffers(pa.string(), pairs, [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
             values = pa.Array.from_buffers(pa.string(), pairs,
                                            [None, pa.py_buffer(value_offsets), pa.py_buffer(value_data)])

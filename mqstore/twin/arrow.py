@@ -57,8 +57,9 @@ def rows(records: Iterable[DecodedRecord], columns: Iterable[str] = COLUMNS) -> 
     return [{k: v for k, v in row(rec).items() if k in wanted} for rec in records]
 
 
-def _strings(offsets: bytes, data: bytes, n: int, text: bool) -> list[Any]:
-    offs = struct.unpack(f"<{n + 1}i", offsets)
+def _strings(offsets: Any, data: Any, n: int, text: bool) -> list[Any]:
+    offs = struct.unpack(f"<{n + 1}i", bytes(offsets))
+    data = bytes(data)
     out = [data[offs[i]:offs[i + 1]] for i in range(n)]
     return [b.decode("utf-8") for b in out] if text else out
 
@@ -68,21 +69,22 @@ def buffers_to_rows(buffers: dict[str, tuple[Any, ...]], n: int) -> list[dict[st
     cols: dict[str, list[Any]] = {}
     for name, bufs in buffers.items():
         if name in INT32_COLUMNS:
-            cols[name] = list(struct.unpack(f"<{n}i", bufs[0]))
+            cols[name] = list(struct.unpack(f"<{n}i", bytes(bufs[0])))
         elif name in INT64_COLUMNS:
-            cols[name] = list(struct.unpack(f"<{n}q", bufs[0]))
+            cols[name] = list(struct.unpack(f"<{n}q", bytes(bufs[0])))
         elif name in STRING_COLUMNS or name == "body":
             cols[name] = _strings(bufs[0], bufs[1], n, name != "body")
         elif name in NULLABLE_STRING_COLUMNS:
             validity, offsets, data, nulls = bufs
             values = _strings(offsets, data, n, True)
             if validity is not None:
+                validity = bytes(validity)
                 values = [v if validity[i // 8] >> (i % 8) & 1 else None for i, v in enumerate(values)]
             assert sum(v is None for v in values) == nulls
             cols[name] = values
         elif name == "properties":
             list_offsets, key_offsets, key_data, value_offsets, value_data = bufs
-            lo = struct.unpack(f"<{n + 1}i", list_offsets)
+            lo = struct.unpack(f"<{n + 1}i", bytes(list_offsets))
             pairs = lo[n]
             keys = _strings(key_offsets, key_data, pairs, True)
             values = _strings(value_offsets, value_data, pairs, True)
