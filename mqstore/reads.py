@@ -9,6 +9,7 @@ kernels (mqstore._consumequeue, mqstore._search).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,50 @@ def _pinned(files: list[Any]) -> tuple[list[Any], list[memoryview]]:
             continue
         kept.append(mf)
     return kept, pins
+
+
+def _unit_time(m: LogMap, mf: Any, pos: int, min_phy: int) -> int | None:
+    phy = int.from_bytes(mf.read(pos, 8), "big", signed=True)
+    if phy < min_phy:
+        return None
+    ts = m.store_timestamp(phy)
+    return ts if ts >= 0 else None
+
+
+def offset_by_time_in_files(files: list[Any], unit_range: Callable[[Any], tuple[int, int]], m: LogMap, min_phy: int,
+                            timestamp: int, warm: int, max_offset: int) -> TimeLookup:
+    """spec §3 getOffsetInQueueByTime over one queue's mapped files (oldest first):
+    unit_range(mf) gives the [lo, hi] unit positions of a file that hold the queue's units,
+    m the CommitLog files; max_offset is the answer when no unit qualifies. The file whose
+    last unit is at or after timestamp is searched (the C kernel, Kafka's hot/cold split),
+    then the nearest-entry rule is applied across the boundary with the file before."""
+    if not files:
+        return TimeLookup(max_offset)
+    bases = m.base_addresses()
+    chosen = None
+    for i, mf in enumerate(files):
+        lo, hi = unit_range(mf)
+        if hi < lo:
+            continue
+        chosen = (i, mf, lo, hi)
+        last_time = _unit_time(m, mf, hi, min_phy)
+        if last_time is not None and last_time >= timestamp:
+            break
+    if chosen is None:
+        return TimeLookup(max_offset)
+    i, mf, lo, hi = chosen
+    pos, cq_pages, cl_pages, probes = offset_by_time(
+        mf.address, lo, hi, timestamp, min_phy, bases, m.first_from, m.file_size, warm)
+    result = TimeLookup((mf.file_from + pos) // UNIT, cq_pages, cl_pages, probes)
+    if pos == lo and i > 0:
+        # nearest-entry rule across the file boundary: the previous file's last unit
+        right = _unit_time(m, mf, pos, min_phy)
+        prev: Any = files[i - 1]
+        plo, phi = unit_range(prev)
+        left = _unit_time(m, prev, phi, min_phy) if phi >= plo else None
+        if right is not None and right > timestamp and left is not None and timestamp - left <= right - timestamp:
+            result.offset = (prev.file_from + phi) // UNIT
+    return result
 
 
 class MessageReader(ReadKernel):
@@ -139,37 +184,10 @@ class MessageReader(ReadKernel):
 
     def _offset_by_time(self, cq: ConsumeQueue, files: list[Any], timestamp: int,
                         warm_bytes: int | None) -> TimeLookup:
-        if not files:
-            return TimeLookup(cq.max_offset_in_queue)
-        m = self.log_map()
-        bases = m.base_addresses()
-        min_phy = self.commitlog.min_offset
-        warm = self.warm_bytes if warm_bytes is None else warm_bytes
-        chosen = None
-        for i, mf in enumerate(files):
-            lo, hi = self._unit_range(cq, mf)
-            if hi < lo:
-                continue
-            chosen = (i, mf, lo, hi)
-            last_time = self._unit_time(m, mf, hi, min_phy)
-            if last_time is not None and last_time >= timestamp:
-                break
-        if chosen is None:
-            return TimeLookup(cq.max_offset_in_queue)
-        i, mf, lo, hi = chosen
-        assert mf is not None
-        pos, cq_pages, cl_pages, probes = offset_by_time(
-            mf.address, lo, hi, timestamp, min_phy, bases, m.first_from, m.file_size, warm)
-        result = TimeLookup((mf.file_from + pos) // UNIT, cq_pages, cl_pages, probes)
-        if pos == lo and i > 0:
-            # nearest-entry rule across the file boundary: the previous file's last unit
-            right = self._unit_time(m, mf, pos, min_phy)
-            prev: Any = files[i - 1]
-            plo, phi = self._unit_range(cq, prev)
-            left = self._unit_time(m, prev, phi, min_phy) if phi >= plo else None
-            if right is not None and right > timestamp and left is not None and timestamp - left <= right - timestamp:
-                result.offset = (prev.file_from + phi) // UNIT
-        return result
+        return offset_by_time_in_files(files, lambda mf: self._unit_range(cq, mf), self.log_map(),
+                                       self.commitlog.min_offset, timestamp,
+                                       self.warm_bytes if warm_bytes is None else warm_bytes,
+                                       cq.max_offset_in_queue)
 
     def _unit_range(self, cq: ConsumeQueue, mf: Any) -> tuple[int, int]:
         file_from = mf.file_from
@@ -177,14 +195,6 @@ class MessageReader(ReadKernel):
         end = cq.max_logic_offset - file_from if mf is cq.current_file else mf.wrote_position
         end = min(end, cq.file_size)
         return lo, end - UNIT
-
-    @staticmethod
-    def _unit_time(m: LogMap, mf: Any, pos: int, min_phy: int) -> int | None:
-        phy = int.from_bytes(mf.read(pos, 8), "big", signed=True)
-        if phy < min_phy:
-            return None
-        ts = m.store_timestamp(phy)
-        return ts if ts >= 0 else None
 
     # -- by key (spec §4.4) -----------------------------------------------------------------
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:

@@ -22,6 +22,8 @@ from typing import Any
 
 from mqstore import _shm
 from mqstore._arrow import RecordSource
+from mqstore._consumequeue import LogMap
+from mqstore._search import WARM_BYTES_DEFAULT
 from mqstore.errors import MQStoreError
 from mqstore.inspection import (
     UNIT,
@@ -34,6 +36,7 @@ from mqstore.inspection import (
     queue_info,
 )
 from mqstore.node import CONTROL_BLOCK_NAME
+from mqstore.reads import offset_by_time_in_files
 from mqstore.store import lock_state, require_store
 
 
@@ -133,16 +136,41 @@ class StoreSnapshot:
     # -- ConsumeQueues -----------------------------------------------------------------------
     def queues(self) -> list[QueueRange]:
         """Every queue with its readable offsets, by topic and queue id."""
-        out = []
-        for topic, queue_id in sorted(self._dirs):
-            files = self._queue_files(topic, queue_id)
-            info = queue_info(files, self.min_phy)
-            max_offset = info.max_offset
-            if self.live:
-                published = self._ctl.table_get_dispatched(topic, queue_id)
-                max_offset = min(max_offset, published if published is not None else 0)
-            out.append(QueueRange(topic, queue_id, min(info.min_offset, max_offset), max_offset))
-        return out
+        return [self.queue(topic, queue_id) for topic, queue_id in sorted(self._dirs)]
+
+    def queue(self, topic: str, queue_id: int) -> QueueRange:
+        """One queue's readable offsets (KeyError if the store has no such queue)."""
+        info = queue_info(self._queue_files(topic, queue_id), self.min_phy)
+        max_offset = info.max_offset
+        if self.live:
+            published = self._ctl.table_get_dispatched(topic, queue_id)
+            max_offset = min(max_offset, published if published is not None else 0)
+        return QueueRange(topic, queue_id, min(info.min_offset, max_offset), max_offset)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The store's time lookup (spec §3 getOffsetInQueueByTime, MessageStore.
+        get_offset_in_queue_by_time) over this view: the queue offset whose store time is
+        nearest timestamp (ms), the earliest of equal ones; the max offset when the queue
+        holds nothing readable."""
+        q = self.queue(topic, queue_id)
+        directory = self._dirs[(topic, queue_id)]
+        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+        if not names or q.max_offset <= q.min_offset:
+            return q.max_offset
+        assert self._log is not None
+        size = os.path.getsize(os.path.join(directory, names[0]))
+        files = ReadOnlyFileQueue.of_directory(directory, size, "ConsumeQueue", contiguous=False)
+
+        def unit_range(mf: Any) -> tuple[int, int]:
+            lo = max(0, q.min_offset * UNIT - mf.file_from)
+            return lo, min(q.max_offset * UNIT - mf.file_from, size) - UNIT
+
+        try:
+            log = LogMap(self._log.files, self._log.file_size)
+            return offset_by_time_in_files(files.files, unit_range, log, self.min_phy, timestamp, WARM_BYTES_DEFAULT,
+                                           q.max_offset).offset
+        finally:
+            files.close()
 
     def units(self, topic: str, queue_id: int, start: int, end: int) -> bytes:
         """The 20-byte units of queue offsets [start, end) (a unit no file holds any more is

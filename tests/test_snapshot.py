@@ -79,3 +79,22 @@ def test_units_below_the_first_commitlog_file_are_skipped(tmp_path):
         unit = snap.units("T", 0, q.min_offset, q.min_offset + 1)
         assert struct.unpack(">qiq", unit)[0] >= snap.min_phy
         assert _bodies(snap, "T", 0, q.min_offset, q.max_offset) == [b"m%d" % i for i in range(q.min_offset, 2000)]
+
+
+def test_time_lookup_answers_as_the_store_does(tmp_path):
+    """offset_by_time over the read-only view gives what MessageStore.get_offset_in_queue_by_time
+    gives, across ConsumeQueue files and for times before, inside and after the queue."""
+    import time
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, **CFG) as store:
+        for burst in range(12):
+            for i in range(30):
+                store.put_message(Message("T", b"b%d-%d" % (burst, i), queue_id=0)).check()
+            time.sleep(0.003)
+        times = sorted({store.look_message_by_queue_offset("T", 0, off).store_timestamp for off in range(0, 360, 7)})
+        probes = [times[0] - 5, *times, *(t + 1 for t in times), times[-1] + 100]
+        expected = {ts: store.get_offset_in_queue_by_time("T", 0, ts) for ts in probes}
+    with StoreSnapshot(root) as snap:
+        assert {ts: snap.offset_by_time("T", 0, ts) for ts in probes} == expected
+    assert len(set(expected.values())) > 5  # the times spread over the queue

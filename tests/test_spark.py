@@ -176,3 +176,35 @@ def test_plan_refuses_offsets_no_longer_stored_naming_the_queue_and_the_range():
 def test_plan_names_a_bad_option(options, message):
     with pytest.raises(OptionError, match=message):
         plan_queue_slices(QUEUES, options)
+
+
+def test_plan_by_timestamps_uses_the_time_lookup_and_refuses_both_kinds():
+    looked = []
+
+    def by_time(q, ts):
+        looked.append((q.key, ts))
+        return {1000: 10, 2000: 20}[ts] if q.topic == "A" else 3
+
+    got = plan_queue_slices(QUEUES, {"startingtimestamp": "1000", "endingtimestamp": "2000", "topics": "A"}, by_time)
+    assert got == [QueueSlice("A", 0, 10, 20)] and ("A/0", 1000) in looked
+    with pytest.raises(OptionError, match="startingTimestamp and startingOffsets both"):
+        plan_queue_slices(QUEUES, {"startingtimestamp": "1", "startingoffsets": "earliest"}, by_time)
+
+
+def test_read_by_timestamps_gives_the_messages_between_the_looked_up_offsets(spark, tmp_path):
+    import time
+
+    root = str(tmp_path / "timed")
+    with MessageStore(root, **CFG) as s:
+        marks = []
+        for burst in range(5):
+            marks.append(int(time.time() * 1000))
+            for i in range(20):
+                s.put_message(Message("Timed", b"%d-%d" % (burst, i), queue_id=0)).check()
+            time.sleep(0.02)
+        start, end = (s.get_offset_in_queue_by_time("Timed", 0, marks[1]),
+                      s.get_offset_in_queue_by_time("Timed", 0, marks[3]))
+    df = (spark.read.format("mqstore").option("startingTimestamp", marks[1]).option("endingTimestamp", marks[3])
+          .load(root))
+    assert sorted(r.queue_offset for r in df.select("queue_offset").collect()) == list(range(start, end))
+    assert 30 <= end - start <= 50

@@ -17,6 +17,11 @@ Options (all optional):
                          queue and the missing range
 ``endingOffsets``        ``latest`` (default) or JSON as above (exclusive; past the latest
                          offset reads up to the latest)
+``startingTimestamp``    epoch ms instead of startingOffsets: each queue starts at the offset
+                         the store's time lookup gives (spec §3 getOffsetInQueueByTime: the
+                         message whose store time is nearest, the earliest of equal ones)
+``endingTimestamp``      epoch ms instead of endingOffsets: each queue ends (exclusive) at the
+                         offset the time lookup gives
 ``mode``                 ``queues`` (default: partitions are (topic, queue) offset ranges,
                          rows in queue order) or ``commitlog`` (a partition per CommitLog
                          file, every record in log order; topics/queues/offsets do not apply)
@@ -31,7 +36,7 @@ PySpark 4.3 offers, and the body and properties are the costly columns.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,9 +142,11 @@ def _list_option(options: dict[str, str], name: str) -> list[str] | None:
     return [p.strip() for p in raw.split(",") if p.strip()]
 
 
-def plan_queue_slices(queues: list[QueueRange], options: dict[str, str]) -> list[QueueSlice]:
+def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
+                      offset_by_time: Callable[[QueueRange, int], int] | None = None) -> list[QueueSlice]:
     """The partitions of a queue-mode read: the chosen queues, their [start, end) by the
-    offset options, cut into maxRowsPerPartition pieces."""
+    offset (or timestamp: offset_by_time(queue, ms), the store's time lookup) options, cut
+    into maxRowsPerPartition pieces."""
     topics = _list_option(options, "topics")
     queue_ids_raw = _list_option(options, "queues")
     try:
@@ -148,6 +155,14 @@ def plan_queue_slices(queues: list[QueueRange], options: dict[str, str]) -> list
         raise OptionError(f"option queues={options.get('queues')!r} must list queue ids (integers)") from None
     starting = _offsets(options, "startingOffsets", "earliest")
     ending = _offsets(options, "endingOffsets", "latest")
+    times = {}
+    for name, offsets_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
+        if name.lower() in options:
+            if offsets_name.lower() in options:
+                raise OptionError(f"options {name} and {offsets_name} both say where to {name[:-9]}; give one")
+            times[name] = _int_option(options, name, 0, low=0)
+    if times and offset_by_time is None:
+        raise OptionError("timestamp options need the store's time lookup")
     per_partition = _int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
     known = {q.key for q in queues}
     for name, given in (("startingOffsets", starting), ("endingOffsets", ending)):
@@ -158,7 +173,10 @@ def plan_queue_slices(queues: list[QueueRange], options: dict[str, str]) -> list
     for q in queues:
         if (topics is not None and q.topic not in topics) or (queue_ids is not None and q.queue_id not in queue_ids):
             continue
-        if starting == "latest":
+        if "startingTimestamp" in times:
+            assert offset_by_time is not None
+            start = offset_by_time(q, times["startingTimestamp"])
+        elif starting == "latest":
             start = q.max_offset
         elif isinstance(starting, dict) and q.key in starting:
             start = starting[q.key]
@@ -168,6 +186,9 @@ def plan_queue_slices(queues: list[QueueRange], options: dict[str, str]) -> list
         else:
             start = q.min_offset
         end = ending[q.key] if isinstance(ending, dict) and q.key in ending else q.max_offset
+        if "endingTimestamp" in times:
+            assert offset_by_time is not None
+            end = offset_by_time(q, times["endingTimestamp"])
         end = min(end, q.max_offset)
         for at in range(start, end, per_partition):
             out.append(QueueSlice(q.topic, q.queue_id, at, min(end, at + per_partition)))
@@ -251,7 +272,8 @@ class MQStoreBatchReader(DataSourceReader):
         with StoreSnapshot(self.root) as snap:
             if self.mode == "commitlog":
                 return [LogSlice(start, end) for start, end in snap.log_spans()]
-            return list(plan_queue_slices(snap.queues(), self.options))
+            return list(plan_queue_slices(snap.queues(), self.options,
+                                          lambda q, ts: snap.offset_by_time(q.topic, q.queue_id, ts)))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
