@@ -256,6 +256,7 @@ cdef class BatchColumns:
     cdef HostCache store_cache
     cdef HostCache id_cache  # the store host in hex, the first half of a msg_id
     cdef bint sealed  # buffers() handed out views of the memory: it must not move any more
+    cdef readonly Py_ssize_t below_min  # units add_units skipped because their record is below min_phy
 
     def __cinit__(self):
         self.pairs = NULL
@@ -473,8 +474,8 @@ cdef class BatchColumns:
     def add_units(self, logs, const unsigned char[:] units, int64_t min_phy=0) -> int:
         """Append the records that ConsumeQueue units point at: units is a run of 20-byte units
         (big-endian phyOffset, size, tagsCode); filler units and units below min_phy (the
-        CommitLog's first available byte) are skipped. logs is a RecordSource. Returns the
-        records appended."""
+        CommitLog's first available byte: deleted by retention, counted in below_min) are
+        skipped. logs is a RecordSource. Returns the records appended."""
         self._check_open()
         return (<RecordSource?>logs).add_units(self, units, min_phy)
 
@@ -544,7 +545,10 @@ cdef class RecordSource:
             u = <const char *>&units[i * CQ_UNIT]
             phy = mq_get_i64(u)
             size = mq_get_i32(u + 8)
-            if (phy == 0 and size == FILLER_SIZE) or phy < min_phy:
+            if phy == 0 and size == FILLER_SIZE:
+                continue
+            if phy < min_phy:
+                cols.below_min += 1
                 continue
             rec = self._at(phy, &avail)
             if size > avail:

@@ -81,6 +81,7 @@ def test_units_with_fillers_and_a_min_offset_match_the_twin(fields_list, data):
     source = _arrow.RecordSource(0, FILE_SIZE, files)
     kept = [p for p in picked if p >= min_phy]
     assert cols.add_units(source, units, min_phy) == len(kept)
+    assert cols.below_min == len(picked) - len(kept)
     assert twin.buffers_to_rows(cols.buffers(), cols.rows) == _expected(files, kept, columns)
 
 

@@ -208,3 +208,102 @@ def test_read_by_timestamps_gives_the_messages_between_the_looked_up_offsets(spa
           .load(root))
     assert sorted(r.queue_offset for r in df.select("queue_offset").collect()) == list(range(start, end))
     assert 30 <= end - start <= 50
+
+
+# -- streaming ---------------------------------------------------------------------------------
+def test_share_rows_gives_each_queue_a_fair_part():
+    from mqstore.spark.stream import share_rows
+
+    start = {"A/0": 0, "A/1": 10, "B/0": 5}
+    latest = {"A/0": 100, "A/1": 12, "B/0": 105}
+    assert share_rows(start, latest, 1000) == latest
+    got = share_rows(start, latest, 50)
+    assert got["A/1"] == 12 and got["A/0"] + got["B/0"] - 5 == 48 and abs(got["A/0"] - (got["B/0"] - 5)) <= 1
+    assert share_rows(start, latest, 0) == start
+
+
+def _stream(spark, root, checkpoint, out, **options):
+    reader = spark.readStream.format("mqstore")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    q = (reader.load(root).select("topic", "queue_id", "queue_offset", "body").writeStream.format("parquet")
+         .option("checkpointLocation", checkpoint).option("path", out).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(240)
+    finally:
+        q.stop()
+    return q
+
+
+def test_a_stream_reads_every_message_once_in_micro_batches(spark, store, tmp_path):
+    q = _stream(spark, store, str(tmp_path / "cp"), str(tmp_path / "out"), maxRecordsPerTrigger=700)
+    assert len([p for p in q.recentProgress if p["numInputRows"] > 0]) >= 4  # 2540 messages, 700 a batch
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    keys = [(r.topic, r.queue_id, r.queue_offset) for r in rows]
+    assert len(keys) == len(set(keys)) == 2540
+
+
+KILLED_QUERY = """
+import sys, time
+from mqstore.spark import session
+spark = session("local[1]")
+q = (spark.readStream.format("mqstore").option("maxRecordsPerTrigger", 300).load(sys.argv[1])
+     .select("topic", "queue_id", "queue_offset", "body").writeStream.format("parquet")
+     .option("checkpointLocation", sys.argv[2]).option("path", sys.argv[3]).trigger(processingTime="100 milliseconds")
+     .start())
+print("STARTED", flush=True)
+q.awaitTermination()
+"""
+
+
+def test_a_killed_query_restarted_from_its_checkpoint_delivers_every_message_exactly_once(spark, store, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_QUERY, store, checkpoint, out], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "STARTED"
+        commits = os.path.join(checkpoint, "commits")
+        deadline = time.monotonic() + 180
+        while not (os.path.isdir(commits) and len([n for n in os.listdir(commits) if n.isdigit()]) >= 2):
+            assert time.monotonic() < deadline and proc.poll() is None, "the query committed no micro-batch"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, mid-stream
+        proc.wait(60)
+    done_before = len(spark.read.parquet(out).collect())
+    assert 0 < done_before < 2540
+    _stream(spark, store, checkpoint, out, maxRecordsPerTrigger=300)
+    rows = spark.read.parquet(out).collect()
+    keys = [(r.topic, r.queue_id, r.queue_offset) for r in rows]
+    assert len(keys) == len(set(keys)) == 2540
+
+
+def test_retention_gaps_fail_the_stream_naming_the_range_unless_skipping_is_asked(tmp_path):
+    import os
+
+    from mqstore.spark.source import SCHEMA, DataLossError
+    from mqstore.spark.stream import MQStoreStreamReader
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 200) as s:
+        for i in range(2000):
+            s.put_message(Message("R", b"r%d" % i, queue_id=0)).check()
+    reader = MQStoreStreamReader({"path": root}, SCHEMA)
+    start = reader.initialOffset()
+    assert start == {"R/0": 0}
+    first = sorted(os.listdir(os.path.join(root, "commitlog")))[0]
+    os.unlink(os.path.join(root, "commitlog", first))  # as retention does
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end == {"R/0": 2000}
+    with pytest.raises(DataLossError, match=r"queue R/0: offsets \[0, \d+\) are no longer stored"):
+        reader.partitions(start, end)
+    skipping = MQStoreStreamReader({"path": root, "failOnDataLoss": "false"}, SCHEMA)
+    parts = skipping.partitions(start, end)
+    (key, lost_from, lost_to), = skipping.skipped
+    assert key == "R/0" and lost_from == 0 and parts[0].start == lost_to > 0 and parts[-1].end == 2000

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -142,39 +142,46 @@ def _list_option(options: dict[str, str], name: str) -> list[str] | None:
     return [p.strip() for p in raw.split(",") if p.strip()]
 
 
-def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
-                      offset_by_time: Callable[[QueueRange, int], int] | None = None) -> list[QueueSlice]:
-    """The partitions of a queue-mode read: the chosen queues, their [start, end) by the
-    offset (or timestamp: offset_by_time(queue, ms), the store's time lookup) options, cut
-    into maxRowsPerPartition pieces."""
+def select_queues(queues: list[QueueRange], options: dict[str, str]) -> list[QueueRange]:
+    """The queues the topics and queues options pick."""
     topics = _list_option(options, "topics")
     queue_ids_raw = _list_option(options, "queues")
     try:
         queue_ids = None if queue_ids_raw is None else {int(q) for q in queue_ids_raw}
     except ValueError:
         raise OptionError(f"option queues={options.get('queues')!r} must list queue ids (integers)") from None
-    starting = _offsets(options, "startingOffsets", "earliest")
-    ending = _offsets(options, "endingOffsets", "latest")
+    return [q for q in queues if (topics is None or q.topic in topics) and (queue_ids is None or q.queue_id in queue_ids)]
+
+
+def _times(options: dict[str, str]) -> dict[str, int]:
     times = {}
     for name, offsets_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
         if name.lower() in options:
             if offsets_name.lower() in options:
                 raise OptionError(f"options {name} and {offsets_name} both say where to {name[:-9]}; give one")
             times[name] = _int_option(options, name, 0, low=0)
-    if times and offset_by_time is None:
-        raise OptionError("timestamp options need the store's time lookup")
-    per_partition = _int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
+    return times
+
+
+def _check_named(queues: list[QueueRange], name: str, given: str | dict[str, int]) -> None:
     known = {q.key for q in queues}
-    for name, given in (("startingOffsets", starting), ("endingOffsets", ending)):
-        if isinstance(given, dict) and set(given) - known:
-            raise OptionError(f"option {name} names queue(s) the store does not have: "
-                              f"{', '.join(sorted(set(given) - known))}")
-    out = []
+    if isinstance(given, dict) and set(given) - known:
+        raise OptionError(f"option {name} names queue(s) the store does not have: "
+                          f"{', '.join(sorted(set(given) - known))}")
+
+
+def starting_offsets(queues: list[QueueRange], options: dict[str, str],
+                     offset_by_time: Callable[[QueueRange, int], int] | None) -> dict[str, int]:
+    """{queue key: first offset to read} by startingOffsets / startingTimestamp; an explicit
+    offset below the earliest one still stored is an error naming the queue and the range."""
+    starting = _offsets(options, "startingOffsets", "earliest")
+    times = _times(options)
+    _check_named(queues, "startingOffsets", starting)
+    out = {}
     for q in queues:
-        if (topics is not None and q.topic not in topics) or (queue_ids is not None and q.queue_id not in queue_ids):
-            continue
         if "startingTimestamp" in times:
-            assert offset_by_time is not None
+            if offset_by_time is None:
+                raise OptionError("timestamp options need the store's time lookup")
             start = offset_by_time(q, times["startingTimestamp"])
         elif starting == "latest":
             start = q.max_offset
@@ -185,13 +192,33 @@ def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
                                   f"[{start}, {q.min_offset}) are no longer stored (the earliest is {q.min_offset})")
         else:
             start = q.min_offset
+        out[q.key] = start
+    return out
+
+
+def slices(q: QueueRange, start: int, end: int, per_partition: int) -> list[QueueSlice]:
+    return [QueueSlice(q.topic, q.queue_id, at, min(end, at + per_partition)) for at in range(start, end, per_partition)]
+
+
+def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
+                      offset_by_time: Callable[[QueueRange, int], int] | None = None) -> list[QueueSlice]:
+    """The partitions of a batch read in queue mode: the chosen queues, their [start, end) by
+    the offset (or timestamp: offset_by_time(queue, ms), the store's time lookup) options,
+    cut into maxRowsPerPartition pieces."""
+    chosen = select_queues(queues, options)
+    ending = _offsets(options, "endingOffsets", "latest")
+    _check_named(queues, "endingOffsets", ending)
+    times = _times(options)
+    per_partition = _int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
+    starts = starting_offsets(queues, options, offset_by_time)
+    out = []
+    for q in chosen:
         end = ending[q.key] if isinstance(ending, dict) and q.key in ending else q.max_offset
         if "endingTimestamp" in times:
-            assert offset_by_time is not None
+            if offset_by_time is None:
+                raise OptionError("timestamp options need the store's time lookup")
             end = offset_by_time(q, times["endingTimestamp"])
-        end = min(end, q.max_offset)
-        for at in range(start, end, per_partition):
-            out.append(QueueSlice(q.topic, q.queue_id, at, min(end, at + per_partition)))
+        out += slices(q, starts[q.key], min(end, q.max_offset), per_partition)
     return out
 
 
@@ -254,8 +281,15 @@ class MQStoreDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return MQStoreBatchReader(dict(self.options), schema)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from mqstore.spark.stream import MQStoreStreamReader
 
-class MQStoreBatchReader(DataSourceReader):
+        return MQStoreStreamReader(dict(self.options), schema)
+
+
+class _Reading:
+    """What batch and stream readers share: the store, the columns and how a partition is read."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = {k.lower(): v for k, v in options.items()}
         self.root = self.options.get("path")
@@ -263,19 +297,10 @@ class MQStoreBatchReader(DataSourceReader):
             raise OptionError('no store directory: spark.read.format("mqstore").load("/path/to/store")')
         self.columns = _columns(schema)
         self.schema = schema
-        self.mode = self.options.get("mode", "queues")
-        if self.mode not in ("queues", "commitlog"):
-            raise OptionError(f"option mode={self.mode!r}: expected queues or commitlog")
         self.batch_rows = _int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
+        self.fail_on_data_loss = self.options.get("failondataloss", "true").lower() != "false"
 
-    def partitions(self) -> list[InputPartition]:
-        with StoreSnapshot(self.root) as snap:
-            if self.mode == "commitlog":
-                return [LogSlice(start, end) for start, end in snap.log_spans()]
-            return list(plan_queue_slices(snap.queues(), self.options,
-                                          lambda q, ts: snap.offset_by_time(q.topic, q.queue_id, ts)))
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
+    def read_slices(self, partition: InputPartition) -> Iterator[Any]:
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         with StoreSnapshot(self.root) as snap:
             source = snap.record_source()
@@ -285,6 +310,11 @@ class MQStoreBatchReader(DataSourceReader):
                 for at in range(0, len(units), step):
                     cols = BatchColumns(self.columns)
                     cols.add_units(source, units[at:at + step], snap.min_phy)
+                    if cols.below_min and self.fail_on_data_loss:
+                        raise DataLossError(
+                            f"queue {partition.topic}/{partition.queue_id}: {cols.below_min} message(s) of offsets "
+                            f"[{partition.start + at // UNIT}, {partition.start + (at + step) // UNIT}) were deleted by "
+                            "retention after the query planned to read them")
                     if cols.rows:
                         yield record_batch(cols, arrow_schema)
             elif isinstance(partition, LogSlice):
@@ -296,3 +326,27 @@ class MQStoreBatchReader(DataSourceReader):
                         yield record_batch(cols, arrow_schema)
                     if not added:
                         break
+
+
+class DataLossError(MQStoreError, RuntimeError):
+    """Offsets a query must read were deleted by retention."""
+
+    hint = "read from the queue's earliest offset, or set option failOnDataLoss=false to skip them (reported)"
+
+
+class MQStoreBatchReader(_Reading, DataSourceReader):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        self.mode = self.options.get("mode", "queues")
+        if self.mode not in ("queues", "commitlog"):
+            raise OptionError(f"option mode={self.mode!r}: expected queues or commitlog")
+
+    def partitions(self) -> list[InputPartition]:
+        with StoreSnapshot(self.root) as snap:
+            if self.mode == "commitlog":
+                return [LogSlice(start, end) for start, end in snap.log_spans()]
+            return list(plan_queue_slices(snap.queues(), self.options,
+                                          lambda q, ts: snap.offset_by_time(q.topic, q.queue_id, ts)))
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return self.read_slices(partition)
