@@ -316,33 +316,24 @@ cdef class BatchColumns:
         split on \\x02; a segment counts if its first \\x01 leaves a non-empty name and a
         non-empty value (everything after it); a later duplicate name replaces the value and
         keeps the first position. Fills self.pairs; returns the number of pairs."""
-        cdef int i = 0, seg, sep, end, j, m, npairs = 0
+        cdef int i = 0, seg = 0, sep = 0, end = 0, j, m, npairs = 0
         cdef int32_t *q
-        while i < n:
-            seg = i
-            end = seg
-            sep = -1
-            while end < n and props[end] != 2:
-                if sep < 0 and props[end] == 1:
-                    sep = end
-                end += 1
-            if sep > seg and sep < end - 1:
-                m = -1
-                for j in range(npairs):
-                    q = self.pairs + 4 * j
-                    if q[1] - q[0] == sep - seg and memcmp(props + q[0], props + seg, sep - seg) == 0:
-                        m = j
-                        break
-                if m < 0:
-                    m = npairs
-                    npairs += 1
-                    q = self.pairs + 4 * m
-                    q[0] = seg
-                    q[1] = sep
+        while next_property(props, n, &i, &seg, &sep, &end):
+            m = -1
+            for j in range(npairs):
+                q = self.pairs + 4 * j
+                if q[1] - q[0] == sep - seg and memcmp(props + q[0], props + seg, sep - seg) == 0:
+                    m = j
+                    break
+            if m < 0:
+                m = npairs
+                npairs += 1
                 q = self.pairs + 4 * m
-                q[2] = sep + 1
-                q[3] = end
-            i = end + 1
+                q[0] = seg
+                q[1] = sep
+            q = self.pairs + 4 * m
+            q[2] = sep + 1
+            q[3] = end
         return npairs
 
     cdef int add(self, const char *p, int64_t avail, int64_t phy) except -1:

@@ -8,7 +8,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 from mq_bytes cimport mq_get_i32, mq_get_i64
-from mq_record cimport (RecordHead, parse_record_head, mq_java_hash, store_timestamp_pos, MQ_PARSE_OK,
+from mq_record cimport (RecordHead, parse_record_head, mq_java_hash, store_timestamp_pos, next_property, MQ_PARSE_OK,
                         MQ_PARSE_BLANK, MQ_PARSE_INVALID, MQ_POS_QUEUEID, MQ_POS_QUEUEOFFSET,
                         MQ_POS_PHYSICALOFFSET, MQ_TRANSACTION_TYPE_MASK, MQ_TRANSACTION_PREPARED_TYPE,
                         MQ_TRANSACTION_ROLLBACK_TYPE)
@@ -64,18 +64,8 @@ cdef inline void parse_props(const char *p, int n, Props *out) noexcept nogil:
     segments split on \\x02, key before the first \\x01, both non-empty; the last one wins."""
     out.tags = NULL; out.keys = NULL; out.uniq = NULL; out.delay = NULL
     out.tags_len = 0; out.keys_len = 0; out.uniq_len = 0; out.delay_len = 0
-    cdef int i = 0, seg, sep, end
-    while i < n:
-        seg = i
-        sep = -1
-        while i < n and p[i] != 2:
-            if sep < 0 and p[i] == 1:
-                sep = i
-            i += 1
-        end = i
-        i += 1
-        if end - seg < 3 or sep <= seg or sep >= end - 1:
-            continue
+    cdef int i = 0, seg = 0, sep = 0, end = 0
+    while next_property(p, n, &i, &seg, &sep, &end):
         if key_is(p + seg, sep - seg, "TAGS", 4):
             out.tags = p + sep + 1; out.tags_len = end - sep - 1
         elif key_is(p + seg, sep - seg, "KEYS", 4):

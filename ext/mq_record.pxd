@@ -112,6 +112,32 @@ cdef inline int body_len_pos(int sys_flag) noexcept nogil:
             + (20 if sys_flag & MQ_STOREHOST_V6_FLAG else 8) + 12)
 
 
+cdef inline bint next_property(const char *p, int n, int *at, int *name, int *sep, int *end) noexcept nogil:
+    """The next name\\x01value pair of a properties string at or after at[0] (spec §1.4
+    string2messageProperties: segments split on \\x02; one counts when its first \\x01 leaves a
+    non-empty name and a non-empty value, the value being all after that \\x01). Sets the
+    name's start, the \\x01's position and the segment's end, and moves at[0] past the
+    segment; False when no pair is left."""
+    cdef int i = at[0], seg, s, e
+    while i < n:
+        seg = i
+        s = -1
+        while i < n and p[i] != 2:
+            if s < 0 and p[i] == 1:
+                s = i
+            i += 1
+        e = i
+        i += 1
+        if seg < s < e - 1:
+            name[0] = seg
+            sep[0] = s
+            end[0] = e
+            at[0] = i
+            return True
+    at[0] = i
+    return False
+
+
 cdef enum:
     MQ_PARSE_OK = 0
     MQ_PARSE_BLANK = 1
