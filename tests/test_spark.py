@@ -307,3 +307,25 @@ def test_retention_gaps_fail_the_stream_naming_the_range_unless_skipping_is_aske
     parts = skipping.partitions(start, end)
     (key, lost_from, lost_to), = skipping.skipped
     assert key == "R/0" and lost_from == 0 and parts[0].start == lost_to > 0 and parts[-1].end == 2000
+
+
+def test_messages_deleted_after_planning_fail_the_read_or_are_logged(tmp_path, caplog):
+    """Retention between planning and reading: the partition fails naming the queue and the
+    range, or (failOnDataLoss=false) its remaining messages are read and the loss logged."""
+    import os
+
+    from mqstore.spark.source import SCHEMA, DataLossError, MQStoreBatchReader
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 200) as s:
+        for i in range(2000):
+            s.put_message(Message("R", b"r%d" % i, queue_id=0)).check()
+    reader = MQStoreBatchReader({"path": root}, SCHEMA)
+    (part,) = reader.partitions()
+    first = sorted(os.listdir(os.path.join(root, "commitlog")))[0]
+    os.unlink(os.path.join(root, "commitlog", first))
+    with pytest.raises(DataLossError, match=r"queue R/0: \d+ message\(s\) of offsets \[0, 2000\) were deleted"):
+        list(reader.read(part))
+    lenient = MQStoreBatchReader({"path": root, "failOnDataLoss": "false"}, SCHEMA)
+    rows = sum(b.num_rows for b in lenient.read(part))
+    assert 0 < rows < 2000 and "skipped (failOnDataLoss=false)" in caplog.text

@@ -27,6 +27,9 @@ Options (all optional):
                          file, every record in log order; topics/queues/offsets do not apply)
 ``maxRowsPerPartition``  queue offsets per partition (default 262144)
 ``batchRows``            rows per Arrow record batch (default 65536)
+``failOnDataLoss``       ``true`` (default): messages retention deleted between planning and
+                         reading fail the partition, naming the queue and the range;
+                         ``false``: the rest is read and the loss logged
 
 A narrower schema (``spark.read.format("mqstore").schema("topic string, body binary")``)
 reads only those columns (names and types from ``SCHEMA``); it is the only column pruning
@@ -36,6 +39,7 @@ PySpark 4.3 offers, and the body and properties are the costly columns.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +83,7 @@ SCHEMA = StructType([
 ])
 _TYPES = {f.name: f.dataType for f in SCHEMA.fields}
 DEFAULT_MAX_ROWS_PER_PARTITION = 262_144
+log = logging.getLogger("mqstore.spark")
 DEFAULT_BATCH_ROWS = 65_536
 
 
@@ -306,15 +311,12 @@ class _Reading:
             source = snap.record_source()
             if isinstance(partition, QueueSlice):
                 units = snap.units(partition.topic, partition.queue_id, partition.start, partition.end)
+                self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
                 step = self.batch_rows * UNIT
                 for at in range(0, len(units), step):
                     cols = BatchColumns(self.columns)
                     cols.add_units(source, units[at:at + step], snap.min_phy)
-                    if cols.below_min and self.fail_on_data_loss:
-                        raise DataLossError(
-                            f"queue {partition.topic}/{partition.queue_id}: {cols.below_min} message(s) of offsets "
-                            f"[{partition.start + at // UNIT}, {partition.start + (at + step) // UNIT}) were deleted by "
-                            "retention after the query planned to read them")
+                    self._deleted(partition, cols.below_min)
                     if cols.rows:
                         yield record_batch(cols, arrow_schema)
             elif isinstance(partition, LogSlice):
@@ -326,6 +328,18 @@ class _Reading:
                         yield record_batch(cols, arrow_schema)
                     if not added:
                         break
+
+
+    def _deleted(self, partition: QueueSlice, count: int) -> None:
+        """Retention deleted count messages of the partition after it was planned: fail
+        (failOnDataLoss, the default) or log them."""
+        if count <= 0:
+            return
+        what = (f"queue {partition.topic}/{partition.queue_id}: {count} message(s) of offsets "
+                f"[{partition.start}, {partition.end}) were deleted by retention after the query planned to read them")
+        if self.fail_on_data_loss:
+            raise DataLossError(what)
+        log.warning("%s; skipped (failOnDataLoss=false)", what)
 
 
 class DataLossError(MQStoreError, RuntimeError):
