@@ -297,9 +297,10 @@ class _Reading:
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = {k.lower(): v for k, v in options.items()}
-        self.root = self.options.get("path")
-        if not self.root:
+        root = self.options.get("path")
+        if not root:
             raise OptionError('no store directory: spark.read.format("mqstore").load("/path/to/store")')
+        self.root: str = root
         self.columns = _columns(schema)
         self.schema = schema
         self.batch_rows = _int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
