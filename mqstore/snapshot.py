@@ -111,11 +111,6 @@ class StoreSnapshot:
         self.close()
 
     # -- the CommitLog -----------------------------------------------------------------------
-    @property
-    def file_size(self) -> int:
-        assert self._log is not None
-        return self._log.file_size
-
     def record_source(self) -> RecordSource:
         """The mapped CommitLog files for the Arrow kernel (valid while this view is open)."""
         assert self._log is not None
@@ -147,19 +142,19 @@ class StoreSnapshot:
             max_offset = min(max_offset, published if published is not None else 0)
         return QueueRange(topic, queue_id, min(info.min_offset, max_offset), max_offset)
 
-    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+    def offset_by_time(self, q: QueueRange, timestamp: int) -> int:
         """The store's time lookup (spec §3 getOffsetInQueueByTime, MessageStore.
-        get_offset_in_queue_by_time) over this view: the queue offset whose store time is
-        nearest timestamp (ms), the earliest of equal ones; the max offset when the queue
-        holds nothing readable."""
-        q = self.queue(topic, queue_id)
-        directory = self._dirs[(topic, queue_id)]
-        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
-        if not names or q.max_offset <= q.min_offset:
+        get_offset_in_queue_by_time) over this view of queue q (from queues() or queue()):
+        the queue offset whose store time is nearest timestamp (ms), the earliest of equal
+        ones; the max offset when the queue holds nothing readable."""
+        queue_files = self._queue_files(q.topic, q.queue_id).files
+        if not queue_files or q.max_offset <= q.min_offset:
             return q.max_offset
         assert self._log is not None
-        size = os.path.getsize(os.path.join(directory, names[0]))
-        files = ReadOnlyFileQueue.of_directory(directory, size, "ConsumeQueue", contiguous=False)
+        size = len(queue_files[0][2])
+        # the search kernel needs addresses: the files again, as write-protected MappedFiles
+        files = ReadOnlyFileQueue.of_directory(self._dirs[(q.topic, q.queue_id)], size, "ConsumeQueue",
+                                               contiguous=False)
 
         def unit_range(mf: Any) -> tuple[int, int]:
             lo = max(0, q.min_offset * UNIT - mf.file_from)

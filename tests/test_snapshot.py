@@ -96,5 +96,6 @@ def test_time_lookup_answers_as_the_store_does(tmp_path):
         probes = [times[0] - 5, *times, *(t + 1 for t in times), times[-1] + 100]
         expected = {ts: store.get_offset_in_queue_by_time("T", 0, ts) for ts in probes}
     with StoreSnapshot(root) as snap:
-        assert {ts: snap.offset_by_time("T", 0, ts) for ts in probes} == expected
+        q = snap.queue("T", 0)
+        assert {ts: snap.offset_by_time(q, ts) for ts in probes} == expected
     assert len(set(expected.values())) > 5  # the times spread over the queue

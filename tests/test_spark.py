@@ -187,6 +187,7 @@ def test_plan_by_timestamps_uses_the_time_lookup_and_refuses_both_kinds():
 
     got = plan_queue_slices(QUEUES, {"startingtimestamp": "1000", "endingtimestamp": "2000", "topics": "A"}, by_time)
     assert got == [QueueSlice("A", 0, 10, 20)] and ("A/0", 1000) in looked
+    assert all(key.startswith("A/") for key, _ in looked)  # queues the options leave out are not looked up
     with pytest.raises(OptionError, match="startingTimestamp and startingOffsets both"):
         plan_queue_slices(QUEUES, {"startingtimestamp": "1", "startingoffsets": "earliest"}, by_time)
 

@@ -176,12 +176,14 @@ def _check_named(queues: list[QueueRange], name: str, given: str | dict[str, int
 
 
 def starting_offsets(queues: list[QueueRange], options: dict[str, str],
-                     offset_by_time: Callable[[QueueRange, int], int] | None) -> dict[str, int]:
-    """{queue key: first offset to read} by startingOffsets / startingTimestamp; an explicit
-    offset below the earliest one still stored is an error naming the queue and the range."""
+                     offset_by_time: Callable[[QueueRange, int], int] | None,
+                     known: list[QueueRange] | None = None) -> dict[str, int]:
+    """{queue key: first offset to read} of queues by startingOffsets / startingTimestamp; an
+    explicit offset below the earliest one still stored is an error naming the queue and the
+    range, and so is JSON naming a queue not in known (default: queues)."""
     starting = _offsets(options, "startingOffsets", "earliest")
     times = _times(options)
-    _check_named(queues, "startingOffsets", starting)
+    _check_named(queues if known is None else known, "startingOffsets", starting)
     out = {}
     for q in queues:
         if "startingTimestamp" in times:
@@ -215,7 +217,7 @@ def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
     _check_named(queues, "endingOffsets", ending)
     times = _times(options)
     per_partition = _int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
-    starts = starting_offsets(queues, options, offset_by_time)
+    starts = starting_offsets(chosen, options, offset_by_time, known=queues)
     out = []
     for q in chosen:
         end = ending[q.key] if isinstance(ending, dict) and q.key in ending else q.max_offset
@@ -325,11 +327,9 @@ class _Reading:
                 while at < partition.end:
                     cols = BatchColumns(self.columns)
                     added, at = cols.add_span(source, at, partition.end, self.batch_rows)
-                    if added:
-                        yield record_batch(cols, arrow_schema)
                     if not added:
                         break
-
+                    yield record_batch(cols, arrow_schema)
 
     def _deleted(self, partition: QueueSlice, count: int) -> None:
         """Retention deleted count messages of the partition after it was planned: fail
@@ -360,8 +360,7 @@ class MQStoreBatchReader(_Reading, DataSourceReader):
         with StoreSnapshot(self.root) as snap:
             if self.mode == "commitlog":
                 return [LogSlice(start, end) for start, end in snap.log_spans()]
-            return list(plan_queue_slices(snap.queues(), self.options,
-                                          lambda q, ts: snap.offset_by_time(q.topic, q.queue_id, ts)))
+            return list(plan_queue_slices(snap.queues(), self.options, snap.offset_by_time))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.read_slices(partition)

@@ -87,8 +87,7 @@ class MQStoreStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvail
 
     def initialOffset(self) -> dict[str, int]:
         with StoreSnapshot(self.root) as snap:
-            return starting_offsets(self._queues(snap), self.options,
-                                    lambda q, ts: snap.offset_by_time(q.topic, q.queue_id, ts))
+            return starting_offsets(self._queues(snap), self.options, snap.offset_by_time)
 
     def _ranges(self) -> dict[str, QueueRange]:
         with StoreSnapshot(self.root) as snap:
