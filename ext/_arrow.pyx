@@ -21,6 +21,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 
 from mq_bytes cimport mq_get_i32, mq_get_i64
+from mq_dispatch cimport key_is
 from mq_record cimport *
 
 cdef extern from "<arpa/inet.h>" nogil:
@@ -136,7 +137,7 @@ cdef inline int host_string(Buf *b, const char *raw, bint v6) except -1 nogil:
     cdef char text[64]
     cdef char port[16]
     cdef int32_t p = mq_get_i32(raw + (16 if v6 else 4))
-    cdef int n = 0, i
+    cdef int n = 0
     cdef unsigned int up
     if inet_ntop(AF_INET6 if v6 else AF_INET, raw, text, 64) == NULL:
         text[0] = 0
@@ -347,7 +348,6 @@ cdef class BatchColumns:
         cdef int32_t sf = h.sys_flag
         cdef bint born_v6 = (sf & MQ_BORNHOST_V6_FLAG) != 0
         cdef bint store_v6 = (sf & MQ_STOREHOST_V6_FLAG) != 0
-        cdef int born_len = 20 if born_v6 else 8
         cdef int store_ts_pos = store_timestamp_pos(sf)
         cdef int store_host_pos = store_ts_pos + 8
         cdef int store_len = 20 if store_v6 else 8
@@ -404,11 +404,9 @@ cdef class BatchColumns:
                 buf_reserve(&self._prop_values.offsets, 4 * npairs)
             for i in range(npairs):
                 k = self.pairs + 4 * i
-                if k[1] - k[0] == 4 and props[k[0]] == 84 and props[k[0] + 1] == 65 and \
-                        props[k[0] + 2] == 71 and props[k[0] + 3] == 83:  # TAGS
+                if key_is(props + k[0], k[1] - k[0], "TAGS", 4):
                     has_tags, tags_at, tags_len = True, k[2], k[3] - k[2]
-                elif k[1] - k[0] == 4 and props[k[0]] == 75 and props[k[0] + 1] == 69 and \
-                        props[k[0] + 2] == 89 and props[k[0] + 3] == 83:  # KEYS
+                elif key_is(props + k[0], k[1] - k[0], "KEYS", 4):
                     has_keys, keys_at, keys_len = True, k[2], k[3] - k[2]
                 if self.want[C_PROPS]:
                     put_reserved(self._prop_keys, props + k[0], k[1] - k[0])
