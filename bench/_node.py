@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mqstore.soak import proc_stat
+
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -163,8 +165,7 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     out = {}
     for name, pid in pids.items():
         try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+            fields = proc_stat(pid)
             out[name] = (int(fields[11]) + int(fields[12])) / hz
         except FileNotFoundError:
             out[name] = 0.0

@@ -58,6 +58,15 @@ while True:
 """.replace("QUEUES", str(QUEUES))
 
 
+def proc_stat(pid: int, tid: int | None = None) -> list[str]:
+    """The fields of /proc/<pid>[/task/<tid>]/stat after the command name: [0] is the state,
+    [11] / [12] user / system CPU in clock ticks, [16] the nice value (proc(5) numbers less 3).
+    FileNotFoundError once the process (or thread) is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path, encoding="ascii") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
 def stopped(pid: int) -> bool:
     """True when every thread of pid is stopped (state T or t in /proc)."""
     try:
@@ -66,8 +75,7 @@ def stopped(pid: int) -> bool:
         return False
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
+            state = proc_stat(pid, int(tid))[0]
         except (FileNotFoundError, ProcessLookupError):
             continue  # the thread ended
         if state not in ("T", "t"):

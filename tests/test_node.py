@@ -372,10 +372,10 @@ def test_background_services_run_at_a_lower_priority(tmp_path):
     file's pages zero-filled, a deletion run) do not take a core from writers, the flusher
     or the dispatcher."""
     from mqstore.node import BACKGROUND_NICE
+    from mqstore.soak import proc_stat
 
     def nice(pid: int) -> int:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[16])
+        return int(proc_stat(pid)[16])
 
     with MessageStore(str(tmp_path / "store"), **NODE_CFG) as node:
         pids = node.supervisor.pids()
