@@ -70,16 +70,17 @@ def node_and_writers(root: str, k: int, per_writer: int, **settings: Any) -> Ite
 
 
 def _rounds(benchmark: Any, writers: Writers, ctl: Any, command: str, n_msgs: int, rounds: int,
-            meter: CpuMeter | None = None, prewrite: int = PREWRITE_ROUNDS) -> dict[str, int]:
-    """Prewrite, then run `command` on every writer per round; check from the control block's
-    counters that every put of every round (warm-up and pre-write included) stored its
-    message and no failure counter moved. Returns the counter deltas of all rounds."""
+            during: CpuMeter | LagSampler | None = None, prewrite: int = PREWRITE_ROUNDS) -> dict[str, int]:
+    """Prewrite, then run `command` on every writer per round (``during`` measuring each
+    round: start() before, stop() after); check from the control block's counters that
+    every put of every round (warm-up and pre-write included) stored its message and no
+    failure counter moved. Returns the counter deltas of all rounds."""
     if not benchmark.disabled:
         for _ in range(prewrite):
             writers.run(command)
     before = ctl.stats()
-    benchmark.pedantic(writers.run, args=(command,), setup=meter.start if meter else None,
-                       teardown=(lambda *_: meter.stop()) if meter else None,
+    benchmark.pedantic(writers.run, args=(command,), setup=during.start if during else None,
+                       teardown=(lambda *_: during.stop()) if during else None,
                        rounds=rounds, warmup_rounds=WARMUP_ROUNDS, iterations=1)
     after = ctl.stats()
     done = 1 if benchmark.disabled else rounds + WARMUP_ROUNDS
@@ -181,7 +182,7 @@ class LagSampler:
     def start(self) -> None:
         self._on.set()
 
-    def pause(self, *_: Any) -> None:
+    def stop(self) -> None:
         self._on.clear()
 
     def close(self) -> None:
@@ -200,19 +201,15 @@ class LagSampler:
 @pytest.mark.parametrize("k", [1, 2])
 def test_dispatch_lag_while_writers_run(benchmark, work_dir, concurrent, k):
     """K writer processes put flat out (200k x 100 B per round in all, spin lock); the
-    dispatcher process builds the ConsumeQueues (serial, or the concurrent mode with 2
-    pool threads); the lag is sampled every ms during the rounds."""
+    dispatcher process builds the ConsumeQueues (serial, or the concurrent mode with its
+    default 16 pool threads); the lag is sampled every ms during the rounds."""
     per = NODE_MSGS // k
     with node_and_writers(str(work_dir / "store"), k, per, use_reentrant_lock_when_put_message=False,
                           mapped_file_size_commit_log=64 * MiB,
                           enable_build_consume_queue_concurrently=concurrent) as (node, writers, ctl):
         sampler = LagSampler(ctl)
         try:
-            if not benchmark.disabled:
-                for _ in range(PREWRITE_ROUNDS):
-                    writers.run(f"put {per}")
-            benchmark.pedantic(writers.run, args=(f"put {per}",), setup=sampler.start, teardown=sampler.pause,
-                               rounds=ROUNDS_NODE, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+            _rounds(benchmark, writers, ctl, f"put {per}", per * k, ROUNDS_NODE, sampler)
         finally:
             sampler.close()
     record_rate(benchmark, f"node/lag/{'concurrent' if concurrent else 'serial'}/writers-{k}", per * k,
