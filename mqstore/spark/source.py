@@ -45,7 +45,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -292,6 +299,16 @@ class MQStoreDataSource(DataSource):
         from mqstore.spark.stream import MQStoreStreamReader
 
         return MQStoreStreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from mqstore.spark.write import MQStoreBatchWriter
+
+        return MQStoreBatchWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from mqstore.spark.write import MQStoreStreamWriter
+
+        return MQStoreStreamWriter(dict(self.options), schema, overwrite)
 
 
 class _Reading:
