@@ -568,21 +568,3 @@ cdef class RecordSource:
             added += 1
         at[0] = phy
         return added
-
-
-# -- queue selection of the Spark writer ----------------------------------------------------------
-def java_string_hash(str s):
-    """Java's String.hashCode() of s (a signed 32-bit int): h = 31*h + c over its UTF-16 code
-    units. The Spark writer picks a message's queue by the hash of its keys as RocketMQ's
-    SelectMessageQueueByHash does (abs(hash % queues)), so a key lands in the queue a Java
-    producer using that selector would pick."""
-    cdef uint32_t h = 0, cp
-    cdef Py_UCS4 c
-    for c in s:
-        cp = <uint32_t>c
-        if cp >= 0x10000:  # a surrogate pair in UTF-16
-            h = h * 31 + 0xD800 + ((cp - 0x10000) >> 10)
-            h = h * 31 + 0xDC00 + ((cp - 0x10000) & 0x3FF)
-        else:
-            h = h * 31 + cp
-    return <int32_t>h

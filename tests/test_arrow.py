@@ -157,15 +157,3 @@ def test_buffers_are_views_and_seal_the_batch():
         cols.add_span(source, 0, _end(files, phys))
     del cols  # the views keep the memory alive
     assert bytes(data) == b"abc"
-
-
-@settings(max_examples=300)
-@given(st.text())
-def test_java_string_hash_matches_the_twin(s):
-    assert _arrow.java_string_hash(s) == twin.java_string_hash(s)
-
-
-def test_java_string_hash_gives_javas_values():
-    # String.hashCode() printed by a JVM; the last one is Integer.MIN_VALUE
-    assert [_arrow.java_string_hash(s) for s in ("hello", "\u00ff" * 5, "\U0001f600x", "polygenelubricants")] == \
-        [99162322, 243347775, 54959989, -2147483648]

@@ -58,7 +58,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructType
 
-from mqstore._arrow import BatchColumns, java_string_hash
+from mqstore._arrow import BatchColumns
+from mqstore._codec import java_string_hash
 from mqstore._commitlog import Message
 from mqstore.errors import MQStoreError
 from mqstore.snapshot import StoreSnapshot

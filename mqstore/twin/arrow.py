@@ -92,12 +92,3 @@ def buffers_to_rows(buffers: dict[str, tuple[Any, ...]], n: int) -> list[dict[st
         else:
             raise ValueError(f"unknown column {name!r}")
     return [{name: cols[name][i] for name in cols} for i in range(n)]
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode(): h = 31*h + c over the UTF-16 code units, as a signed 32-bit int."""
-    units = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (h * 31 + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
