@@ -36,3 +36,27 @@ def test_demo_puts_consumes_and_looks_up(tmp_path):
     assert re.search(r"get_message :\s+4,000 messages", out)
     assert out.count("query_message('order-3000')") == 2
     assert "verified: 16,000 records" in out
+
+
+def _run_example(name: str, *args: str) -> str:
+    path = DEMO.parent / name
+    env = {**os.environ, "PYTHONPATH": str(DEMO.parent.parent)}
+    done = subprocess.run([sys.executable, str(path), "--master", "local[1]", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_spark_examples_run_and_report_what_they_did(tmp_path):
+    out = _run_example("spark_read.py", "--store", str(tmp_path / "r"), "--messages", "2000")
+    assert "batch read, per topic:" in out and "'Orders': 2000" in out and "'Payments': 2000" in out
+    assert "Orders/1 offsets [10, 15): [(10, " in out
+    assert "whole-log scan: 4,000 records" in out
+    assert "stream (availableNow, 50,000 per micro-batch): 4,000 rows" in out
+    out = _run_example("spark_write.py", "--store", str(tmp_path / "w"), "--rows", "2000")
+    assert "batch write: 2,000 Clicks messages" in out
+    assert "stream run 1: read 2,000 new Clicks messages; ClicksUpper now holds 2,000 messages (2,000 distinct" in out
+    assert "stream run 2: read 0 new Clicks messages; ClicksUpper now holds 2,000 messages" in out
+    out = _run_example("spark_jobs.py", "--store", str(tmp_path / "j"), "--messages", "2000")
+    assert "export: 2,000 messages" in out
+    assert re.search(r"rebuild: 2,000 ConsumeQueue units in 4 queue\(s\) .* byte-identical to the store's: True", out)

@@ -95,6 +95,9 @@ def test_rows_become_messages_grouped_by_queue_and_bad_rows_are_named():
         batch_messages(pa.record_batch({"topic": ["A", "A"], "body": [b"x", None]}), QueueChooser(4), row_base=10)
     with pytest.raises(WriteError, match="row 0: topic is null"):
         batch_messages(pa.record_batch({"topic": pa.array([None], pa.string()), "body": [b"x"]}), QueueChooser(4))
+    with pytest.raises(WriteError, match="row 0 .topic A.: property value of 'p' is null"):
+        batch_messages(pa.record_batch({"topic": ["A"], "body": [b"x"], "properties": pa.array(
+            [[("p", None)]], pa.map_(pa.string(), pa.string()))}), QueueChooser(4))
     with pytest.raises(WriteError, match="queue_id -1 is negative"):
         batch_messages(pa.record_batch({"topic": ["A"], "body": [b"x"], "queue_id": [-1]}), QueueChooser(4))
 

@@ -101,13 +101,20 @@ class NoOwnerError(MQStoreError, RuntimeError):
 
 
 # -- columns and rows ---------------------------------------------------------------------------
+def _same_type(got: DataType, want: DataType) -> bool:
+    """Types equal, a map's null-values flag aside (map('k', col) gives one that says none)."""
+    if isinstance(got, MapType) and isinstance(want, MapType):
+        return got.keyType == want.keyType and got.valueType == want.valueType
+    return got == want
+
+
 def write_columns(schema: StructType) -> list[str]:
     """The columns of schema that become message fields; an error names a missing required
     column, a column of the wrong type or one that is no mqstore column."""
     names = []
     for f in schema.fields:
         if f.name in WRITE_TYPES:
-            if f.dataType not in WRITE_TYPES[f.name]:
+            if not any(_same_type(f.dataType, t) for t in WRITE_TYPES[f.name]):
                 allowed = " or ".join(t.simpleString() for t in WRITE_TYPES[f.name])
                 raise OptionError(f"column {f.name!r} is {f.dataType.simpleString()}; a write needs {allowed}")
             names.append(f.name)
@@ -164,6 +171,9 @@ def batch_messages(batch: pa.RecordBatch, chooser: QueueChooser, marker: dict[st
         elif not 0 <= qid < 1 << 31:
             raise WriteError(f"row {row_base + i} (topic {topic}): queue_id {qid} is negative or too large")
         properties = dict(props[i]) if props[i] else None
+        if properties and None in properties.values():
+            raise WriteError(f"row {row_base + i} (topic {topic}): property value of "
+                             f"{next(k for k, v in properties.items() if v is None)!r} is null")
         if marker:
             properties = {**properties, **marker} if properties else marker
         groups.setdefault((topic, qid), []).append(
