@@ -101,3 +101,86 @@ def test_mqstore_to_parquet(benchmark, spark, data, tmp_path):
 
     _run(benchmark, "spark/mqstore/to-parquet", write)
     assert spark.read.parquet(out).count() == MESSAGES
+
+
+# -- writes, rebuild, streaming ------------------------------------------------------------
+@pytest.mark.benchmark(group="spark: writes and bulk jobs, 1M messages per round")
+def test_batch_write(benchmark, spark, data, tmp_path):
+    """The 1M messages (topic, queue_id, tags, keys, body) from Parquet, appended by
+    df.write.format("mqstore") into a fresh store this process owns (ASYNC_FLUSH)."""
+    from mqstore import MessageStore
+
+    _, parquet = data
+    df = spark.read.parquet(parquet).select("topic", "queue_id", "tags", "keys", "body")
+    stores = []
+
+    def setup():
+        root = str(tmp_path / f"w{len(stores)}")
+        stores.append(MessageStore(root, mapped_file_size_commit_log=64 << 20))
+        return (root,), {}
+
+    def write(root):
+        df.write.format("mqstore").mode("append").save(root)
+
+    try:
+        benchmark.pedantic(write, setup=setup, rounds=ROUNDS, warmup_rounds=0, iterations=1)
+        record_rate(benchmark, "spark/write/mqstore", MESSAGES)
+        assert stores[-1].max_phy_offset > MESSAGES * 100
+    finally:
+        for s in stores:
+            s.shutdown()
+            shutil.rmtree(s.root, ignore_errors=True)
+
+
+@pytest.mark.benchmark(group="spark: writes and bulk jobs, 1M messages per round")
+def test_rebuild(benchmark, spark, data, tmp_path):
+    """rebuild_queues of the 1M-message store (8 queues, an index key each) into a fresh
+    directory: a task per CommitLog file parses, the driver writes the queues and the index."""
+    from mqstore.spark.jobs import rebuild_queues
+
+    root, _ = data
+    outs = []
+
+    def setup():
+        outs.append(str(tmp_path / f"r{len(outs)}"))
+        return (outs[-1],), {}
+
+    reports = []
+    benchmark.pedantic(lambda out: reports.append(rebuild_queues(spark, root, out=out)), setup=setup,
+                       rounds=ROUNDS, warmup_rounds=0, iterations=1)
+    record_rate(benchmark, "spark/rebuild", MESSAGES, commitlog_files=reports[-1].commitlog_files)
+    assert reports[-1].units == MESSAGES
+
+
+STREAM_BATCHES, STREAM_ROWS = 10, 1000
+
+
+@pytest.mark.benchmark(group="spark: streaming, 10 micro-batches of 1,000 messages per round")
+def test_stream_micro_batch_latency(benchmark, spark, tmp_path):
+    """readStream.format("mqstore") with maxRecordsPerTrigger 1,000 into the noop sink over a
+    store of 10,000 messages (availableNow: 10 micro-batches a round); extra_info has the median
+    and p90 of Spark's triggerExecution per micro-batch (ms), the latency a micro-batch adds."""
+    from mqstore import Message, MessageStore
+
+    root = str(tmp_path / "stream")
+    with MessageStore(root) as store:
+        for q in range(8):
+            store.put_messages([Message("S", os.urandom(100), queue_id=q) for _ in range(STREAM_ROWS * STREAM_BATCHES // 8)]).check()
+    durations: list[int] = []
+    checkpoints = []
+
+    def run():
+        checkpoints.append(str(tmp_path / f"cp{len(checkpoints)}"))
+        q = (spark.readStream.format("mqstore").option("maxRecordsPerTrigger", STREAM_ROWS).load(root)
+             .writeStream.format("noop").option("checkpointLocation", checkpoints[-1])
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        progress = [p for p in q.recentProgress if p["numInputRows"]]
+        durations.extend(p["durationMs"]["triggerExecution"] for p in progress)
+        return len(progress)
+
+    batches = benchmark.pedantic(run, rounds=ROUNDS, warmup_rounds=1, iterations=1)
+    assert batches == STREAM_BATCHES
+    ordered = sorted(durations)
+    record_rate(benchmark, "spark/stream/micro-batch", STREAM_BATCHES * STREAM_ROWS,
+                trigger_ms_median=ordered[len(ordered) // 2], trigger_ms_p90=ordered[int(len(ordered) * 0.9)])
