@@ -115,6 +115,28 @@ def lock_state(root: str) -> dict[str, Any]:
     return {"status": status, "lock_file": os.path.exists(lock_path), "lock_held": held, "abort_file": abort}
 
 
+def take_store_lock(root: str) -> int:
+    """Take root's ``lock`` file's OFD lock, as RocketMQ's broker locks the store; the fd holds
+    it until release_store_lock. StoreLockedError (naming the owner's pid when its control
+    block says) if a running store holds it."""
+    fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    if not _shm.ofd_lock(fd):
+        os.close(fd)
+        owner = ""
+        try:
+            owner = f" (pid {_shm.ControlBlock.attach(os.path.join(root, CONTROL_BLOCK_NAME)).owner_pid})"
+        except (OSError, ValueError):
+            pass
+        raise StoreLockedError(f"{root} is owned by another running store{owner}")
+    os.pwrite(fd, b"lock", 0)
+    return fd
+
+
+def release_store_lock(fd: int) -> None:
+    _shm.ofd_unlock(fd)
+    os.close(fd)
+
+
 class MessageStore:
     """A store directory opened for writing by this process.
 
@@ -162,23 +184,11 @@ class MessageStore:
 
     # -- opening -------------------------------------------------------------------------
     def _take_lock(self) -> None:
-        path = os.path.join(self.root, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not _shm.ofd_lock(fd):
-            os.close(fd)
-            owner = ""
-            try:
-                owner = f" (pid {_shm.ControlBlock.attach(os.path.join(self.root, CONTROL_BLOCK_NAME)).owner_pid})"
-            except (OSError, ValueError):
-                pass
-            raise StoreLockedError(f"{self.root} is owned by another running store{owner}")
-        os.pwrite(fd, b"lock", 0)
-        self._lock_fd = fd
+        self._lock_fd = take_store_lock(self.root)
 
     def _release_lock(self) -> None:
         if self._lock_fd >= 0:
-            _shm.ofd_unlock(self._lock_fd)
-            os.close(self._lock_fd)
+            release_store_lock(self._lock_fd)
             self._lock_fd = -1
 
     def _open(self) -> None:

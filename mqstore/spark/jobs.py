@@ -43,7 +43,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from mqstore import _shm
 from mqstore._reput import BatchParser
 from mqstore.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
@@ -54,7 +53,7 @@ from mqstore.inspection import open_commitlog
 from mqstore.node import CONFIG_NAME, read_config
 from mqstore.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.spark.source import LogSlice
-from mqstore.store import lock_state, require_store
+from mqstore.store import lock_state, release_store_lock, require_store, take_store_lock
 
 log = logging.getLogger("mqstore.spark")
 
@@ -184,20 +183,6 @@ class RebuildReport:
     out: str
 
 
-class _StoreLock:
-    """The store's OFD lock, held while a rebuild replaces files (no store may open it)."""
-
-    def __init__(self, root: str) -> None:
-        self.fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        if not _shm.ofd_lock(self.fd):
-            os.close(self.fd)
-            raise StoreLockedError(f"{root} is owned by a running store; stop it before rebuilding its queues")
-
-    def release(self) -> None:
-        _shm.ofd_unlock(self.fd)
-        os.close(self.fd)
-
-
 def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -> RebuildReport:
     """Rebuild every ConsumeQueue and the IndexFile(s) of store from its CommitLog (see the
     module docstring). The store must not be running, nor crashed (open it once to recover)."""
@@ -207,7 +192,7 @@ def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -
         raise StoreLockedError(f"{root} is owned by a running store; stop it before rebuilding its queues")
     if status == "crashed":
         raise StoreNotReadableError(f"{root} was not shut down cleanly; open it once so it recovers, then rebuild")
-    lock = _StoreLock(root) if out is None else None
+    lock = take_store_lock(root) if out is None else -1  # no store may open it while files are swapped
     try:
         cfg = store_config(root)
         spark.dataSource.register(DispatchDataSource)
@@ -225,8 +210,8 @@ def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -
             report.out = root
         return report
     finally:
-        if lock is not None:
-            lock.release()
+        if lock >= 0:
+            release_store_lock(lock)
 
 
 def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildReport:

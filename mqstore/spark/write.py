@@ -47,7 +47,6 @@ import logging
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from mqstore._commitlog import Message
 from mqstore.errors import MQStoreError
 from mqstore.snapshot import StoreSnapshot
 from mqstore.spark.source import SCHEMA, OptionError, _int_option, record_batch
-from mqstore.store import AttachedStore, lock_state, require_store
+from mqstore.store import AttachedStore, MessageStore, lock_state, require_store
 
 log = logging.getLogger("mqstore.spark")
 
@@ -263,7 +262,7 @@ class MQStoreBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         _refuse_overwrite(overwrite)
         self.options = {k.lower(): v for k, v in options.items()}
-        self.columns = write_columns(schema)
+        write_columns(schema)  # refuses a missing, unknown or mistyped column
         self.queue_count = _int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
         self.root = require_owner(_root(self.options))  # fail at planning, not in every task
 
@@ -306,33 +305,27 @@ def _write_json(path: str, value: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def count_marked(root: str, start: int, marker: str, wait_s: float = 30.0) -> int:
+def count_marked(store: MessageStore, start: int, marker: str, wait_s: float = 30.0) -> int:
     """Messages at CommitLog offsets >= start whose SINK_PROPERTY is marker, once the store has
     dispatched everything written when this is called (so none is missed)."""
-    with attach(root) as store:
-        target = store.max_phy_offset
-    deadline = time.monotonic() + wait_s
-    while True:
-        with StoreSnapshot(root) as snap:
-            if snap.log_end >= target or time.monotonic() > deadline:
-                if snap.log_end < target:
-                    raise WriteError(f"{root}: the store did not dispatch up to {target} within {wait_s:.0f} s; "
-                                     "cannot tell how much of an interrupted micro-batch was written")
-                source = snap.record_source()
-                schema = pa.schema([pa.field("properties", pa.map_(pa.string(), pa.string()))])
-                found = 0
-                for span_start, span_end in snap.log_spans():
-                    at = max(span_start, start)
-                    while at < span_end:
-                        cols = BatchColumns(["properties"])
-                        added, at = cols.add_span(source, at, span_end, 65_536)
-                        if not added:
-                            break
-                        props = record_batch(cols, schema).column(0)
-                        hits = pc.equal(pc.map_lookup(props, SINK_PROPERTY, "first"), marker)
-                        found += pc.sum(hits).as_py() or 0
-                return found
-        time.sleep(0.01)
+    target = store.max_phy_offset
+    if not store.wait_dispatched(target, wait_s * 1000):
+        raise WriteError(f"{store.root}: the store did not dispatch up to {target} within {wait_s:.0f} s; "
+                         "cannot tell how much of an interrupted micro-batch was written")
+    schema = pa.schema([pa.field("properties", pa.map_(pa.string(), pa.string()))])
+    found = 0
+    with StoreSnapshot(store.root) as snap:
+        source = snap.record_source()
+        for span_start, span_end in snap.log_spans():
+            at = max(span_start, start)
+            while at < span_end:
+                cols = BatchColumns(["properties"])
+                added, at = cols.add_span(source, at, span_end, 65_536)
+                if not added:
+                    break
+                props = record_batch(cols, schema).column(0)
+                found += pc.sum(pc.equal(pc.map_lookup(props, SINK_PROPERTY, "first"), marker)).as_py() or 0
+    return found
 
 
 class SinkLog:
@@ -375,7 +368,7 @@ class SinkLog:
             done = 0
             with attach(self.root) as store:
                 if pending and pending["batch"] == batch_id:
-                    done = count_marked(self.root, pending["start"], marker)
+                    done = count_marked(store, pending["start"], marker)
                     log.warning("sink %s: micro-batch %d was interrupted after %d message(s); appending the rest",
                                 self.sink_id, batch_id, done)
                 else:
@@ -415,7 +408,7 @@ class MQStoreStreamWriter(DataSourceStreamArrowWriter):
         _refuse_overwrite(overwrite)
         self.options = {k.lower(): v for k, v in options.items()}
         self.root = _root(self.options)
-        self.columns = write_columns(schema)
+        write_columns(schema)  # refuses a missing, unknown or mistyped column
         self.queue_count = _int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
         sink_id = self.options.get("sinkid")
         if not sink_id:
