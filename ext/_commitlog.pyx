@@ -55,6 +55,7 @@ cdef enum:
     APPEND_POOL_EXHAUSTED = 5
 
 cdef enum:
+    VALID_TOPICS_CACHED = 4096
     STACK_RECORD = 2048
     MAX_DELAY_LEVEL = 18
 
@@ -182,6 +183,23 @@ cdef class MessageBatch:
                             born_timestamp=first.born_timestamp, born_host=first.born_host)
 
 
+def topic_problem_of(str topic, Py_ssize_t max_length=MQ_MAX_TOPIC_BYTES_V1):
+    """Why topic cannot be put (RocketMQ's TopicValidator: not empty, only letters, digits
+    and %|_-, at most max_length characters), or None: the put path's own check."""
+    return topic_problem(topic, max_length)
+
+
+def properties_problem_of(dict props not None):
+    """Why a properties map cannot be stored so that it reads back the same (a name or
+    value holding \\x01 or \\x02, an empty name or value, a name that is not a str), or
+    None: the put path's own check."""
+    try:
+        checked_properties_string(props)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 @cython.freelist(64)
 @cython.no_gc
 cdef class PutMessageResult:
@@ -299,7 +317,10 @@ cdef class BatchPlan:
             plen = 0
             self.props_p[i] = NULL
             if m._properties:
-                pb = properties_string(m._properties, True).encode("utf-8")
+                try:
+                    pb = checked_properties_string(m._properties).encode("utf-8")
+                except ValueError as exc:
+                    return MESSAGE_ILLEGAL, f"message {i} of the batch: {exc}"
                 plen = PyBytes_GET_SIZE(pb)
                 if plen > MQ_MAX_PROPERTIES_BYTES:
                     return PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
@@ -436,6 +457,8 @@ cdef class CommitLogAppender:
     cdef bytes store_host_b
     cdef object store_host
     cdef object last_topic
+    cdef set valid_topics
+    cdef Py_ssize_t max_topic_length
     cdef bytes last_topic_b
     cdef bint last_topic_ok
     cdef bytes slot_topic_b
@@ -446,8 +469,12 @@ cdef class CommitLogAppender:
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
                  int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
                  bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
-                 delay_levels=None, pool=None):
+                 delay_levels=None, pool=None, Py_ssize_t max_topic_length=MQ_MAX_TOPIC_BYTES_V1):
         self.ctl_obj = control_block
+        if not 1 <= max_topic_length <= MQ_MAX_TOPIC_BYTES_V1:
+            raise ValueError(f"max_topic_length={max_topic_length}: must be 1..{MQ_MAX_TOPIC_BYTES_V1}")
+        self.max_topic_length = max_topic_length
+        self.valid_topics = set()
         self.ctl = <char *><size_t>control_block.address
         self.lock_kind = <int>mq_cell(self.ctl, MQ_CTL_LOCK_KIND)[0]
         self.file_provider = file_provider
@@ -556,20 +583,22 @@ cdef class CommitLogAppender:
         return b
 
     cdef object _check_topic(self, str topic, bytes topic_b, int queue_id):
-        """None if topic and queue id are valid, else the reason. The topic checks of the
-        last topic seen are remembered (topic_b is then its cached encoding)."""
+        """None if topic and queue id are valid, else the reason (TopicValidator's rule and
+        max_topic_length). Topics once found valid are remembered (the last one without a
+        lookup; topic_b is then its cached encoding)."""
         if queue_id < 0:
             return f"invalid queue id {queue_id}: queue ids are >= 0"
         if topic is self.last_topic and self.last_topic_ok:
             return None
-        if topic is None or PyUnicode_GET_LENGTH(topic) == 0:
-            return "topic is empty"
-        cdef Py_ssize_t chars = utf16_length(topic)
-        if chars > MQ_MAX_TOPIC_BYTES_V1:
-            return f"topic is {chars} characters, more than 127"
-        if PyBytes_GET_SIZE(topic_b) > MQ_MAX_TOPIC_BYTES_V1:
-            return (f"topic is {PyBytes_GET_SIZE(topic_b)} UTF-8 bytes; a V1 record holds at most 127 "
-                    "(RocketMQ would wrap the 1-byte length)")
+        if topic in self.valid_topics:
+            problem = None
+        else:
+            problem = topic_problem(topic, self.max_topic_length)
+            if problem is not None:
+                return problem
+            if len(self.valid_topics) >= VALID_TOPICS_CACHED:
+                self.valid_topics.clear()
+            self.valid_topics.add(topic)
         if topic is self.last_topic:
             self.last_topic_ok = True
         return None
@@ -600,7 +629,10 @@ cdef class CommitLogAppender:
             wait = wait_store_msg_ok(props)
             if "DELAY" in props and tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
                 topic, queue_id, props = self._schedule(topic, queue_id, props)
-            props_s = properties_string(props, True)
+            try:
+                props_s = checked_properties_string(props)
+            except ValueError as exc:
+                return self._fail(MESSAGE_ILLEGAL, str(exc))
             props_chars = utf16_length(props_s)
             if props_chars > 32767:
                 return self._fail(MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
@@ -703,7 +735,12 @@ cdef class CommitLogAppender:
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
             return self._fail(MESSAGE_ILLEGAL, problem)
-        cdef bytes batch_b = properties_string(batch_props, True).encode("utf-8") if batch_props else b""
+        cdef bytes batch_b = b""
+        if batch_props:
+            try:
+                batch_b = checked_properties_string(batch_props).encode("utf-8")
+            except ValueError as exc:
+                return self._fail(MESSAGE_ILLEGAL, f"batch properties: {exc}")
         if PyBytes_GET_SIZE(batch_b) > MQ_MAX_PROPERTIES_BYTES:
             return self._fail(PROPERTIES_SIZE_EXCEEDED, "batch properties are more than 32767 UTF-8 bytes")
         cdef bytes born_b = self._host_bytes(born_host)

@@ -259,6 +259,105 @@ cdef inline list java_hashmap_keys(dict props):
     return [t[2] for t in decorated]
 
 
+cdef inline bint mq_topic_char_ok(uint32_t c) noexcept nogil:
+    """A character RocketMQ's TopicValidator allows: ^[%|a-zA-Z0-9_-]+$."""
+    return ((c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57)
+            or c == 95 or c == 45 or c == 37 or c == 124)
+
+
+cdef inline str topic_problem(str topic, Py_ssize_t max_length):
+    """None if topic is a valid RocketMQ topic (TopicValidator.validateTopic: not blank,
+    only ^[%|a-zA-Z0-9_-]+$, at most max_length characters), else why not. The character
+    rule is what keeps a topic from naming a path outside consumequeue/ ('..', '/', NUL)."""
+    if topic is None or PyUnicode_GET_LENGTH(topic) == 0:
+        return "topic is empty"
+    cdef Py_ssize_t i, n = PyUnicode_GET_LENGTH(topic)
+    cdef int kind = PyUnicode_KIND(topic)
+    cdef void *data = PyUnicode_DATA(topic)
+    cdef uint32_t c
+    for i in range(n):
+        if kind == PyUnicode_1BYTE_KIND:
+            c = (<unsigned char *>data)[i]
+        elif kind == PyUnicode_2BYTE_KIND:
+            c = (<unsigned short *>data)[i]
+        else:
+            c = (<uint32_t *>data)[i]
+        if not mq_topic_char_ok(c):
+            shown = topic if n <= 40 else topic[:37] + "..."
+            return (f"topic {shown!r} has the character {chr(c)!r} at index {i}; RocketMQ topics use "
+                    "only letters, digits and %|_- (^[%|a-zA-Z0-9_-]+$)")
+    if n > max_length:
+        return f"topic is {n} characters, more than {max_length} (max_topic_length)"
+    return None
+
+
+cdef inline str property_problem(object key, object value):
+    """Why one property cannot be stored so that it reads back the same (spec §1.4:
+    string2messageProperties splits on \\x01 and \\x02 and skips a pair with an empty name
+    or value), or None."""
+    if not isinstance(key, str):
+        return f"property name {key!r} is a {type(key).__name__}, not a str"
+    cdef str k = str(key) if type(key) is not str else <str>key
+    cdef str v = value if type(value) is str else str(value)
+    if not k:
+        return f"a property name is empty (its value {v[:40]!r})"
+    if "\x01" in k or "\x02" in k:
+        return f"property name {k!r} contains a separator character (\\x01 or \\x02)"
+    if not v:
+        return f"property {k!r} has an empty value, which RocketMQ's decoder drops"
+    if "\x01" in v or "\x02" in v:
+        return f"property {k!r} has a value containing a separator character (\\x01 or \\x02)"
+    return None
+
+
+cdef inline str properties_problem(dict props, str s):
+    """None if s, properties_string(props), decodes back to exactly props' non-None pairs,
+    else the first offending property and why. One pass over s in C: every pair must be
+    one non-empty name, one \\x01 and one non-empty value, and there must be one pair per
+    non-None value; only when that fails are the pairs looked at one by one."""
+    cdef Py_ssize_t pairs = 0, segments = 0, i, n = PyUnicode_GET_LENGTH(s), start = 0, sep = -1
+    cdef int kind = PyUnicode_KIND(s)
+    cdef void *data = PyUnicode_DATA(s)
+    cdef uint32_t c
+    cdef bint ok = True
+    for key, value in props.items():
+        if value is not None:
+            pairs += 1
+            if not isinstance(key, str):
+                ok = False
+    if n == 0 and pairs == 0:
+        return None
+    for i in range(n + 1 if ok else 0):
+        if i == n:
+            c = 2
+        elif kind == PyUnicode_1BYTE_KIND:
+            c = (<unsigned char *>data)[i]
+        elif kind == PyUnicode_2BYTE_KIND:
+            c = (<unsigned short *>data)[i]
+        else:
+            c = (<uint32_t *>data)[i]
+        if c == 1:
+            if sep >= 0:
+                ok = False
+                break
+            sep = i
+        elif c == 2:
+            if sep <= start or sep == i - 1:
+                ok = False
+                break
+            segments += 1
+            start = i + 1
+            sep = -1
+    if ok and segments == pairs:
+        return None
+    for key, value in props.items():
+        if value is not None:
+            problem = property_problem(key, value)
+            if problem is not None:
+                return problem
+    return "the properties do not encode into name\\x01value pairs"
+
+
 cdef inline str properties_string(dict props, bint java_order):
     """messageProperties2String (spec §1.4): name\\x01value\\x02 ..., last \\x02 dropped."""
     if not props:
@@ -293,3 +392,19 @@ cdef inline str batch_item_problem(const char *b, Py_ssize_t pos, Py_ssize_t end
 cdef inline str batch_properties_not_utf8(Py_ssize_t pos, object exc):
     return f"batch message at byte {pos}: properties are not UTF-8 ({exc})"
 
+
+cdef inline str checked_properties_string(dict props):
+    """properties_string(props, java order) when every pair reads back as it is; otherwise
+    ValueError naming the property and why (properties_problem)."""
+    cdef str s
+    try:
+        s = properties_string(props, True)
+    except TypeError:  # a name that is not a str (perhaps only under a None value, left out)
+        present = {k: v for k, v in props.items() if v is not None}
+        if len(present) == len(props):
+            raise ValueError(properties_problem(props, ""))
+        return checked_properties_string(present)
+    problem = properties_problem(props, s)
+    if problem is not None:
+        raise ValueError(problem)
+    return s

@@ -5,7 +5,7 @@ The CommitLog put path and record scanner (spec §9, §1.7, §5.3).
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from ipaddress import IPv4Address, IPv6Address
-from typing import Final, Literal, Self, TypeAlias
+from typing import Any, Final, Literal, Self, TypeAlias
 
 from _typeshed import ReadableBuffer
 from typing_extensions import disjoint_base
@@ -164,6 +164,7 @@ class CommitLogAppender:
         slave: bool = False,
         delay_levels: Sequence[int] | None = None,
         pool: TransientStorePool | None = None,
+        max_topic_length: int = 127,
     ) -> None:
         """file_provider(offset) maps the file holding offset and makes it current (with
         set_current_file); it returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""
@@ -181,6 +182,15 @@ class CommitLogAppender:
     def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
         """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
         queue. All records get consecutive queue and physical offsets and one store timestamp."""
+
+def topic_problem_of(topic: str, max_length: int = 127) -> str | None:
+    """Why topic cannot be put (RocketMQ's TopicValidator: not empty, only letters, digits
+    and %|_-, at most max_length characters), or None: the put path's own check."""
+
+def properties_problem_of(props: Mapping[Any, Any]) -> str | None:
+    """Why a properties map cannot be stored so that it reads back the same (a name or
+    value holding \\x01 or \\x02, an empty name or value, a name that is not a str), or
+    None: the put path's own check."""
 
 def scan_records(
     mapped: ReadableBuffer,

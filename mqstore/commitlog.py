@@ -44,6 +44,7 @@ class CommitLog:
             self._provide_file,
             file_size=self.file_size,
             max_message_size=config.max_message_size,
+            max_topic_length=config.max_topic_length,
             os_page_cache_busy_time_out_mills=config.os_page_cache_busy_time_out_mills,
             sync_flush_timeout=config.sync_flush_timeout,
             sync_flush=config.is_sync_flush,

@@ -34,7 +34,7 @@ __all__ = [
     "crc32", "java_string_hash", "tags_code", "java_hashmap_order", "properties_to_string",
     "string_to_properties", "record_length", "msg_id", "encode_record", "DecodedRecord",
     "decode_record", "check_record", "encode_batch_body", "decode_batch_body",
-    "batch_inner_properties",
+    "batch_inner_properties", "topic_problem", "properties_problem",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -206,6 +206,51 @@ def properties_to_string(props: Mapping[str, str | None] | None, java_order: boo
             raise TypeError(f"property {name!r} must have a str value, got {type(value).__name__}")
         parts.append(name + NAME_VALUE_SEPARATOR + value)
     return PROPERTY_SEPARATOR.join(parts)
+
+
+_TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def topic_problem(topic: str | None, max_length: int = 127) -> str | None:
+    """``TopicValidator.validateTopic`` of 4.9.7: why topic cannot be put, or None.
+
+    Not blank, only ``^[%|a-zA-Z0-9_-]+$``, at most max_length characters. REFUSE: the store
+    applies it to every put (RocketMQ's broker and client do; its store does not), because a
+    topic names a directory under ``consumequeue/``."""
+    if not topic:
+        return "topic is empty"
+    for i, ch in enumerate(topic):
+        if ch not in _TOPIC_CHARS:
+            shown = topic if len(topic) <= 40 else topic[:37] + "..."
+            return (f"topic {shown!r} has the character {ch!r} at index {i}; RocketMQ topics use "
+                    "only letters, digits and %|_- (^[%|a-zA-Z0-9_-]+$)")
+    if len(topic) > max_length:
+        return f"topic is {len(topic)} characters, more than {max_length} (max_topic_length)"
+    return None
+
+
+def properties_problem(props: Mapping[object, object]) -> str | None:
+    """Why props cannot be stored so that ``string_to_properties`` gives them back, or None.
+
+    REFUSE where RocketMQ corrupts silently: a name or value holding a separator
+    (``\\x01``, ``\\x02``) splits into other pairs, and a pair with an empty name or value
+    is skipped by the decoder. A name must be a str; a value is stored as ``str(value)``;
+    None values are left out, as ``properties_to_string`` does."""
+    for key, value in props.items():
+        if value is None:
+            continue
+        if not isinstance(key, str):
+            return f"property name {key!r} is a {type(key).__name__}, not a str"
+        text = str(value)
+        if not key:
+            return f"a property name is empty (its value {text[:40]!r})"
+        if NAME_VALUE_SEPARATOR in key or PROPERTY_SEPARATOR in key:
+            return f"property name {key!r} contains a separator character (\\x01 or \\x02)"
+        if not text:
+            return f"property {key!r} has an empty value, which RocketMQ's decoder drops"
+        if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+            return f"property {key!r} has a value containing a separator character (\\x01 or \\x02)"
+    return None
 
 
 def string_to_properties(s: str) -> dict[str, str]:
