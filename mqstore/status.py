@@ -5,7 +5,20 @@ from __future__ import annotations
 from enum import IntEnum
 
 
-class PutMessageStatus(IntEnum):
+class _Status(IntEnum):
+    """An IntEnum that prints as its name (``print(result.status)`` shows ``PUT_OK``, not 0);
+    a numeric format spec (``f"{status:d}"``) still gives the number."""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        if spec and spec[-1] in "bcdoxXneEfFgG%":
+            return int.__format__(self, spec)
+        return format(self.name, spec)
+
+
+class PutMessageStatus(_Status):
     """PutMessageStatus of RocketMQ 4.9.7. Only PUT_OK is "ok"; FLUSH_DISK_TIMEOUT,
     FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE mean the message is stored but its
     durability or replication was not confirmed."""
@@ -29,7 +42,7 @@ class PutMessageStatus(IntEnum):
                         PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE)
 
 
-class AppendMessageStatus(IntEnum):
+class AppendMessageStatus(_Status):
     """Result of one append into a mapped file (RocketMQ AppendMessageStatus)."""
 
     PUT_OK = 0
@@ -53,7 +66,7 @@ HINTS = {
 }
 
 
-class GetMessageStatus(IntEnum):
+class GetMessageStatus(_Status):
     """GetMessageStatus of RocketMQ 4.9.7 (spec §11)."""
 
     FOUND = 0
