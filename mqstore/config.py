@@ -519,9 +519,6 @@ _TABLE: tuple[Definition, ...] = (
     _key("max_msgs_num_batch", int, 64, "count", _POSITIVE,
          "Most offsets one index query returns per call.",
          java="maxMsgsNumBatch"),
-    _key("put_msg_index_hight_water", int, 600_000, "count", _NON_NEGATIVE,
-         "Dispatch backlog (in messages) above which index building is reported as falling behind.",
-         java="putMsgIndexHightWater"),
     # --- consume queue ext ------------------------------------------------------------------------
     _key("enable_consume_queue_ext", bool, False, "-", _BOOL,
          "Keep per-entry filter bitmaps in consumequeue_ext/ (tagsCode becomes an ext address).",
@@ -624,9 +621,6 @@ _TABLE: tuple[Definition, ...] = (
     _key("disk_space_clean_forcibly_ratio", int, 85, "percent", _PERCENT,
          "Disk usage above which files are cleaned at once, expired or not (4.9: JVM property, 0.85).",
          java="diskSpaceCleanForciblyRatio", origin="5.x"),
-    _key("disk_fall_recorded", bool, True, "-", _BOOL,
-         "Record how far consumers fall behind (bytes not yet pulled) in the store statistics.",
-         java="diskFallRecorded"),
 )
 
 DEFINITIONS: Mapping[str, Definition] = MappingProxyType({d.name: d for d in _TABLE})
@@ -668,7 +662,48 @@ def _index_file_too_big(cfg: StoreConfig) -> tuple[str, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class _Unimplemented:
+    """Keys accepted from RocketMQ configurations whose feature mqstore does not have yet: a
+    value other than the default is refused when a store opens (never silently ignored)."""
+
+    keys: tuple[str, ...]
+    why: str  # what is missing
+    hint: str
+
+
+_UNIMPLEMENTED: tuple[_Unimplemented, ...] = (
+    _Unimplemented(("broker_role", "ha_listen_port", "ha_send_heartbeat_interval", "ha_housekeeping_interval",
+                    "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout", "offset_check_in_slave",
+                    "duplication_enable"),
+                   "master/slave replication is not implemented yet, so a SYNC_MASTER would acknowledge puts no "
+                   "slave has and a SLAVE would never receive anything",
+                   "leave broker_role at ASYNC_MASTER and the HA settings at their defaults"),
+    _Unimplemented(("enable_consume_queue_ext", "mapped_file_size_consume_queue_ext",
+                    "bit_map_length_consume_queue_ext"),
+                   "ConsumeQueueExt units and bitmap filters are not implemented",
+                   "leave enable_consume_queue_ext=false and the consume queue ext sizes at their defaults"),
+)
+UNIMPLEMENTED_KEYS: frozenset[str] = frozenset(k for rule in _UNIMPLEMENTED for k in rule.keys)
+"""Keys refused by ``validate()`` unless left at their default."""
+
+
+def _unimplemented(cfg: StoreConfig) -> tuple[str, str] | None:
+    found = []
+    for rule in _UNIMPLEMENTED:
+        changed = [f"{k}={_plain(cfg._values[k])}" for k in rule.keys if cfg._values[k] != DEFINITIONS[k].default]
+        if changed:
+            found.append((f"{', '.join(changed)} is refused: {rule.why}", rule.hint))
+    if not found:
+        return None
+    return "; ".join(m for m, _ in found), "; ".join(h for _, h in found)
+
+
 _COMBINATIONS: tuple[_Combination, ...] = (
+    _Combination("A value other than the default for a key whose feature is not implemented yet: "
+                 "`broker_role` (only `ASYNC_MASTER`), the HA keys (`ha_*`, `slave_timeout`, "
+                 "`offset_check_in_slave`, `duplication_enable`) until replication exists, and the "
+                 "ConsumeQueueExt keys (`enable_consume_queue_ext`, `*_consume_queue_ext`).", _unimplemented),
     _Combination("`transient_store_pool_enable` with `flush_disk_type=SYNC_FLUSH` (RocketMQ "
                  "silently ignores the pool; mqstore refuses).", _pool_with_sync_flush),
     _Combination("`transient_store_pool_enable` with `broker_role=SLAVE` (RocketMQ silently "
@@ -682,7 +717,8 @@ _COMBINATIONS: tuple[_Combination, ...] = (
 # broker.conf keys that are not store keys
 
 # Broker, remoting and store settings of RocketMQ that mqstore does not implement: collected in
-# StoreConfig.ignored_broker_keys. An unlisted key is ignored too unless it looks like a typo of a
+# StoreConfig.ignored_broker_keys (putMsgIndexHightWater is read by nothing in 4.9.7's store;
+# diskFallRecorded feeds the broker's statistics, which mqstore does not keep). An unlisted key is ignored too unless it looks like a typo of a
 # store key (see _TYPO_CUTOFF).
 _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
     brokerClusterName brokerName brokerId brokerIP1 brokerIP2 namesrvAddr listenPort rocketmqHome
@@ -730,6 +766,7 @@ _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
     inSyncReplicas minInSyncReplicas allAckInSyncStateSet enableAutoInSyncReplicas
     haFlowControlEnable maxHaTransferByteInSecond haMaxTimeSlaveNotCatchup readUnCommitted
     spinLockCollisionRetreatOptimalDegree useABSLock topicQueueLockNum timerWheelEnable
+    putMsgIndexHightWater diskFallRecorded
 """.split())
 
 # Store keys whose non-default value would change the on-disk format: refused, never ignored.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import ipaddress
 import pickle
 from enum import Enum
@@ -23,6 +24,7 @@ from mqstore.config import (
     parse_properties,
     render_config_doc,
 )
+from mqstore import MessageStore
 from mqstore.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "config.md"
@@ -123,6 +125,31 @@ STR_EXAMPLES: dict[str, list[str]] = {
 }
 
 
+# Appendix A keys nothing in RocketMQ 4.9.7's store reads (putMsgIndexHightWater) or that feed
+# the broker's statistics (diskFallRecorded): loaded from a broker.conf into ignored_broker_keys
+NOT_STORE_KEYS = ("putMsgIndexHightWater", "diskFallRecorded")
+
+
+def test_appendix_a_keys_that_do_nothing_in_a_store_are_ignored_broker_keys() -> None:
+    cfg = StoreConfig.from_broker_conf("putMsgIndexHightWater=1000\ndiskFallRecorded=false\n")
+    assert cfg.ignored_broker_keys == NOT_STORE_KEYS
+
+
+@pytest.mark.parametrize("key, value", [
+    ("broker_role", "SYNC_MASTER"), ("broker_role", "SLAVE"), ("ha_listen_port", 10999),
+    ("ha_slave_fallbehind_max", 1), ("slave_timeout", 1), ("duplication_enable", True),
+    ("offset_check_in_slave", True), ("enable_consume_queue_ext", True),
+    ("mapped_file_size_consume_queue_ext", 1 << 20),
+])
+def test_settings_of_features_not_implemented_are_refused_at_open(tmp_path, key, value) -> None:
+    cfg = StoreConfig(**{key: value})  # accepted as a value, for broker.conf files
+    with pytest.raises(ConfigError, match=f"{key}=.* is refused: .* not implemented"):
+        cfg.validate()
+    with pytest.raises(ConfigError, match=key):
+        MessageStore(tmp_path / "s", cfg)
+    assert not os.path.exists(tmp_path / "s" / "abort")
+
+
 def _rocketmq_keys() -> dict[str, Definition]:
     return {d.java_name: d for d in DEFINITIONS.values() if d.java_name is not None}
 
@@ -134,6 +161,8 @@ def _rocketmq_keys() -> dict[str, Definition]:
 def test_every_appendix_a_key_is_defined_with_its_default() -> None:
     by_java = _rocketmq_keys()
     for java_name, expected in APPENDIX_A.items():
+        if java_name in NOT_STORE_KEYS:
+            continue
         assert java_name in by_java, java_name
         definition = by_java[java_name]
         assert definition.name == camel_to_snake(java_name)
@@ -186,7 +215,6 @@ def test_defaults_spot_check_through_attributes() -> None:
     assert cfg.destroy_maped_file_interval_forcibly == 120000
     assert cfg.redelete_hanged_file_interval == 120000
     assert cfg.transient_store_pool_size == 5
-    assert cfg.put_msg_index_hight_water == 600000
     assert cfg.long_polling_enable is True
     assert cfg.short_polling_time_mills == 1000
     assert cfg.batch_dispatch_request_thread_pool_nums == 16
@@ -210,7 +238,7 @@ def test_own_keys_and_their_defaults() -> None:
 def test_rocketmq_spellings_are_kept() -> None:
     for name in ("warm_maped_file_enable", "flush_least_pages_when_warm_maped_file",
                  "destroy_maped_file_interval_forcibly", "os_page_cache_busy_time_out_mills",
-                 "mapped_file_size_commit_log", "put_msg_index_hight_water", "check_crc_on_recover",
+                 "mapped_file_size_commit_log", "check_crc_on_recover",
                  "store_path_root_dir", "store_path_commit_log", "flush_disk_type", "broker_role",
                  "use_reentrant_lock_when_put_message", "message_delay_level"):
         assert name in DEFINITIONS
@@ -522,7 +550,7 @@ def test_all_violated_combinations_are_reported_together() -> None:
 
 
 def test_transient_pool_on_async_master_is_fine() -> None:
-    StoreConfig(transient_store_pool_enable=True, broker_role="SYNC_MASTER").validate()
+    StoreConfig(transient_store_pool_enable=True, broker_role="ASYNC_MASTER").validate()
 
 
 def test_index_file_above_java_int_is_refused() -> None:
@@ -753,7 +781,9 @@ def test_broker_conf_text() -> None:
     assert cfg.ha_listen_port == 10912
     assert cfg.ignored_broker_keys == ("brokerClusterName", "brokerName", "brokerId", "namesrvAddr",
                                        "listenPort", "autoCreateTopicEnable")
-    cfg.validate()
+    with pytest.raises(ConfigError, match="broker_role=SYNC_MASTER is refused: master/slave replication"):
+        cfg.validate()  # loads as is; a store refuses to open with it until replication exists
+    cfg.replace(broker_role="ASYNC_MASTER").validate()
 
 
 def test_broker_conf_file(tmp_path: Path) -> None:

@@ -235,8 +235,10 @@ def test_shut_down_store_refuses_puts(open_store):
 
 
 def test_slave_and_unwritable_refuse_puts(open_store, tmp_path):
-    slave = open_store(str(tmp_path / "slave"), broker_role="SLAVE")
-    assert slave.put_message(Message("T", b"x")).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    slave = open_store(str(tmp_path / "slave"))
+    slave.commitlog.appender.slave = True  # broker_role=SLAVE is refused until replication exists
+    r = slave.put_message(Message("T", b"x"))
+    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "slave" in r.detail
     master = open_store(str(tmp_path / "master"))
     master.ctl.set_running_flag("DISK_FULL")
     r = master.put_message(Message("T", b"x"))
