@@ -21,7 +21,7 @@ from mq_bytes cimport *
 from mq_ctl cimport *
 from mq_record cimport *
 
-from mqstore.errors import PutMessageError
+from mqstore.errors import PutMessageError, StoreClosedError
 from mqstore.record import encode_host
 from mqstore.status import HINTS, PutMessageStatus
 
@@ -118,6 +118,7 @@ cdef class Message:
 
     @property
     def properties(self) -> dict:
+        """The message's properties (TAGS, KEYS, WAIT and the user's), a dict to change in place."""
         if self._properties is None:
             self._properties = {}
         return self._properties
@@ -128,16 +129,19 @@ cdef class Message:
 
     @property
     def tags(self):
+        """The TAGS property, or None."""
         return None if self._properties is None else self._properties.get("TAGS")
 
     @property
     def keys(self) -> list:
+        """The KEYS property split on spaces (the keys the index finds the message by)."""
         if self._properties is None:
             return []
         return [k for k in self._properties.get("KEYS", "").split(" ") if k]
 
     @property
     def wait_store_msg_ok(self) -> bool:
+        """False when WAIT=false: a SYNC_FLUSH put then returns without waiting for the disk."""
         return wait_store_msg_ok(self._properties)
 
     def __repr__(self):
@@ -206,33 +210,70 @@ cdef class PutMessageResult:
     # no_gc: its fields (ints, str, bytes, a list of ints) can never form a reference cycle
     """Outcome of a put (RocketMQ PutMessageResult + AppendMessageResult)."""
 
-    cdef readonly int status_code
-    cdef readonly int64_t wrote_offset
-    cdef readonly int64_t wrote_bytes
-    cdef readonly int64_t queue_offset
-    cdef readonly int64_t store_timestamp
-    cdef readonly int msg_num
-    cdef readonly object detail
+    cdef int c_status
+    cdef int64_t c_wrote_offset
+    cdef int64_t c_wrote_bytes
+    cdef int64_t c_queue_offset
+    cdef int64_t c_store_timestamp
+    cdef int c_msg_num
+    cdef object c_detail
     cdef bytes _store_host
     cdef object _record_sizes
 
     @property
+    def status_code(self) -> int:
+        """The status as its number (RocketMQ's PutMessageStatus ordinal)."""
+        return self.c_status
+
+    @property
+    def wrote_offset(self) -> int:
+        """Where the (first) record starts in the CommitLog."""
+        return self.c_wrote_offset
+
+    @property
+    def wrote_bytes(self) -> int:
+        """Bytes appended: the record, or every record of a batch."""
+        return self.c_wrote_bytes
+
+    @property
+    def queue_offset(self) -> int:
+        """The (first) message's offset in its queue."""
+        return self.c_queue_offset
+
+    @property
+    def store_timestamp(self) -> int:
+        """When the store appended it (ms since the epoch)."""
+        return self.c_store_timestamp
+
+    @property
+    def msg_num(self) -> int:
+        """Messages stored by this put (1, or a batch's count; 0 when nothing was)."""
+        return self.c_msg_num
+
+    @property
+    def detail(self):
+        """Why a put failed (or its durability is not confirmed), in words; None when PUT_OK."""
+        return self.c_detail
+
+    @property
     def status(self):
-        return _STATUSES[self.status_code]
+        """The PutMessageStatus (PUT_OK, MESSAGE_ILLEGAL, ...)."""
+        return _STATUSES[self.c_status]
 
     @property
     def ok(self) -> bool:
-        return self.status_code == PUT_OK
+        """True for PUT_OK (stored and, under SYNC_FLUSH, flushed)."""
+        return self.c_status == PUT_OK
 
     @property
     def msg_id(self):
         """Offset msgId(s) (spec §1.2); comma-joined for a batch (spec §9.4)."""
-        if self.msg_num == 0 or self._store_host is None:
+        if self.c_msg_num == 0 or self._store_host is None:
             return None
         if self._record_sizes is None:
-            return (self._store_host + self.wrote_offset.to_bytes(8, "big")).hex().upper()
+            return (self._store_host + self.c_wrote_offset.to_bytes(8, "big")).hex().upper()
         ids = []
-        off = self.wrote_offset
+        off = self.c_wrote_offset
         for size in self._record_sizes:
             ids.append((self._store_host + off.to_bytes(8, "big")).hex().upper())
             off += size
@@ -240,22 +281,22 @@ cdef class PutMessageResult:
 
     def check(self):
         """Return self if PUT_OK, else raise PutMessageError naming the status and its cause."""
-        if self.status_code == PUT_OK:
+        if self.c_status == PUT_OK:
             return self
         st = self.status
-        raise PutMessageError(f"put failed: {st.name}" + (f": {self.detail}" if self.detail else ""),
+        raise PutMessageError(f"put failed: {st.name}" + (f": {self.c_detail}" if self.c_detail else ""),
                               status=st, hint=HINTS.get(st))
 
     def __repr__(self):
-        return (f"PutMessageResult(status={self.status.name}, wrote_offset={self.wrote_offset}, "
-                f"wrote_bytes={self.wrote_bytes}, queue_offset={self.queue_offset}, msg_num={self.msg_num}, "
-                f"store_timestamp={self.store_timestamp}" + (f", detail={self.detail!r})" if self.detail else ")"))
+        return (f"PutMessageResult(status={self.status.name}, wrote_offset={self.c_wrote_offset}, "
+                f"wrote_bytes={self.c_wrote_bytes}, queue_offset={self.c_queue_offset}, msg_num={self.c_msg_num}, "
+                f"store_timestamp={self.c_store_timestamp}" + (f", detail={self.c_detail!r})" if self.c_detail else ")"))
 
 
 cdef PutMessageResult _result(int status, object detail=None):
     cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
-    r.status_code = status
-    r.detail = detail
+    r.c_status = status
+    r.c_detail = detail
     return r
 
 
@@ -523,7 +564,9 @@ cdef class CommitLogAppender:
     # -- checks before the lock (spec §9.2) -------------------------------------------------
     cdef int _check_service(self, int64_t now) except -1:
         cdef int64_t flags
-        if self.closed or self.slave:
+        if self.closed:
+            raise StoreClosedError("the store is shut down: this process called shutdown() (open it again to put)")
+        if self.slave:
             return SERVICE_NOT_AVAILABLE
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
@@ -611,7 +654,8 @@ cdef class CommitLogAppender:
     # -- single message ---------------------------------------------------------------------
     def put_message(self, Message msg not None) -> PutMessageResult:
         """Put one message (spec §9.2, §9.3). Returns a PutMessageResult; never raises for a
-        bad message (the status names the cause)."""
+        bad message (the status names the cause). StoreClosedError after this process shut
+        the store down (a store whose owner shut down answers SERVICE_NOT_AVAILABLE)."""
         cdef int status = self._check_service(mq_now_ms_coarse())
         if status != PUT_OK:
             return self._fail(status, self._service_detail(status))
@@ -696,7 +740,8 @@ cdef class CommitLogAppender:
     # -- batch (spec §9.4) ---------------------------------------------------------------------
     def put_messages(self, batch) -> PutMessageResult:
         """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
-        queue. All records get consecutive queue and physical offsets and one store timestamp."""
+        queue. All records get consecutive queue and physical offsets and one store timestamp.
+        StoreClosedError after this process shut the store down."""
         cdef int status = self._check_service(mq_now_ms_coarse())
         if status != PUT_OK:
             return self._fail(status, self._service_detail(status))
@@ -937,12 +982,12 @@ cdef class CommitLogAppender:
             self._detail = None
             return self._fail(status, detail)
         cdef PutMessageResult res = PutMessageResult.__new__(PutMessageResult)
-        res.status_code = PUT_OK
-        res.wrote_offset = out.wrote_offset
-        res.wrote_bytes = out.wrote_bytes
-        res.queue_offset = out.queue_offset
-        res.store_timestamp = out.store_timestamp
-        res.msg_num = n
+        res.c_status = PUT_OK
+        res.c_wrote_offset = out.wrote_offset
+        res.c_wrote_bytes = out.wrote_bytes
+        res.c_queue_offset = out.queue_offset
+        res.c_store_timestamp = out.store_timestamp
+        res.c_msg_num = n
         res._store_host = self.store_host_b
         res._record_sizes = record_sizes
         if not self.pool_buffers:  # with the pool, the commit that makes the put readable wakes it
@@ -988,12 +1033,12 @@ cdef class CommitLogAppender:
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_WAIT_NS_TOTAL), mq_mono_ns() - t0)
         if mq_load(flushed) < end:
             mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_TIMEOUTS), 1)
-            res.status_code = FLUSH_DISK_TIMEOUT
+            res.c_status = FLUSH_DISK_TIMEOUT
             if failed:
                 err = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_LAST_ERRNO))
-                res.detail = f"the flush failed: {os.strerror(err)} (errno {err})"
+                res.c_detail = f"the flush failed: {os.strerror(err)} (errno {err})"
             else:
-                res.detail = f"not flushed within sync_flush_timeout={self.sync_flush_timeout_ms} ms"
+                res.c_detail = f"not flushed within sync_flush_timeout={self.sync_flush_timeout_ms} ms"
 
 
 # -- record scanning (recovery, checker, table rebuild) ------------------------------------------

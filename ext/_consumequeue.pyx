@@ -19,6 +19,8 @@ Three kernels share this module because they share the C-level state of a queue:
 
 import logging
 
+import warnings
+
 cimport cython
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
@@ -633,7 +635,7 @@ cdef class GetMessageResult:
     cdef public bint suggest_pulling_from_slave
     cdef public int64_t buffer_total_size
     cdef public int64_t max_phy_offset_pulling
-    cdef readonly LogMap log_map
+    cdef LogMap log_map
     cdef int64_t *phys
     cdef int32_t *sizes
     cdef int count
@@ -729,8 +731,8 @@ cdef MessageView make_view(LogMap log_map, int64_t phy, int32_t size):
     cdef MessageView v = MessageView.__new__(MessageView)
     v.owner = log_map
     v.p = log_map.at(phy, size)
-    v.phy = phy
-    v.size = size
+    v._phy = phy
+    v._size = size
     return v
 
 
@@ -760,43 +762,64 @@ cdef class MessageView:
 
     cdef object owner
     cdef const char *p
-    cdef readonly int64_t phy
-    cdef readonly int32_t size
+    cdef int64_t _phy
+    cdef int32_t _size
 
     @property
     def physical_offset(self) -> int:
-        return self.phy
+        """Where the record starts in the CommitLog (PHYSICALOFFSET, spec §1)."""
+        return self._phy
 
     @property
     def total_size(self) -> int:
-        return self.size
+        """The record's length in bytes (TOTALSIZE, spec §1)."""
+        return self._size
+
+    @property
+    def phy(self) -> int:
+        """Deprecated alias of physical_offset."""
+        warnings.warn("MessageView.phy is deprecated; use physical_offset", DeprecationWarning, stacklevel=2)
+        return self._phy
+
+    @property
+    def size(self) -> int:
+        """Deprecated alias of total_size."""
+        warnings.warn("MessageView.size is deprecated; use total_size", DeprecationWarning, stacklevel=2)
+        return self._size
 
     @property
     def queue_id(self) -> int:
+        """The queue the record was put to (QUEUEID)."""
         return mq_get_i32(self.p + MQ_POS_QUEUEID)
 
     @property
     def flag(self) -> int:
+        """The message's FLAG, as the producer set it."""
         return mq_get_i32(self.p + MQ_POS_FLAG)
 
     @property
     def queue_offset(self) -> int:
+        """The record's offset in its queue (QUEUEOFFSET)."""
         return mq_get_i64(self.p + MQ_POS_QUEUEOFFSET)
 
     @property
     def sys_flag(self) -> int:
+        """SYSFLAG: compression, transaction type, IPv6 host bits (spec §1.3)."""
         return mq_get_i32(self.p + MQ_POS_SYSFLAG)
 
     @property
     def born_timestamp(self) -> int:
+        """When the producer created the message (ms since the epoch)."""
         return mq_get_i64(self.p + MQ_POS_BORNTIMESTAMP)
 
     @property
     def store_timestamp(self) -> int:
+        """When the store appended the record (ms since the epoch)."""
         return mq_get_i64(self.p + store_timestamp_pos(mq_get_i32(self.p + MQ_POS_SYSFLAG)))
 
     @property
     def body_crc(self) -> int:
+        """The CRC32 of the body as stored (BODYCRC; not checked on read)."""
         return mq_get_i32(self.p + MQ_POS_BODYCRC)
 
     cdef int _body_pos(self) noexcept:
@@ -807,14 +830,16 @@ cdef class MessageView:
 
     @property
     def reconsume_times(self) -> int:
+        """RECONSUMETIMES: how often the message was redelivered."""
         return mq_get_i32(self.p + self._body_pos() - 12)
 
     @property
     def prepared_transaction_offset(self) -> int:
+        """PREPAREDTRANSACTIONOFFSET of a transaction message."""
         return mq_get_i64(self.p + self._body_pos() - 8)
 
     def _file_view(self):
-        return (<LogMap>self.owner).slice_of(self.phy, self.size)
+        return (<LogMap>self.owner).slice_of(self._phy, self._size)
 
     @property
     def buffer(self) -> memoryview:
@@ -826,7 +851,7 @@ cdef class MessageView:
         """The body bytes, zero-copy (bytes(view.body) copies)."""
         cdef int bp = self._body_pos()
         cdef int32_t bl = mq_get_i32(self.p + bp)
-        return (<LogMap>self.owner).slice_of(self.phy + bp + 4, bl)
+        return (<LogMap>self.owner).slice_of(self._phy + bp + 4, bl)
 
     cdef int _topic_pos(self) noexcept:
         cdef int bp = self._body_pos()
@@ -839,31 +864,37 @@ cdef class MessageView:
 
     @property
     def topic(self) -> str:
+        """The topic the record was stored under."""
         return PyUnicode_DecodeUTF8(self.p + self._topic_pos(), self._topic_len(), "strict")
 
     @property
     def properties_string(self) -> str:
+        """The properties as stored: name\\x01value pairs joined by \\x02."""
         cdef int at = self._topic_pos() + self._topic_len()
         cdef int pl = mq_get_i16(self.p + at)
         return PyUnicode_DecodeUTF8(self.p + at + 2, pl, "strict")
 
     @property
     def properties(self) -> dict:
+        """The properties as a dict (TAGS, KEYS, UNIQ_KEY, user properties ...)."""
         from mqstore._codec import string_to_properties
         return string_to_properties(self.properties_string)
 
     @property
     def tags(self):
+        """The TAGS property, or None."""
         return self.properties.get("TAGS")
 
     @property
     def keys(self) -> list:
+        """The KEYS property split on spaces."""
         return [k for k in self.properties.get("KEYS", "").split(" ") if k]
 
     @property
     def msg_id(self) -> str:
+        """RocketMQ's offset message id: the store host and the physical offset, in hex."""
         from mqstore._codec import msg_id
-        return msg_id(self.decode(read_body=False).store_host, self.phy)
+        return msg_id(self.decode(read_body=False).store_host, self._phy)
 
     def decode(self, *, bint read_body=True, bint check_crc=False):
         """Every field as a mqstore.record.DecodedRecord (copies the body)."""
@@ -872,7 +903,7 @@ cdef class MessageView:
 
     def __repr__(self):
         return (f"MessageView(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
-                f"physical_offset={self.phy}, size={self.size})")
+                f"physical_offset={self._phy}, total_size={self._size})")
 
 
 cdef struct ScanLimits:
@@ -909,7 +940,9 @@ cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b,
         else:
             many = frozenset(tag_codes)
     result.log_map = log_map
-    result._reserve(max_msg_nums if max_msg_nums < 1024 else 1024)
+    # max_msg_nums < 1 still returns one message, as RocketMQ's isTheBatchFull never ends an
+    # empty batch
+    result._reserve(1 if max_msg_nums < 1 else max_msg_nums if max_msg_nums < 1024 else 1024)
     while pos + CQ_UNIT <= end:
         phy = mq_get_i64(b + pos)
         size = mq_get_i32(b + pos + 8)
@@ -947,7 +980,7 @@ cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b,
             pos += CQ_UNIT
             continue
         if count >= result.cap:
-            result._reserve(result.cap * 2)
+            result._reserve(result.cap * 2 if result.cap > 0 else 16)
         result.phys[count] = phy
         result.sizes[count] = size
         total += size
@@ -1054,6 +1087,8 @@ cdef class ReadKernel:
         codes = self.k_tag_cache.get(tags, self)
         if codes is not self:
             return codes
+        if type(tags) is not str:
+            raise TypeError(f"tags must be a str expression, got {type(tags).__name__}")
         expression = (<str>tags).strip()
         if not expression or expression == "*":
             codes = None

@@ -105,23 +105,32 @@ class PutMessageResult:
     """Outcome of a put (RocketMQ PutMessageResult + AppendMessageResult)."""
 
     @property
-    def status_code(self) -> int: ...
+    def status_code(self) -> int:
+        """The status as its number (RocketMQ's PutMessageStatus ordinal)."""
     @property
-    def wrote_offset(self) -> int: ...
+    def wrote_offset(self) -> int:
+        """Where the (first) record starts in the CommitLog."""
     @property
-    def wrote_bytes(self) -> int: ...
+    def wrote_bytes(self) -> int:
+        """Bytes appended: the record, or every record of a batch."""
     @property
-    def queue_offset(self) -> int: ...
+    def queue_offset(self) -> int:
+        """The (first) message's offset in its queue."""
     @property
-    def store_timestamp(self) -> int: ...
+    def store_timestamp(self) -> int:
+        """When the store appended it (ms since the epoch)."""
     @property
-    def msg_num(self) -> int: ...
+    def msg_num(self) -> int:
+        """Messages stored by this put (1, or a batch's count; 0 when nothing was)."""
     @property
-    def detail(self) -> str | None: ...
+    def detail(self) -> str | None:
+        """Why a put failed (or its durability is not confirmed), in words; None when PUT_OK."""
     @property
-    def status(self) -> PutMessageStatus: ...
+    def status(self) -> PutMessageStatus:
+        """The PutMessageStatus (PUT_OK, MESSAGE_ILLEGAL, ...)."""
     @property
-    def ok(self) -> bool: ...
+    def ok(self) -> bool:
+        """True for PUT_OK (stored and, under SYNC_FLUSH, flushed)."""
     @property
     def msg_id(self) -> str | None:
         """Offset msgId(s) (spec §1.2); comma-joined for a batch (spec §9.4)."""
@@ -177,11 +186,13 @@ class CommitLogAppender:
     def current_file(self) -> MappedFile | None: ...
     def put_message(self, msg: Message) -> PutMessageResult:
         """Put one message (spec §9.2, §9.3). Returns a PutMessageResult; never raises for a
-        bad message (the status names the cause)."""
+        bad message (the status names the cause). StoreClosedError after this process shut
+        the store down (a store whose owner shut down answers SERVICE_NOT_AVAILABLE)."""
 
     def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
         """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
-        queue. All records get consecutive queue and physical offsets and one store timestamp."""
+        queue. All records get consecutive queue and physical offsets and one store timestamp.
+        StoreClosedError after this process shut the store down."""
 
 def topic_problem_of(topic: str, max_length: int = 127) -> str | None:
     """Why topic cannot be put (RocketMQ's TopicValidator: not empty, only letters, digits

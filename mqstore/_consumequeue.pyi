@@ -6,7 +6,7 @@ ConsumeQueue units, the dispatch (reput) parser and the getMessage scan (spec §
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Final, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import deprecated, disjoint_base
 
 from mqstore._mapped import MappedFile
 from mqstore._reput import ParsedBatch
@@ -134,8 +134,6 @@ class GetMessageResult:
     suggest_pulling_from_slave: bool
     buffer_total_size: int
     max_phy_offset_pulling: int
-    @property
-    def log_map(self) -> LogMap: ...
     def __init__(self, status: Any, next_begin_offset: int = 0, min_offset: int = 0, max_offset: int = 0) -> None: ...
     @property
     def message_count(self) -> int: ...
@@ -160,13 +158,19 @@ class MessageView:
     """One stored record, read in place from the mapped CommitLog file."""
 
     @property
-    def phy(self) -> int: ...
+    @deprecated("use physical_offset")
+    def phy(self) -> int:
+        """Deprecated alias of physical_offset."""
     @property
-    def size(self) -> int: ...
+    @deprecated("use total_size")
+    def size(self) -> int:
+        """Deprecated alias of total_size."""
     @property
-    def physical_offset(self) -> int: ...
+    def physical_offset(self) -> int:
+        """Where the record starts in the CommitLog (PHYSICALOFFSET, spec §1)."""
     @property
-    def total_size(self) -> int: ...
+    def total_size(self) -> int:
+        """The record's length in bytes (TOTALSIZE, spec §1)."""
     @property
     def queue_id(self) -> int: ...
     @property

@@ -905,10 +905,12 @@ class StoreConfig:
 
     @property
     def is_sync_flush(self) -> bool:
+        """flush_disk_type is SYNC_FLUSH (puts wait for group commit)."""
         return self._values["flush_disk_type"] is FlushDiskType.SYNC_FLUSH
 
     @property
     def is_slave(self) -> bool:
+        """broker_role is SLAVE (puts are refused)."""
         return self._values["broker_role"] is BrokerRole.SLAVE
 
     @property

@@ -50,6 +50,67 @@ class QueryMessageResult:
     index_last_update_phy_offset: int = 0
 
 
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+# what each argument of the read API takes: (types, description, lowest, highest)
+_ARGUMENTS: dict[str, tuple[tuple[type, ...], str, int | None, int | None]] = {
+    "group": ((str,), "a str (the consumer group)", None, None),
+    "topic": ((str,), "a str", None, None),
+    "key": ((str,), "a str", None, None),
+    "queue_id": ((int,), "an int in 0 .. 2147483647", 0, _INT32_MAX),
+    "offset": ((int,), "an int (a queue offset)", -_INT64_MAX, _INT64_MAX),
+    "queue_offset": ((int,), "an int (a queue offset)", -_INT64_MAX, _INT64_MAX),
+    "phy_offset": ((int,), "an int (a CommitLog byte offset)", -_INT64_MAX, _INT64_MAX),
+    "max_msg_nums": ((int,), "an int in 1 .. 2147483647", -_INT32_MAX, _INT32_MAX),
+    "max_num": ((int,), "an int in 1 .. 2147483647", -_INT32_MAX, _INT32_MAX),
+    "timestamp": ((int,), "an int (ms since the epoch)", -_INT64_MAX, _INT64_MAX),
+    "begin": ((int,), "an int (ms since the epoch)", -_INT64_MAX, _INT64_MAX),
+    "end": ((int,), "an int (ms since the epoch)", -_INT64_MAX, _INT64_MAX),
+    "tags": ((str, type(None)), "a tags expression (\"*\", \"TagA || TagB\"), a list of tags, or None", None, None),
+}
+
+
+def argument_error(method: str, exc: BaseException, **arguments: Any) -> BaseException:
+    """The error to raise when a read kernel refused its arguments (TypeError, OverflowError):
+    a TypeError or ValueError naming the first argument that is wrong and what it takes, or
+    exc itself when every argument looks right (the kernel's own message then stands)."""
+    for name, value in arguments.items():
+        types, wanted, low, high = _ARGUMENTS[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return TypeError(f"{method}(): {name} must be {wanted}, got {type(value).__name__} {shown}")
+        if low is not None and high is not None and isinstance(value, int) and not low <= value <= high:
+            return ValueError(f"{method}(): {name}={value} is out of range: it must be {wanted}")
+    return exc
+
+
+def check_arguments(method: str, **arguments: Any) -> None:
+    """Raise the TypeError or ValueError naming the first wrong argument, if one is wrong
+    (callers test the types inline first, so a right call pays nothing more)."""
+    error = argument_error(method, _NO_ERROR, **arguments)
+    if error is not _NO_ERROR:
+        raise error
+
+
+_NO_ERROR = TypeError()
+
+
+def tags_expression(tags: Any) -> str:
+    """A list (any iterable) of tags as the expression "A || B"; TypeError naming the
+    argument when it is not an iterable of non-empty str."""
+    try:
+        items = list(tags)
+    except TypeError:
+        raise TypeError(f"get_message(): tags must be {_ARGUMENTS['tags'][1]}, got {type(tags).__name__}") from None
+    for tag in items:
+        if not isinstance(tag, str) or not tag.strip():
+            raise TypeError(f"get_message(): tags must be {_ARGUMENTS['tags'][1]}; the list holds {tag!r}")
+    if not items:
+        raise ValueError("get_message(): tags is an empty list; use None or \"*\" for every message")
+    return " || ".join(items)
+
+
 def _pinned(files: list[Any]) -> tuple[list[Any], list[memoryview]]:
     """The files still mapped, each pinned by a memoryview (an exported buffer defers munmap):
     retention may delete a ConsumeQueue file meanwhile (spec §14), and the time search reads

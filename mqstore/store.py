@@ -24,7 +24,8 @@ from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreL
 from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.dispatch import Dispatcher, ReputMessageService
 from mqstore.index import IndexService
-from mqstore.reads import MessageReader, QueryMessageResult, TimeLookup
+from mqstore.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
+                           tags_expression)
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
 from mqstore.node import CONFIG_NAME, Supervisor, read_config, write_config
 from mqstore import pool as transient_pool
@@ -316,11 +317,13 @@ class MessageStore:
 
     # -- puts ----------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
-        """Put one message; the result's status names any failure (spec §9)."""
+        """Put one message; the result's status names any failure (spec §9). StoreClosedError
+        after shutdown()."""
         return self.commitlog.appender.put_message(msg)
 
     def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
-        """Put a batch of one topic and queue (spec §9.4)."""
+        """Put a batch of one topic and queue (spec §9.4): a MessageBatch (a client batch
+        body) or a list of Messages. StoreClosedError after shutdown()."""
         return self.commitlog.appender.put_messages(batch)
 
     def put(self, topic: str, body: bytes = b"", **fields: Any) -> PutMessageResult:
@@ -330,25 +333,43 @@ class MessageStore:
     # -- state ---------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
+        """True once shutdown() ran (every other method then raises StoreClosedError)."""
         return self._closed
 
     @property
+    def attached(self) -> bool:
+        """False: this process owns the store (an AttachedStore, opened by MessageStore.open
+        while another process owns it, says True)."""
+        return False
+
+    @property
     def max_phy_offset(self) -> int:
-        return self.commitlog.max_offset
+        """Same as get_max_phy_offset(), as a property."""
+        return self.get_max_phy_offset()
 
     @property
     def min_phy_offset(self) -> int:
-        return self.commitlog.min_offset
+        """Same as get_min_phy_offset(), as a property."""
+        return self.get_min_phy_offset()
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue offset the next message of topic/queue_id will get."""
+        self._check_open()
+        if type(topic) is not str or type(queue_id) is not int:
+            check_arguments("next_queue_offset", topic=topic, queue_id=queue_id)
         value = self.ctl.table_get(topic, queue_id)
         return 0 if value is None else value
 
     def positions(self) -> dict[str, int]:
+        """The shared positions: wrote, committed, flushed, dispatched, confirmed, min_phy, ...
+        (byte offsets in the CommitLog; docs/node.md)."""
+        self._check_open()
         return self.ctl.positions()
 
     def stats(self) -> dict[str, int]:
+        """The control block's counters (puts, bytes, flushes, lock times, ...) and positions:
+        what ``mqstore stats`` shows, as numbers."""
+        self._check_open()
         return {**self.ctl.stats(), **self.ctl.positions()}
 
     def flush(self) -> bool:
@@ -386,38 +407,68 @@ class MessageStore:
 
     # -- reads (spec §11) --------------------------------------------------------------------
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
-                    tags: str | None = None) -> GetMessageResult:
+                    tags: str | Iterable[str] | None = None) -> GetMessageResult:
         """Up to max_msg_nums messages of a queue from offset, filtered by a tags expression
-        ("*", "TagA", "TagA || TagB"); the status and next_begin_offset follow spec §11."""
+        ("*", "TagA", "TagA || TagB", or a list of tags); the status and next_begin_offset
+        follow spec §11."""
         self._check_open()
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
+        try:
+            return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
+        except (TypeError, OverflowError) as exc:
+            if tags is not None and not isinstance(tags, str):
+                expression = tags_expression(tags)
+                return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, expression)
+            raise argument_error("get_message", exc, group=group, topic=topic, queue_id=queue_id, offset=offset,
+                                 max_msg_nums=max_msg_nums, tags=tags) from None
 
     def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
+        """The message whose record starts at phy_offset in the CommitLog, or None (spec §11
+        lookMessageByOffset)."""
         self._check_open()
         if self._following:
             self._follow_log()
-        return self.reader.look_message_by_offset(phy_offset)
+        try:
+            return self.reader.look_message_by_offset(phy_offset)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("look_message_by_offset", exc, phy_offset=phy_offset) from None
 
     def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
         """The message at a queue offset (through its ConsumeQueue unit), or None."""
         self._check_open()
+        if type(queue_offset) is not int:
+            check_arguments("look_message_by_queue_offset", topic=topic, queue_id=queue_id, queue_offset=queue_offset)
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
+        try:
+            return self.reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("look_message_by_queue_offset", exc, topic=topic, queue_id=queue_id,
+                                 queue_offset=queue_offset) from None
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """The store timestamp (ms) of the message at a queue offset, or -1 (spec §11)."""
         self._check_open()
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
+        try:
+            return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_message_store_timestamp", exc, topic=topic, queue_id=queue_id,
+                                 queue_offset=queue_offset) from None
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The queue offset of the first message stored at or after timestamp (ms since the
+        epoch), RocketMQ's getOffsetInQueueByTime (spec §3)."""
         self._check_open()
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        try:
+            return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_offset_in_queue_by_time", exc, topic=topic, queue_id=queue_id,
+                                 timestamp=timestamp) from None
 
     def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
                                 warm_bytes: int | None = None) -> TimeLookup:
@@ -425,36 +476,72 @@ class MessageStore:
         self._check_open()
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.offset_in_queue_by_time(topic, queue_id, timestamp, warm_bytes)
+        try:
+            return self.reader.offset_in_queue_by_time(topic, queue_id, timestamp, warm_bytes)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("offset_in_queue_by_time", exc, topic=topic, queue_id=queue_id,
+                                 timestamp=timestamp) from None
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue offset after the queue's last message (0 for a queue never put to)."""
+        self._check_open()
+        if type(topic) is not str or type(queue_id) is not int:
+            check_arguments("get_max_offset_in_queue", topic=topic, queue_id=queue_id)
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.get_max_offset_in_queue(topic, queue_id)
+        try:
+            return self.reader.get_max_offset_in_queue(topic, queue_id)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_max_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue offset of the queue's first message still stored (retention moves it)."""
+        self._check_open()
+        if type(topic) is not str or type(queue_id) is not int:
+            check_arguments("get_min_offset_in_queue", topic=topic, queue_id=queue_id)
         if self._following:
             self._follow(topic, queue_id)
-        return self.reader.get_min_offset_in_queue(topic, queue_id)
+        try:
+            return self.reader.get_min_offset_in_queue(topic, queue_id)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_min_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
 
     def get_max_phy_offset(self) -> int:
+        """The CommitLog position after the last readable byte (RocketMQ getMaxPhyOffset)."""
+        self._check_open()
         return self.commitlog.max_offset
 
     def get_min_phy_offset(self) -> int:
+        """The CommitLog position of the first byte still stored (RocketMQ getMinPhyOffset)."""
+        self._check_open()
         return self.commitlog.min_offset
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """The store timestamp (ms) of the oldest message still stored: of the whole store, or
+        of one queue when topic is given; -1 when there is none."""
         self._check_open()
+        if (topic is not None and type(topic) is not str) or type(queue_id) is not int:
+            check_arguments("get_earliest_message_time", topic=topic if topic is not None else "", queue_id=queue_id)
         return self.reader.get_earliest_message_time(topic, queue_id)
 
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0,
+    def query_message(self, topic: str, key: str, max_num: int | None = None, begin: int = 0,
                       end: int = 2**63 - 1) -> QueryMessageResult:
-        """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key."""
+        """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key;
+        at most max_num (default: the default_query_max_num setting), stored between begin
+        and end (ms since the epoch)."""
         self._check_open()
+        if max_num is None:
+            max_num = self.config.default_query_max_num
+        if type(topic) is not str or type(key) is not str or type(max_num) is not int:
+            check_arguments("query_message", topic=topic, key=key, max_num=max_num, begin=begin, end=end)
         if self._following and self.index is not None:
             self.index.follow()
             self._follow_log()
-        return self.reader.query_message(topic, key, max_num, begin, end)
+        try:
+            return self.reader.query_message(topic, key, max_num, begin, end)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("query_message", exc, topic=topic, key=key, max_num=max_num, begin=begin,
+                                 end=end) from None
 
     def execute_delete_files_manually(self) -> None:
         """RocketMQ executeDeleteFilesManually: the next 20 cleaning runs delete expired files
@@ -470,10 +557,14 @@ class MessageStore:
     # -- dispatch ------------------------------------------------------------------------
     @property
     def dispatch_behind_bytes(self) -> int:
+        """CommitLog bytes written but not yet dispatched into the ConsumeQueues."""
+        self._check_open()
         return self.dispatcher.behind()
 
     @property
     def dispatch_lag_ms(self) -> int:
+        """How old the oldest written-but-not-dispatched message is, in ms (0 when none)."""
+        self._check_open()
         return self.dispatcher.lag_ms()
 
     def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_ms: float | None = None) -> bool:
@@ -489,6 +580,7 @@ class MessageStore:
         which the dispatcher broadcasts only when it has caught up. Default timeout: 15 s (a
         push consumer's suspend time) with long polling, ``short_polling_time_mills`` without."""
         self._check_open()
+        check_arguments("wait_for_messages", topic=topic, queue_id=queue_id, offset=offset)
         long_polling = self.config.long_polling_enable
         if timeout_ms is None:
             timeout_ms = LONG_POLLING_SUSPEND_MS if long_polling else self.config.short_polling_time_mills
@@ -506,7 +598,8 @@ class MessageStore:
                 self.ctl.wait_seq_change("dispatched", seen, left_ms if not long_polling else min(left_ms, 50))
 
     def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
-        """Wait until everything written (or up to offset) is dispatched."""
+        """Wait until everything written (or up to offset) is dispatched; True when it is."""
+        self._check_open()
         target = self.ctl.get("committed") if offset is None else offset
         return self.ctl.wait_position("dispatched", target, "dispatched", timeout_ms)
 
@@ -556,7 +649,7 @@ class MessageStore:
             log.warning("leaving %s: the store did not shut down cleanly (%s)", self.abort_path, why)
         self._release_lock()
 
-    close = shutdown
+    close = shutdown  # the same method: "close" for contextlib.closing and Python habit
 
     def __enter__(self) -> MessageStore:
         return self
@@ -654,6 +747,7 @@ class AttachedStore(MessageStore):
 
     @property
     def attached(self) -> bool:
+        """True: another process owns this store (MessageStore.attached is False)."""
         return True
 
     def flush(self) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqstore import Message, MessageBatch, PutMessageError, PutMessageStatus
+from mqstore import Message, MessageBatch, PutMessageError, PutMessageStatus, StoreClosedError
 from mqstore._codec import BLANK_MAGIC_CODE, decode_record, encode_batch_body
 from mqstore._mapped import inject_flush_failure
 from mqstore.checker import check_store
@@ -230,8 +230,9 @@ def test_ipv6_store_host_sets_sysflag(open_store):
 def test_shut_down_store_refuses_puts(open_store):
     store = open_store()
     store.shutdown()
-    r = store.put_message(Message("T", b"x"))
-    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "shut down" in r.detail
+    for put in (lambda: store.put_message(Message("T", b"x")), lambda: store.put_messages([Message("T", b"x")])):
+        with pytest.raises(StoreClosedError, match="shut down"):
+            put()
 
 
 def test_slave_and_unwritable_refuse_puts(open_store, tmp_path):

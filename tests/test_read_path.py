@@ -370,7 +370,7 @@ def twin_store(tmp_path_factory):
     store.shutdown()
 
 
-@given(queue_id=st.sampled_from([0, 1]), offset=st.integers(-2, 205), max_msg_nums=st.integers(1, 64),
+@given(queue_id=st.sampled_from([0, 1]), offset=st.integers(-2, 205), max_msg_nums=st.integers(-2, 64),
        tags=st.sampled_from(TWIN_TAGS), count_memory=st.integers(1, 40), bytes_memory=st.integers(100, 6000),
        in_memory=st.sampled_from([0, 3000, 1 << 40]))
 def test_get_message_matches_the_twin(twin_store, queue_id, offset, max_msg_nums, tags, count_memory,

@@ -1,0 +1,159 @@
+"""The public API as a newcomer meets it (issue 14): every method raises StoreClosedError after
+shutdown, argument errors name the argument, every public method and property says what it
+does, deprecated aliases warn and still work."""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing
+import warnings
+
+import pytest
+
+import mqstore
+from mqstore import Message, MessageStore, StoreClosedError
+from mqstore._consumequeue import GetMessageResult, MessageView
+from mqstore.reads import QueryMessageResult
+from mqstore.store import AttachedStore
+
+# plausible arguments for every public method of a store (a wrong argument must not be what fails)
+ARGS = {
+    "put_message": (Message("T", b"x"),), "put_messages": ([Message("T", b"x")],), "put": ("T", b"x"),
+    "next_queue_offset": ("T", 0), "positions": (), "stats": (), "flush": (), "commit": (),
+    "get_message": ("g", "T", 0, 0), "look_message_by_offset": (0,), "look_message_by_queue_offset": ("T", 0, 0),
+    "get_message_store_timestamp": ("T", 0, 0), "get_offset_in_queue_by_time": ("T", 0, 0),
+    "offset_in_queue_by_time": ("T", 0, 0), "get_max_offset_in_queue": ("T", 0),
+    "get_min_offset_in_queue": ("T", 0), "get_max_phy_offset": (), "get_min_phy_offset": (),
+    "get_earliest_message_time": (), "query_message": ("T", "k"), "execute_delete_files_manually": (),
+    "wait_for_messages": ("T", 0, 0, 10), "wait_dispatched": (None, 10),
+}
+# callable after shutdown on purpose
+AFTER_SHUTDOWN_OK = {"shutdown", "close", "open"}
+PROPERTIES = ("max_phy_offset", "min_phy_offset", "dispatch_behind_bytes", "dispatch_lag_ms")
+
+
+def public_methods(cls: type) -> list[str]:
+    return sorted(n for n, v in inspect.getmembers(cls) if not n.startswith("_") and callable(v))
+
+
+def test_every_public_method_is_covered_here():
+    assert set(public_methods(MessageStore)) == set(ARGS) | AFTER_SHUTDOWN_OK
+
+
+def _assert_all_refuse(store: MessageStore) -> None:
+    for name, args in ARGS.items():
+        with pytest.raises(StoreClosedError, match="shut down"):
+            getattr(store, name)(*args)
+    for name in PROPERTIES:
+        with pytest.raises(StoreClosedError):
+            getattr(store, name)
+    store.shutdown()  # a second shutdown is a no-op
+    assert store.closed
+
+
+def test_every_public_method_raises_store_closed_error_after_shutdown(open_store):
+    store = open_store()
+    store.put_message(Message("T", b"x")).check()
+    store.shutdown()
+    _assert_all_refuse(store)
+
+
+def test_an_attached_store_refuses_the_same_after_its_shutdown(tmp_path):
+    root = str(tmp_path / "s")
+    with MessageStore(root, mapped_file_size_commit_log=1 << 20):
+        ctx = multiprocessing.get_context("spawn")
+        proc = ctx.Process(target=_attached_refuses, args=(root,))
+        proc.start()
+        proc.join(60)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        assert proc.exitcode == 0
+
+
+def _attached_refuses(root: str) -> None:
+    store = MessageStore.open(root)
+    assert isinstance(store, AttachedStore)
+    store.put_message(Message("T", b"x")).check()
+    store.shutdown()
+    _assert_all_refuse(store)
+
+
+@pytest.mark.parametrize("call, error, needle", [
+    (lambda s: s.get_message("g", "T", "0", 0), TypeError, "get_message(): queue_id must be an int"),
+    (lambda s: s.get_message("g", "T", 0, "x"), TypeError, "get_message(): offset must be an int"),
+    (lambda s: s.get_message("g", 5, 0, 0), TypeError, "get_message(): topic must be a str"),
+    (lambda s: s.get_message("g", "T", 2**40, 0), ValueError, "queue_id=1099511627776 is out of range"),
+    (lambda s: s.get_message("g", "T", 0, 0, 2**40), ValueError, "max_msg_nums=1099511627776 is out of range"),
+    (lambda s: s.get_message("g", "T", 0, 0, tags=5), TypeError, "get_message(): tags must be"),
+    (lambda s: s.get_message("g", "T", 0, 0, tags=["A", 1]), TypeError, "the list holds 1"),
+    (lambda s: s.get_message("g", "T", 0, 0, tags=[]), ValueError, "tags is an empty list"),
+    (lambda s: s.look_message_by_offset("0"), TypeError, "look_message_by_offset(): phy_offset must be an int"),
+    (lambda s: s.look_message_by_queue_offset("T", 0, 1.5), TypeError, "queue_offset must be an int"),
+    (lambda s: s.get_max_offset_in_queue("T", None), TypeError, "queue_id must be an int"),
+    (lambda s: s.get_min_offset_in_queue(b"T", 0), TypeError, "topic must be a str, got bytes"),
+    (lambda s: s.get_offset_in_queue_by_time("T", 0, "now"), TypeError, "timestamp must be an int"),
+    (lambda s: s.query_message("T", 5), TypeError, "query_message(): key must be a str"),
+    (lambda s: s.next_queue_offset("T", "0"), TypeError, "queue_id must be an int"),
+    (lambda s: s.wait_for_messages("T", "0", 0, 10), TypeError, "wait_for_messages(): queue_id"),
+])
+def test_argument_errors_name_the_argument(open_store, call, error, needle):
+    store = open_store()
+    store.put_message(Message("T", b"x", tags="A")).check()
+    store.wait_dispatched()
+    with pytest.raises(error) as info:
+        call(store)
+    assert needle in str(info.value)
+    assert store.get_message("g", "T", 0, 0).message_count == 1  # nothing broken
+
+
+def test_tags_may_be_a_list(open_store):
+    store = open_store()
+    for tag in ("A", "B", "C"):
+        store.put_message(Message("T", tag.encode(), tags=tag)).check()
+    store.wait_dispatched()
+    assert [bytes(m.body) for m in store.get_message("g", "T", 0, 0, tags=["A", "C"])] == [b"A", b"C"]
+    assert [bytes(m.body) for m in store.get_message("g", "T", 0, 0, tags=("B",))] == [b"B"]
+
+
+@pytest.mark.parametrize("max_msg_nums", [0, -1])
+def test_max_msg_nums_below_one_returns_one_message_like_rocketmq(open_store, max_msg_nums):
+    store = open_store()
+    for i in range(3):
+        store.put_message(Message("T", b"%d" % i)).check()
+    store.wait_dispatched()
+    got = store.get_message("g", "T", 0, 0, max_msg_nums)  # crashed the process before
+    assert got.message_count == 1 and got.next_begin_offset == 1
+
+
+def test_deprecated_aliases_warn_and_work(open_store):
+    store = open_store()
+    r = store.put_message(Message("T", b"x")).check()
+    view = store.look_message_by_offset(r.wrote_offset)
+    with pytest.warns(DeprecationWarning, match="physical_offset"):
+        assert view.phy == view.physical_offset == r.wrote_offset
+    with pytest.warns(DeprecationWarning, match="total_size"):
+        assert view.size == view.total_size == r.wrote_bytes
+    assert MessageStore.close is MessageStore.shutdown
+
+
+def _undocumented(cls: type) -> list[str]:
+    missing = []
+    for name, member in inspect.getmembers(cls):
+        if name.startswith("_"):
+            continue
+        doc = inspect.getdoc(member) or ""
+        # Cython's embedsignature puts the signature on the first line of __doc__
+        text = doc.split("\n", 1)[1] if doc.startswith(f"{name}(") else doc
+        if not text.strip() and (callable(member) or isinstance(member, property) or inspect.isgetsetdescriptor(member)):
+            missing.append(name)
+    return missing
+
+
+@pytest.mark.parametrize("cls", [MessageStore, AttachedStore, Message, mqstore.MessageBatch, mqstore.PutMessageResult,
+                                 mqstore.StoreConfig, MessageView, GetMessageResult, QueryMessageResult],
+                         ids=lambda c: c.__name__)
+def test_every_public_method_and_property_has_a_docstring(cls):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert _undocumented(cls) == []
