@@ -21,6 +21,7 @@ from mqstore.checkpoint import StoreCheckpoint
 from mqstore.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
+from mqstore.geometry import adopt_store_sizes, check_root_dir
 from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.dispatch import Dispatcher, ReputMessageService
 from mqstore.index import IndexService
@@ -150,11 +151,8 @@ class MessageStore:
         cfg = config if config is not None else StoreConfig()
         if overrides:
             cfg = cfg.replace(**overrides)
-        self.config = cfg.validate()
-        if self.config.enable_consume_queue_ext:
-            raise ConfigError("enable_consume_queue_ext=true is not implemented (ConsumeQueueExt units and "
-                              "bitmap filters); refusing rather than building queues without it",
-                              hint="open the store with enable_consume_queue_ext=false")
+        check_root_dir(self.root, cfg)
+        self.config = adopt_store_sizes(self.root, cfg).validate()
         self._closed = True
         self._lock_fd = -1
         self.pool: _shm.TransientStorePool | None = None

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from mqstore import Message, MessageStore
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
-from mqstore.errors import NotAStoreError
+from mqstore.errors import ConfigError, NotAStoreError
 from mqstore.status import GetMessageStatus
 
 UNIT = 20
@@ -271,7 +271,7 @@ def test_commitlog_of_a_smaller_file_size_is_refused_not_extended(store_copy, ho
     root, acks = store_copy(how)
     d = os.path.join(root, "commitlog")
     before = {n: read(os.path.join(d, n), 0, FS) for n in os.listdir(d)}
-    with pytest.raises(NotAStoreError, match="configured file size"):
+    with pytest.raises(ConfigError, match="but the store was created with mapped_file_size_commit_log"):
         MessageStore(root, **{**CFG, "mapped_file_size_commit_log": 2 * FS})
     assert {n: read(os.path.join(d, n), 0, 2 * FS) for n in os.listdir(d)} == before
     report = reopen_and_verify(root, acks)
@@ -374,7 +374,7 @@ def test_consume_queues_of_another_file_size_are_refused_not_repaired(store_copy
     damage: the open refuses, no file is changed, and the right size opens the store."""
     root, acks = store_copy("clean")
     before = {p: read(p, 0, CQ_UNITS * UNIT) for t in TOPICS for q in range(QUEUES) for p in cq_files(root, t, q)}
-    with pytest.raises(NotAStoreError, match="configured file size"):
+    with pytest.raises(ConfigError, match="but the store was created with mapped_file_size_consume_queue"):
         MessageStore(root, **{**CFG, "mapped_file_size_consume_queue": units * UNIT})
     assert {p: read(p, 0, CQ_UNITS * UNIT) for p in before} == before
     report = reopen_and_verify(root, acks)

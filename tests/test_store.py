@@ -84,7 +84,7 @@ def test_not_a_store(tmp_path):
 def test_wrong_file_size_is_refused_and_data_kept(store_dir):
     with MessageStore(store_dir, **SMALL) as store:
         fill(store, 50)
-    with pytest.raises(NotAStoreError, match="configured file size"):
+    with pytest.raises(ConfigError, match="mapped_file_size_commit_log=131072, but the store was created with"):
         MessageStore(store_dir, mapped_file_size_commit_log=128 * 1024)
     assert check_store(store_dir).raise_if_failed().records == 50
     with MessageStore(store_dir, **SMALL) as store:  # the lock was released by the failed open

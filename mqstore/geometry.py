@@ -1,0 +1,136 @@
+"""The file sizes a store was created with, reused when it is opened again.
+
+A store's CommitLog, ConsumeQueue and index files all have the sizes it was created with
+(``mapped_file_size_commit_log``, ``mapped_file_size_consume_queue``, ``max_hash_slot_num`` and
+``max_index_num``); opening it with other sizes cannot work. RocketMQ makes the operator repeat
+them in every broker.conf. Here a size left at its default is taken from the store: from
+``mqstore.config.json`` (what its last owner ran with), or, for a directory RocketMQ wrote,
+from the files on disk; a size set to something else is refused with a ConfigError naming both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from mqstore.config import DEFINITIONS, StoreConfig
+from mqstore.errors import ConfigError
+
+#: the name mqstore.node writes the owner's configuration under (kept in sync by a test)
+CONFIG_NAME = "mqstore.config.json"
+GEOMETRY_KEYS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_hash_slot_num",
+                 "max_index_num")
+_CQ_UNIT = 20
+
+
+def _names(directory: str) -> list[int]:
+    try:
+        return sorted(int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _size_from_files(directory: str) -> int | None:
+    """The file size of a directory of files named by their start offset: the distance between
+    the first two names, or the size of a single file (None without files)."""
+    starts = _names(directory)
+    if len(starts) >= 2:
+        return starts[1] - starts[0]
+    if starts:
+        size = os.path.getsize(os.path.join(directory, f"{starts[0]:020d}"))
+        return size or None
+    return None
+
+
+def sizes_on_disk(root: str, config: StoreConfig) -> dict[str, int]:
+    """The CommitLog and ConsumeQueue file sizes the files under root show (keys of
+    GEOMETRY_KEYS; index sizes cannot be told from an index file and are not included)."""
+    found: dict[str, int] = {}
+    commitlog = _size_from_files(config.commit_log_dir(root))
+    if commitlog is not None:
+        found["mapped_file_size_commit_log"] = commitlog
+    cq_root = os.path.join(root, "consumequeue")
+    single: int | None = None
+    try:
+        topics = sorted(os.listdir(cq_root))
+    except (FileNotFoundError, NotADirectoryError):
+        topics = []
+    for topic in topics:
+        try:
+            queues = sorted(os.listdir(os.path.join(cq_root, topic)))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for queue in queues:
+            directory = os.path.join(cq_root, topic, queue)
+            starts = _names(directory)
+            if len(starts) >= 2:  # decisive: a queue that rolled
+                found["mapped_file_size_consume_queue"] = starts[1] - starts[0]
+                return found
+            if starts and single is None:
+                size = os.path.getsize(os.path.join(directory, f"{starts[0]:020d}"))
+                single = size if size and size % _CQ_UNIT == 0 else None
+    if single is not None:
+        found["mapped_file_size_consume_queue"] = single
+    return found
+
+
+def saved_sizes(root: str) -> dict[str, int] | None:
+    """The sizes in root's mqstore.config.json (a size its owner left at the default is the
+    default), or None when there is no readable one."""
+    try:
+        with open(os.path.join(root, CONFIG_NAME), encoding="utf-8") as fh:
+            saved: Any = json.load(fh)
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    out = {}
+    for key in GEOMETRY_KEYS:
+        value = saved.get(key, DEFINITIONS[key].default)
+        out[key] = DEFINITIONS[key].coerce(value)
+    return out
+
+
+def store_sizes(root: str, config: StoreConfig) -> tuple[dict[str, int], str]:
+    """The sizes root was created with and where they were read: mqstore.config.json, then
+    the files (for a store RocketMQ wrote). Empty for a new store."""
+    saved = saved_sizes(root)
+    if saved is not None:
+        return saved, os.path.join(root, CONFIG_NAME)
+    return sizes_on_disk(root, config), "the files on disk"
+
+
+def adopt_store_sizes(root: str, config: StoreConfig) -> StoreConfig:
+    """config with root's own file sizes where it leaves them at their defaults.
+
+    ConfigError when config sets a size other than the store's (the message names both and
+    where the store's was read)."""
+    sizes, source = store_sizes(root, config)
+    changes: dict[str, int] = {}
+    clashes = []
+    for key, size in sizes.items():
+        asked = getattr(config, key)
+        if asked == size:
+            continue
+        if asked == DEFINITIONS[key].default:
+            changes[key] = size
+        else:
+            clashes.append(f"{key}={asked}, but the store was created with {key}={size} ({source})")
+    if clashes:
+        raise ConfigError(f"{root}: " + "; ".join(clashes),
+                          hint="leave the file sizes out when reopening a store: it reuses its own")
+    return config.replace(**changes) if changes else config
+
+
+def check_root_dir(root: str, config: StoreConfig) -> None:
+    """ConfigError when store_path_root_dir names another directory than root, the one the
+    store is opened on (a broker.conf's storePathRootDir is honoured only when they agree)."""
+    configured = config.store_path_root_dir
+    if not configured:
+        return
+    wanted = os.path.realpath(os.path.expanduser(configured))
+    if wanted != os.path.realpath(root):
+        raise ConfigError(f"store_path_root_dir={configured!r} but the store is opened on {root}",
+                          hint="open the directory store_path_root_dir names, or remove storePathRootDir "
+                               "from the configuration")
