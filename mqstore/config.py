@@ -188,7 +188,7 @@ def _check_commit_log_path(value: str) -> str | None:
     return None
 
 
-_ROOT_DIR_RULE = Rule('any path; "" = the directory passed to open', _no_check)
+_ROOT_DIR_RULE = Rule('"" or the directory passed to open', _no_check)
 _COMMIT_LOG_PATH_RULE = Rule('one path (no commas); "" = ROOT/commitlog', _check_commit_log_path)
 _DELAY_RULE = Rule("Ns, Nm, Nh or Nd, space-separated, at least one", _check_delay_levels)
 _DELETE_WHEN_RULE = Rule('";"-separated hours 0 .. 23', _check_delete_when)
@@ -323,7 +323,8 @@ def _key(
 _TABLE: tuple[Definition, ...] = (
     _key("store_path_root_dir", str, "", "-", _ROOT_DIR_RULE,
          "Root of the store (commitlog/, consumequeue/, index/, checkpoint, abort, lock); "
-         '"" = the directory passed to open (RocketMQ: ~/store); "~" is expanded when used.',
+         '"" = the directory passed to open (RocketMQ: ~/store); a store opened on another '
+         'directory than this one is refused (ConfigError); "~" is expanded.',
          java="storePathRootDir"),
     _key("store_path_commit_log", str, "", "-", _COMMIT_LOG_PATH_RULE,
          '"" = ROOT/commitlog. A relative path is taken from the root, not from the working '
@@ -344,13 +345,15 @@ _TABLE: tuple[Definition, ...] = (
     # --- files and records -------------------------------------------------------------------
     _key("mapped_file_size_commit_log", int, 1024 * 1024 * 1024, "bytes",
          _int_range(OS_PAGE_SIZE, _INT_MAX // OS_PAGE_SIZE * OS_PAGE_SIZE, step=OS_PAGE_SIZE),
-         "Size of every commit log file; must equal the files already on disk. Whole 4 KiB pages "
-         "so flush/msync ranges and warm-up stay page aligned (RocketMQ accepts any int).",
+         "Size of every commit log file. Left at the default, a reopened store takes the size it was "
+         "created with; another size is refused (ConfigError). Whole 4 KiB pages so flush/msync "
+         "ranges and warm-up stay page aligned (RocketMQ accepts any int).",
          java="mappedFileSizeCommitLog"),
     _key("mapped_file_size_consume_queue", int, 300_000 * CQ_STORE_UNIT_SIZE, "bytes",
          _int_range(CQ_STORE_UNIT_SIZE, _INT_MAX // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE,
                     step=CQ_STORE_UNIT_SIZE),
-         "Size of every consume queue file; rounded UP to a multiple of 20 (whole entries) when "
+         "Size of every consume queue file (reused from the store like mapped_file_size_commit_log); "
+         "rounded UP to a multiple of 20 (whole entries) when "
          "set, exactly like RocketMQ's getter, so 100 and 90 both become 100.",
          java="mappedFileSizeConsumeQueue", normalize=_round_up_to_cq_unit),
     _key("max_message_size", int, 4 * 1024 * 1024, "bytes", _int_range(1, _INT_MAX - RECORD_HEADROOM),
@@ -510,7 +513,8 @@ _TABLE: tuple[Definition, ...] = (
          "(uses checkpoint.indexMsgTimestamp); slower recovery.",
          java="messageIndexSafe"),
     _key("max_hash_slot_num", int, 5_000_000, "count", _POSITIVE,
-         "Hash slots per index file; fewer slots = longer collision chains per key lookup.",
+         "Hash slots per index file; fewer slots = longer collision chains per key lookup. Reused "
+         "from the store's mqstore.config.json when left at the default.",
          java="maxHashSlotNum"),
     _key("max_index_num", int, 20_000_000, "count", _int_range(2, _INT_MAX),
          "Entries per index file (entry #0 is never used, so at least 2); with max_hash_slot_num "
