@@ -190,3 +190,38 @@ def _attached_fuzz(root: str, seed: int) -> None:
         assert stored > 20 and refused > 20
     finally:
         store.shutdown()
+
+
+def test_fuzzed_rows_written_through_spark_keep_the_store_inside_its_layout(spark, tmp_path):
+    """The Spark batch writer is an entry point too: rows with random topics, tags, keys and
+    properties either all land, or the write fails naming the bad row's cause; either way the
+    store stays inside its layout and verifies clean."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    root = str(tmp_path / "store")
+    rng = random.Random(5)
+    failed = 0
+    with MessageStore(root, mapped_file_size_commit_log=1 << 20) as store:
+        for _ in range(4):
+            rows = []
+            for i in range(12):
+                m = random_message(rng, rng.choice(["Good", "Good-2", random_name(rng)]))
+                props = {k: v for k, v in m.properties.items() if k not in ("TAGS", "KEYS") and v is not None}
+                rows.append((m.topic, b"b%d" % i, m.tags, " ".join(m.keys) or None,
+                             {k: str(v) for k, v in props.items()} or None))
+            bad = [r for r in rows if topic_problem(r[0]) or properties_problem({"TAGS": r[2], "KEYS": r[3], **(r[4] or {})})]
+            df = spark.createDataFrame(rows, "topic string, body binary, tags string, keys string, "
+                                             "properties map<string,string>").coalesce(1)
+            try:
+                df.write.format("mqstore").mode("append").save(root)
+                assert not bad, f"rows {bad} were written"
+            except (Py4JJavaError, PySparkException) as exc:
+                assert bad, f"a write of valid rows failed: {exc}"
+                assert "MESSAGE_ILLEGAL" in str(exc)
+                failed += 1
+        assert failed >= 1
+        assert store.wait_dispatched()
+    assert sorted(os.listdir(tmp_path)) == ["store"]
+    assert_layout(root)
+    check_store(root).raise_if_failed()
