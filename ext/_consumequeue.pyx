@@ -764,6 +764,8 @@ cdef class MessageView:
     cdef const char *p
     cdef int64_t _phy
     cdef int32_t _size
+    cdef RecordHead _h
+    cdef bint _parsed
 
     @property
     def physical_offset(self) -> int:
@@ -787,56 +789,81 @@ cdef class MessageView:
         warnings.warn("MessageView.size is deprecated; use total_size", DeprecationWarning, stacklevel=2)
         return self._size
 
+    cdef inline int _fixed(self) except -1:
+        """The fixed header fields lie inside the record (a ConsumeQueue unit may claim a
+        size too small for them)."""
+        if self._size < MQ_MIN_RECORD:
+            from mqstore.errors import CorruptRecordError
+            raise CorruptRecordError(f"the record at physical offset {self._phy} is damaged: {self._size} bytes "
+                                     f"cannot hold a record's header")
+        return 0
+
+    cdef int _parse(self) except -1:
+        """Locate the variable parts (spec §5.3 checks, bounded by the record's size); a
+        record whose lengths disagree raises CorruptRecordError naming its offset instead
+        of reading past it."""
+        if self._parsed:
+            return 0
+        if self._size < MQ_MIN_RECORD or parse_record_head(self.p, self._size, &self._h) != MQ_PARSE_OK:
+            from mqstore.errors import CorruptRecordError
+            raise CorruptRecordError(f"the record at physical offset {self._phy} is damaged: its lengths do not "
+                                     f"fit its {self._size} bytes")
+        self._parsed = True
+        return 0
+
     @property
     def queue_id(self) -> int:
         """The queue the record was put to (QUEUEID)."""
+        self._fixed()
         return mq_get_i32(self.p + MQ_POS_QUEUEID)
 
     @property
     def flag(self) -> int:
         """The message's FLAG, as the producer set it."""
+        self._fixed()
         return mq_get_i32(self.p + MQ_POS_FLAG)
 
     @property
     def queue_offset(self) -> int:
         """The record's offset in its queue (QUEUEOFFSET)."""
+        self._fixed()
         return mq_get_i64(self.p + MQ_POS_QUEUEOFFSET)
 
     @property
     def sys_flag(self) -> int:
         """SYSFLAG: compression, transaction type, IPv6 host bits (spec §1.3)."""
+        self._fixed()
         return mq_get_i32(self.p + MQ_POS_SYSFLAG)
 
     @property
     def born_timestamp(self) -> int:
         """When the producer created the message (ms since the epoch)."""
+        self._fixed()
         return mq_get_i64(self.p + MQ_POS_BORNTIMESTAMP)
 
     @property
     def store_timestamp(self) -> int:
         """When the store appended the record (ms since the epoch)."""
+        self._fixed()
         return mq_get_i64(self.p + store_timestamp_pos(mq_get_i32(self.p + MQ_POS_SYSFLAG)))
 
     @property
     def body_crc(self) -> int:
         """The CRC32 of the body as stored (BODYCRC; not checked on read)."""
+        self._fixed()
         return mq_get_i32(self.p + MQ_POS_BODYCRC)
-
-    cdef int _body_pos(self) noexcept:
-        return body_len_pos(mq_get_i32(self.p + MQ_POS_SYSFLAG))
-
-    cdef bint _v2(self) noexcept:
-        return mq_get_i32(self.p + 4) == MQ_MESSAGE_MAGIC_CODE_V2
 
     @property
     def reconsume_times(self) -> int:
         """RECONSUMETIMES: how often the message was redelivered."""
-        return mq_get_i32(self.p + self._body_pos() - 12)
+        self._parse()
+        return mq_get_i32(self.p + self._h.body_pos - 16)
 
     @property
     def prepared_transaction_offset(self) -> int:
         """PREPAREDTRANSACTIONOFFSET of a transaction message."""
-        return mq_get_i64(self.p + self._body_pos() - 8)
+        self._parse()
+        return mq_get_i64(self.p + self._h.body_pos - 12)
 
     def _file_view(self):
         return (<LogMap>self.owner).slice_of(self._phy, self._size)
@@ -849,30 +876,20 @@ cdef class MessageView:
     @property
     def body(self) -> memoryview:
         """The body bytes, zero-copy (bytes(view.body) copies)."""
-        cdef int bp = self._body_pos()
-        cdef int32_t bl = mq_get_i32(self.p + bp)
-        return (<LogMap>self.owner).slice_of(self._phy + bp + 4, bl)
-
-    cdef int _topic_pos(self) noexcept:
-        cdef int bp = self._body_pos()
-        return bp + 4 + mq_get_i32(self.p + bp) + (2 if self._v2() else 1)
-
-    cdef int _topic_len(self) noexcept:
-        cdef int bp = self._body_pos()
-        cdef int32_t bl = mq_get_i32(self.p + bp)
-        return mq_get_i16(self.p + bp + 4 + bl) if self._v2() else <unsigned char>self.p[bp + 4 + bl]
+        self._parse()
+        return (<LogMap>self.owner).slice_of(self._phy + self._h.body_pos, self._h.body_len)
 
     @property
     def topic(self) -> str:
         """The topic the record was stored under."""
-        return PyUnicode_DecodeUTF8(self.p + self._topic_pos(), self._topic_len(), "strict")
+        self._parse()
+        return PyUnicode_DecodeUTF8(self.p + self._h.topic_pos, self._h.topic_len, "strict")
 
     @property
     def properties_string(self) -> str:
         """The properties as stored: name\\x01value pairs joined by \\x02."""
-        cdef int at = self._topic_pos() + self._topic_len()
-        cdef int pl = mq_get_i16(self.p + at)
-        return PyUnicode_DecodeUTF8(self.p + at + 2, pl, "strict")
+        self._parse()
+        return PyUnicode_DecodeUTF8(self.p + self._h.props_pos, self._h.props_len, "strict")
 
     @property
     def properties(self) -> dict:

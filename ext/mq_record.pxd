@@ -32,6 +32,7 @@ cdef enum:
     MQ_POS_SYSFLAG = 36
     MQ_POS_BORNTIMESTAMP = 40
     MQ_POS_BORNHOST = 48
+    MQ_MIN_RECORD = 91                      # the shortest V1 record (IPv4 hosts, nothing variable)
     MQ_MAX_TOPIC_BYTES_V1 = 127
     MQ_MAX_PROPERTIES_BYTES = 32767
 
@@ -166,13 +167,16 @@ cdef inline int parse_record_head(const char *p, int64_t avail, RecordHead *h) n
     cdef int32_t size = mq_get_i32(p), magic = mq_get_i32(p + 4)
     if magic == MQ_BLANK_MAGIC_CODE:
         return MQ_PARSE_BLANK
-    if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < 91 or size > avail:
+    if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < MQ_MIN_RECORD or size > avail:
         return MQ_PARSE_INVALID
     cdef bint v2 = magic == MQ_MESSAGE_MAGIC_CODE_V2
     cdef int32_t sf = mq_get_i32(p + MQ_POS_SYSFLAG)
     cdef int hdr = body_len_pos(sf)
+    if hdr + 4 + 3 > size:  # IPv6 host bits make the header longer than a short record
+        return MQ_PARSE_INVALID
     cdef int32_t bl = mq_get_i32(p + hdr)
-    if bl < 0 or hdr + 4 + bl + 3 > size:
+    # in 64 bits: a BODYLEN near 2^31 must not wrap around and pass
+    if bl < 0 or <int64_t>hdr + 4 + bl + 3 > size:
         return MQ_PARSE_INVALID
     cdef int tpos = hdr + 4 + bl + (2 if v2 else 1)
     cdef int tlen = mq_get_i16(p + hdr + 4 + bl) if v2 else <signed char>p[hdr + 4 + bl]

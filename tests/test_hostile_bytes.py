@@ -1,0 +1,186 @@
+"""No byte sequence in a store file crashes the process: every field of real records is set to
+hostile values (lengths near 2^31, negative, zero, off by one, IPv6 host bits on IPv4 records,
+bad magic) and every parser is run over the result (scan, decode, the dispatch parser, the Arrow
+kernel, a store opening and recovering it, every read of every queue, the checker). The parsers
+run in a child process, so a segfault fails the test instead of killing the run; the child
+names the mutation it was at."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mqstore import Message, MessageBatch, MessageStore
+from mqstore._codec import encode_batch_body
+
+FS = 64 * 1024
+CFG = {"mapped_file_size_commit_log": FS, "mapped_file_size_consume_queue": 20 * 64, "max_message_size": 8192,
+       "max_hash_slot_num": 64, "max_index_num": 256}
+
+# (name, offset from the record start, struct format); variable positions are computed per record
+FIXED = [("TOTALSIZE", 0, ">i"), ("MAGIC", 4, ">i"), ("BODYCRC", 8, ">i"), ("QUEUEID", 12, ">i"),
+         ("FLAG", 16, ">i"), ("QUEUEOFFSET", 20, ">q"), ("PHYSICALOFFSET", 28, ">q"), ("SYSFLAG", 36, ">i"),
+         ("BORNTIMESTAMP", 40, ">q"), ("STORETIMESTAMP", 56, ">q")]
+INT_VALUES = [0, -1, 1, 90, 91, 2**31 - 1, -(2**31), 0x7FFFFFF0, 0x30, 0xF0]
+SHORT_VALUES = [0, -1, 0x7FFF, -0x8000, 1, 200]
+BYTE_VALUES = [0, 0xFF, 0x7F, 0x80, 1]
+
+
+def _records(path: str) -> list[tuple[int, int]]:
+    """(position, size) of the records at the start of a CommitLog file."""
+    data = open(path, "rb").read()
+    out, pos = [], 0
+    while pos + 8 <= len(data):
+        size, magic = struct.unpack_from(">ii", data, pos)
+        if magic not in (-626843481, -626843477) or size <= 0:
+            break
+        out.append((pos, size))
+        pos += size
+    return out
+
+
+def _mutations(path: str) -> list[tuple[str, int, bytes]]:
+    """(description, file position, bytes to write) for every field of the first records."""
+    data = open(path, "rb").read()
+    muts = []
+    for index, (pos, size) in enumerate(_records(path)[:4]):
+        for name, off, fmt in FIXED:
+            values = INT_VALUES if fmt == ">i" else [0, -1, 2**63 - 1, 2**31, -(2**62)]
+            for v in values:
+                muts.append((f"record {index} {name}={v}", pos + off, struct.pack(fmt, v)))
+        sys_flag = struct.unpack_from(">i", data, pos + 36)[0]
+        body_at = 48 + (20 if sys_flag & 0x10 else 8) + 8 + (20 if sys_flag & 0x20 else 8) + 12
+        body_len = struct.unpack_from(">i", data, pos + body_at)[0]
+        for v in INT_VALUES + [body_len + 1, body_len - 1, size]:
+            muts.append((f"record {index} BODYLEN={v}", pos + body_at, struct.pack(">i", v)))
+        topic_at = pos + body_at + 4 + body_len
+        for v in BYTE_VALUES:
+            muts.append((f"record {index} TOPICLEN={v}", topic_at, bytes([v])))
+        topic_len = data[topic_at]
+        for v in SHORT_VALUES:
+            muts.append((f"record {index} PROPLEN={v}", topic_at + 1 + topic_len, struct.pack(">h", v)))
+        muts.append((f"record {index} topic bytes = NUL and '/'", topic_at + 1, b"\x00/"[:topic_len]))
+        muts.append((f"record {index} topic bytes = invalid UTF-8", topic_at + 1, b"\xff\xfe"[:topic_len]))
+    return muts
+
+
+CHILD = textwrap.dedent('''
+    import os, shutil, sys, warnings
+    warnings.simplefilter("ignore")
+    from mqstore import MessageStore, MQStoreError
+    from mqstore._codec import decode_record
+    from mqstore._commitlog import scan_records
+    from mqstore._reput import BatchParser
+    from mqstore._arrow import BatchColumns, RecordSource
+    from mqstore.checker import check_store
+
+    src, work, cfg = sys.argv[1], sys.argv[2], eval(sys.argv[3])
+    muts = eval(open(sys.argv[4]).read())
+    tolerated = (MQStoreError, ValueError, UnicodeDecodeError, OverflowError, OSError, IndexError, KeyError)
+
+    def attempt(what, fn):
+        try:
+            fn()
+        except tolerated:
+            pass
+
+    def reads(store):
+        for cq in list(store.consume_queues):
+            offset = store.get_min_offset_in_queue(cq.topic, cq.queue_id)
+            for _ in range(50):
+                got = store.get_message("g", cq.topic, cq.queue_id, offset, 32)
+                for m in got:
+                    for field in ("topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp",
+                                  "reconsume_times", "prepared_transaction_offset", "properties", "tags", "keys"):
+                        attempt(field, lambda: getattr(m, field))
+                    attempt("body", lambda: bytes(m.body))
+                    attempt("decode", lambda: m.decode(check_crc=True))
+                if got.next_begin_offset <= offset:
+                    break
+                offset = got.next_begin_offset
+        for phy in range(0, min(store.get_max_phy_offset(), 4096), 1):
+            attempt("look", lambda: store.look_message_by_offset(phy))
+        for key in ("k0", "k1", "k2", "k3"):
+            attempt("query", lambda: [bytes(m.body) for m in store.query_message("T0", key).messages])
+
+    for i, (what, pos, patch) in enumerate(muts):
+        print(i, what, flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(src, work)
+        log = os.path.join(work, "commitlog", "0" * 20)
+        with open(log, "r+b") as fh:
+            fh.seek(pos)
+            fh.write(patch)
+        data = open(log, "rb").read()
+        attempt("scan", lambda: scan_records(data, 0, 0, len(data), True))
+        attempt("scan", lambda: scan_records(data, 0, 0, len(data), False))
+        for at in range(0, 2048, 1):
+            attempt("decode", lambda: decode_record(data, at, check_crc=False))
+        parser = BatchParser()
+        def parse():
+            stop, reason, n = parser.cut(data, 0, len(data), 1 << 20)
+            parser.parse(data, 0, 0, stop, n)
+        attempt("reput", parse)
+        def arrow():
+            cols = BatchColumns()
+            cols.add_span(RecordSource(0, len(data), [data]), 0, len(data))
+            cols.buffers()
+        attempt("arrow", arrow)
+        attempt("check", lambda: check_store(work))
+        if os.path.exists(os.path.join(src, "abort")) or i % 2:
+            open(os.path.join(work, "abort"), "wb").close()  # abnormal recovery too
+        try:
+            store = MessageStore(work, **cfg)
+        except tolerated:
+            continue
+        try:
+            reads(store)
+        finally:
+            store.shutdown()
+        attempt("check", lambda: check_store(work))
+    print("done", flush=True)
+''')
+
+
+@pytest.fixture(scope="module")
+def source_store(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("hostile") / "src")
+    with MessageStore(root, **CFG) as store:
+        for i in range(6):
+            store.put_message(Message("T0", b"body-%d" % i, queue_id=i % 2, tags="A", keys=[f"k{i}"],
+                                      properties={"p": "v"})).check()
+        store.put_message(Message("T1", b"v6", born_host=("::1", 5))).check()
+        store.put_messages(MessageBatch("T2", encode_batch_body([(b"x%d" % i, {"b": "1"}, 0) for i in range(3)])))
+        assert store.wait_dispatched()
+    return root
+
+
+def test_the_minimal_input_that_crashed_scan_records_is_invalid_not_a_crash():
+    """BODYLEN 0x7FFFFFFF in a 110-byte record wrapped the 32-bit length check."""
+    from mqstore._commitlog import scan_records
+
+    data = bytes.fromhex(
+        "0000006edaa320a703dcefb700000005000000000000000244efe1ed000000de1e5274a2000000100000000000"
+        "000000000000000000000000000000000000010000000200000000000000007f0000010000000100000000000000"
+        "00000000007fffffff3106e4b8ade696870000")
+    assert scan_records(data, 1048576, 0, 110, False) == (0, "invalid", 0, -1)
+
+
+def test_hostile_field_values_never_crash_a_parser(source_store, tmp_path):
+    path = os.path.join(source_store, "commitlog", "0" * 20)
+    muts = _mutations(path)
+    assert len(muts) > 300
+    spec = tmp_path / "mutations.txt"
+    spec.write_text(repr(muts))
+    proc = subprocess.run([sys.executable, "-c", CHILD, source_store, str(tmp_path / "work"), repr(CFG), str(spec)],
+                          capture_output=True, text=True, timeout=900)
+    last = proc.stdout.strip().splitlines()[-1:] or ["(nothing)"]
+    assert proc.returncode == 0, f"the parsers died ({proc.returncode}) at mutation {last[0]}:\n{proc.stderr[-3000:]}"
+    assert last == ["done"]
+    shutil.rmtree(tmp_path / "work", ignore_errors=True)
