@@ -17,7 +17,7 @@ import difflib
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -817,9 +817,10 @@ class StoreConfig:
     True
     """
 
-    __slots__ = ("_values", "_ignored_broker_keys")
+    __slots__ = ("_values", "_ignored_broker_keys", "_explicit")
     _values: dict[str, Any]
     _ignored_broker_keys: tuple[str, ...]
+    _explicit: frozenset[str]
 
     def __init__(self, **settings: Any) -> None:
         values = {name: definition.default for name, definition in DEFINITIONS.items()}
@@ -827,6 +828,7 @@ class StoreConfig:
             values[key] = _definition(key).coerce(raw)
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_ignored_broker_keys", ())
+        object.__setattr__(self, "_explicit", frozenset(settings))
 
     # --- attribute protocol: keys are read through generated properties (below the class) ------
 
@@ -837,6 +839,7 @@ class StoreConfig:
                 raise AttributeError(f"{name} is derived from other keys and can not be set")
             raise _unknown_key(name)
         self._values[name] = definition.coerce(value)
+        object.__setattr__(self, "_explicit", self._explicit | {name})
 
     def __getattr__(self, name: str) -> Any:  # only reached for names that are not keys
         closest = difflib.get_close_matches(name, DEFINITIONS.keys(), n=1)
@@ -855,7 +858,8 @@ class StoreConfig:
         return f"StoreConfig({changed})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (self.to_dict(changed_only=True), self._ignored_broker_keys))
+        values = {k: v for k, v in self.to_dict().items() if k in self._explicit or v != _plain(DEFINITIONS[k].default)}
+        return (_restore, (values, self._ignored_broker_keys, tuple(sorted(self._explicit))))
 
     # --- copies and plain data ----------------------------------------------------------------
 
@@ -866,7 +870,7 @@ class StoreConfig:
 
     def replace(self, **changes: Any) -> StoreConfig:
         """A copy with ``changes`` applied (coerced and checked like the constructor)."""
-        copy = _restore({}, self._ignored_broker_keys)
+        copy = _restore({}, self._ignored_broker_keys, self._explicit | set(changes))
         copy._values.update(self._values)
         for key, raw in changes.items():
             copy._values[key] = _definition(key).coerce(raw)
@@ -881,6 +885,14 @@ class StoreConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> StoreConfig:
         """Inverse of ``to_dict`` (missing keys take their defaults)."""
         return cls(**data)
+
+    @property
+    def explicit_keys(self) -> frozenset[str]:
+        """The keys somebody chose (constructor, replace(), assignment, a broker.conf line),
+        whatever their value; the others are at their defaults because nobody set them. A
+        reopened store takes its file sizes from disk unless they are here; an attached store
+        refuses those of them that differ from the owner's."""
+        return self._explicit
 
     @property
     def ignored_broker_keys(self) -> tuple[str, ...]:
@@ -1013,9 +1025,12 @@ class StoreConfig:
         return config
 
 
-def _restore(values: Mapping[str, Any], ignored_broker_keys: tuple[str, ...]) -> StoreConfig:
+def _restore(values: Mapping[str, Any], ignored_broker_keys: tuple[str, ...],
+             explicit: Iterable[str] | None = None) -> StoreConfig:
     config = StoreConfig(**values)
     object.__setattr__(config, "_ignored_broker_keys", tuple(ignored_broker_keys))
+    if explicit is not None:
+        object.__setattr__(config, "_explicit", frozenset(explicit))
     return config
 
 

@@ -6,6 +6,9 @@ A store's CommitLog, ConsumeQueue and index files all have the sizes it was crea
 them in every broker.conf. Here a size left at its default is taken from the store: from
 ``mqstore.config.json`` (what its last owner ran with), or, for a directory RocketMQ wrote,
 from the files on disk; a size set to something else is refused with a ConfigError naming both.
+
+"Left at its default" means not set at all (StoreConfig.explicit_keys): a size given
+explicitly, even the default value, must match the store's.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def store_sizes(root: str, config: StoreConfig) -> tuple[dict[str, int], str]:
 
 
 def adopt_store_sizes(root: str, config: StoreConfig) -> StoreConfig:
-    """config with root's own file sizes where it leaves them at their defaults.
+    """config with root's own file sizes where it does not set them.
 
     ConfigError when config sets a size other than the store's (the message names both and
     where the store's was read)."""
@@ -113,7 +116,7 @@ def adopt_store_sizes(root: str, config: StoreConfig) -> StoreConfig:
         asked = getattr(config, key)
         if asked == size:
             continue
-        if asked == DEFINITIONS[key].default:
+        if key not in config.explicit_keys:
             changes[key] = size
         else:
             clashes.append(f"{key}={asked}, but the store was created with {key}={size} ({source})")

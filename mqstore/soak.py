@@ -39,7 +39,7 @@ WRITER = """
 import json, sys, time
 from mqstore import Message, MessageStore
 root, name, acks, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-store = MessageStore.open(root)
+store = MessageStore.attach(root)  # never the owner, even while the node is being restarted
 out = open(acks, "a", buffering=1)
 i = 0
 t0 = time.monotonic()

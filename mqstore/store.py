@@ -181,6 +181,15 @@ class MessageStore:
         except StoreLockedError:
             return AttachedStore(root, config, **overrides)
 
+    @classmethod
+    def attach(cls, root: str | os.PathLike[str], config: StoreConfig | None = None,
+               **overrides: Any) -> AttachedStore:
+        """Attach to the store another running process owns, never becoming its owner: a
+        producer or consumer process of a node. Waits up to a minute for an owner that is
+        still opening it; NotAStoreError when no owner ever published a control block,
+        StoreClosedError when the owner shut it down."""
+        return AttachedStore(root, config, **overrides)
+
     # -- opening -------------------------------------------------------------------------
     def _take_lock(self) -> None:
         self._lock_fd = take_store_lock(self.root)
@@ -736,7 +745,9 @@ class AttachedStore(MessageStore):
         owner = read_config(self.root)
         asked = (config if config is not None else StoreConfig()).replace(**overrides) if overrides else config
         if asked is not None:
-            differ = sorted(k for k, v in asked.to_dict(changed_only=True).items() if owner.to_dict()[k] != v)
+            # every setting the caller chose, even one equal to its default, must be the owner's
+            mine, theirs = asked.to_dict(), owner.to_dict()
+            differ = sorted(k for k in asked.explicit_keys if mine[k] != theirs[k])
             if differ:
                 raise ConfigError(f"{self.root} is owned by pid {self.ctl.owner_pid}, whose configuration differs in "
                                   f"{', '.join(differ)}; an attached store uses the owner's configuration",

@@ -28,7 +28,7 @@ ARGS = {
     "wait_for_messages": ("T", 0, 0, 10), "wait_dispatched": (None, 10),
 }
 # callable after shutdown on purpose
-AFTER_SHUTDOWN_OK = {"shutdown", "close", "open"}
+AFTER_SHUTDOWN_OK = {"shutdown", "close", "open", "attach"}
 PROPERTIES = ("max_phy_offset", "min_phy_offset", "dispatch_behind_bytes", "dispatch_lag_ms")
 
 
@@ -157,3 +157,25 @@ def test_every_public_method_and_property_has_a_docstring(cls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         assert _undocumented(cls) == []
+
+
+def test_an_attached_store_refuses_a_setting_it_chose_that_differs_from_the_owners_even_the_default(tmp_path):
+    """Issue 15: flush_disk_type=ASYNC_FLUSH (the default) given to an attach whose owner runs
+    SYNC_FLUSH was accepted silently."""
+    import multiprocessing
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, flush_disk_type="SYNC_FLUSH", mapped_file_size_commit_log=1 << 20):
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            assert pool.apply(_attach_with, (root, {"flush_disk_type": "ASYNC_FLUSH"})).startswith("ConfigError")
+            assert pool.apply(_attach_with, (root, {"flush_disk_type": "SYNC_FLUSH"})) == "attached"
+
+
+def _attach_with(root: str, settings: dict) -> str:
+    try:
+        store = MessageStore.open(root, **settings)
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return f"{type(exc).__name__}: {exc}"
+    store.shutdown()
+    return "attached"

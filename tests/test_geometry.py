@@ -87,3 +87,23 @@ def test_store_path_root_dir_must_name_the_directory_opened(tmp_path):
     conf.write_text(f"storePathRootDir={root}\nmappedFileSizeCommitLog=65536\n")
     with MessageStore(root, StoreConfig.from_broker_conf(conf)) as store:  # the same directory: honoured
         assert store.config.store_path_root_dir == str(root)
+
+
+def test_a_size_given_explicitly_is_checked_even_when_it_is_the_default(tmp_path):
+    root = str(tmp_path / "s")
+    fill(root, 5)
+    with pytest.raises(ConfigError, match="mapped_file_size_consume_queue=6000000, but the store was created with"):
+        MessageStore(root, mapped_file_size_consume_queue=6_000_000)  # the default, but chosen
+
+
+def test_explicit_keys_are_the_keys_somebody_chose():
+    import pickle
+
+    cfg = StoreConfig(flush_disk_type="ASYNC_FLUSH")  # the default value, chosen
+    assert cfg.explicit_keys == {"flush_disk_type"}
+    cfg.file_reserved_time = 1
+    assert cfg.replace(max_message_size=10).explicit_keys == {"flush_disk_type", "file_reserved_time",
+                                                               "max_message_size"}
+    assert pickle.loads(pickle.dumps(cfg)).explicit_keys == cfg.explicit_keys
+    assert StoreConfig.from_broker_conf("deleteWhen=04\nbrokerName=b\n").explicit_keys == {"delete_when"}
+    assert StoreConfig() == cfg.replace(flush_disk_type="ASYNC_FLUSH", file_reserved_time=72)  # values only
