@@ -291,7 +291,10 @@ cdef class DispatchKernel:
     """Parses CommitLog records (no body) and appends their ConsumeQueue units (spec §10.1).
 
     ``lookup(topic, queue_id)`` returns the ConsumeQueue of a record's queue (created on
-    first use); results are cached in a C hash table keyed like the control block's
+    first use), or None for a queue that cannot exist (a topic that is not valid UTF-8 or
+    cannot name a directory, a negative queue id: a damaged or foreign record); such a record
+    builds no unit, is counted in ``skipped`` and reported to ``on_skipped``, and dispatch
+    goes on with the next record. Results are cached in a C hash table keyed like the control block's
     topic-queue table. Records with KEYS or UNIQ_KEY are collected in ``index_requests`` as
     (topic, keys, uniq_key, phy_offset, store_timestamp, sys_flag) when index building is on.
     """
@@ -309,13 +312,17 @@ cdef class DispatchKernel:
     cdef object ctl_obj
     cdef ConsumeQueueKernel last_cq   # the queue of the previous record (runs of one queue are common)
     cdef list touched                 # queues appended to since the last sync (their sync_due is set)
+    cdef public object on_skipped     # on_skipped(phy_offset, topic_bytes, queue_id) per record skipped
+    cdef readonly int64_t skipped     # records whose queue cannot exist (lookup returned None)
 
     def __cinit__(self):
         self.hashes = NULL
         self.queues = NULL
 
-    def __init__(self, lookup, *, bint index_enable=True, delay_levels_ms=(), control_block=None):
+    def __init__(self, lookup, *, bint index_enable=True, delay_levels_ms=(), control_block=None,
+                 on_skipped=None):
         self.lookup = lookup
+        self.on_skipped = on_skipped
         self.index_enable = index_enable
         self.index_requests = []
         self.touched = []
@@ -373,7 +380,13 @@ cdef class DispatchKernel:
                         memcmp(PyBytes_AS_STRING(cq.topic_b), topic, tlen) == 0:
                     return cq
             at = (at + 1) & (self.cap - 1)
-        cq = self.lookup(PyUnicode_DecodeUTF8(topic, tlen, "strict"), qid)
+        try:
+            topic_s = PyUnicode_DecodeUTF8(topic, tlen, "strict")
+        except UnicodeDecodeError:
+            return None
+        cq = self.lookup(topic_s, qid)
+        if cq is None:
+            return None
         if (self.used + 1) * 2 > self.cap:
             self._grow(self.cap * 2)
             at = <int64_t>(h & <uint64_t>(self.cap - 1))
@@ -399,6 +412,9 @@ cdef class DispatchKernel:
         if cq is None or cq.queue_id != qid or PyBytes_GET_SIZE(cq.topic_b) != tlen or \
                 memcmp(PyBytes_AS_STRING(cq.topic_b), topic, tlen) != 0:
             cq = self._queue(topic, tlen, qid)
+            if cq is None:
+                self._skip(e.phy_offset, topic, tlen, qid)
+                return 0
             self.last_cq = cq
             if not cq.sync_due:
                 cq.sync_due = True
@@ -410,6 +426,12 @@ cdef class DispatchKernel:
                 raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
             mq_max(&slot.next_offset, e.queue_offset + 1)
         return r
+
+    cdef int _skip(self, int64_t phy, const char *topic, int tlen, int32_t qid) except -1:
+        self.skipped += 1
+        if self.on_skipped is not None:
+            self.on_skipped(phy, PyBytes_FromStringAndSize(topic, tlen), qid)
+        return 0
 
     cdef int _sync_touched(self) except -1:
         """Publish the write positions of the queues appended to in the MappedFiles (once per
@@ -458,7 +480,7 @@ cdef class DispatchKernel:
                 units += self._apply_entry(b + pos, &e, raise_table)
                 if self.index_enable and e.flags & MQ_ENTRY_INDEX:
                     self.index_requests.append((
-                        PyUnicode_DecodeUTF8(b + pos + e.topic_pos, e.topic_len, "strict"),
+                        PyUnicode_DecodeUTF8(b + pos + e.topic_pos, e.topic_len, "replace"),
                         PyUnicode_DecodeUTF8(b + pos + e.keys_pos, e.keys_len, "replace") if e.keys_pos >= 0 else None,
                         PyUnicode_DecodeUTF8(b + pos + e.uniq_pos, e.uniq_len, "replace") if e.uniq_pos >= 0 else None,
                         e.phy_offset, e.store_timestamp, e.sys_flag))
@@ -492,6 +514,8 @@ cdef class DispatchKernel:
                 raise MemoryError()
             for i in range(nq):
                 cq = self._queue(b + queues[i].topic_at, queues[i].topic_len, queues[i].queue_id)
+                if cq is None:
+                    continue  # its units are skipped (and reported) below
                 targets.append(cq)
                 cqs[i] = <PyObject *>cq
                 if not cq.sync_due:
@@ -505,6 +529,10 @@ cdef class DispatchKernel:
                                             "raise topic_queue_table_slots")
             for i in range(n):
                 u = &units[i]
+                if cqs[u.queue] == NULL:
+                    self._skip(u.phy_offset, b + queues[u.queue].topic_at, queues[u.queue].topic_len,
+                               queues[u.queue].queue_id)
+                    continue
                 cq = <ConsumeQueueKernel>cqs[u.queue]
                 appended += cq.put_unit(u.phy_offset, u.size, u.tags_code, u.queue_offset)
                 if slots[u.queue] != NULL:

@@ -278,7 +278,7 @@ cdef class ParsedBatch:
             if k.key_hash < 0:
                 rec = self.base + k.record_at
                 # as build_index does it: the topic decoded strictly, the keys with replacement
-                key = (PyUnicode_DecodeUTF8(rec + k.topic_pos, k.topic_len, "strict") + "#"
+                key = (PyUnicode_DecodeUTF8(rec + k.topic_pos, k.topic_len, "replace") + "#"
                        + PyUnicode_DecodeUTF8(rec + k.key_pos, k.key_len, "replace"))
                 k.key_hash = mq_index_key_hash(mq_java_hash(key))
         self.index_keys = PyBytes_FromStringAndSize(NULL, self.n_keys * 24)

@@ -66,7 +66,7 @@ STAT_NAMES = (
     "dispatch_records", "dispatch_units", "dispatch_batches", "dispatch_ns_total",
     "dispatch_skipped_bytes", "dispatch_errors", "index_keys", "index_errors",
     "commit_count", "commit_bytes", "commit_ns_total", "commit_ns_max",
-    "pool_exhausted",
+    "pool_exhausted", "dispatch_skipped_records",
 )
 assert len(STAT_NAMES) == MQ_STAT_COUNT
 
@@ -480,14 +480,15 @@ cdef class ControlBlock:
         return units
 
     def table_items(self) -> list:
-        """[(topic, queue_id, next_offset)] of every queue in the table."""
+        """[(topic, queue_id, next_offset)] of every queue in the table (a topic that is not UTF-8,
+        from a damaged record, with U+FFFD for its bad bytes)."""
         cdef char *b = self._b()
         cdef int64_t i, n = mq_cell(b, MQ_CTL_TABLE_SLOTS)[0]
         cdef mq_tq_slot *slots = mq_tq_slots(b)
         out = []
         for i in range(n):
             if slots[i].state != 0:
-                out.append((slots[i].topic[:slots[i].topic_len].decode("utf-8"), slots[i].queue_id,
+                out.append((slots[i].topic[:slots[i].topic_len].decode("utf-8", "replace"), slots[i].queue_id,
                             mq_load(&slots[i].next_offset)))
         return out
 

@@ -76,13 +76,18 @@ class DispatchKernel:
 
     index_enable: bool
     index_requests: list[tuple[str, str | None, str | None, int, int, int]]
+    on_skipped: Callable[[int, bytes, int], object] | None
+    @property
+    def skipped(self) -> int:
+        """Records whose queue cannot exist (lookup returned None), left out of the queues."""
     def __init__(
         self,
-        lookup: Callable[[str, int], ConsumeQueueKernel],
+        lookup: Callable[[str, int], ConsumeQueueKernel | None],
         *,
         index_enable: bool = True,
         delay_levels_ms: Iterable[int] = (),
         control_block: Any = None,
+        on_skipped: Callable[[int, bytes, int], object] | None = None,
     ) -> None: ...
     def forget(self) -> None:
         """Drop every cached queue (after queues were destroyed or replaced)."""

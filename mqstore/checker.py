@@ -47,6 +47,7 @@ from mqstore._commitlog import scan_records
 from mqstore._consumequeue import scan_units
 from mqstore._mapped import MappedFile
 from mqstore.errors import CorruptRecordError
+from mqstore.consume_queue import queue_problem
 
 if TYPE_CHECKING:
     from mqstore.config import StoreConfig
@@ -637,7 +638,12 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
 
     if complete:
         for (topic, qid), s in sorted(report.queues.items()):
-            if (topic, qid) not in report.consume_queues:
+            if (topic, qid) not in report.consume_queues and queue_problem(topic, qid) is not None:
+                # puts refuse such a record; dispatch skips it (dispatch_skipped_records)
+                report.notes.append(f"the log holds {s.count} record(s) of topic {topic!r}, queue {qid}, offsets "
+                                    f"{s.first_offset}..{s.last_offset}, which cannot have a ConsumeQueue "
+                                    f"({queue_problem(topic, qid)}): left out of the queues")
+            elif (topic, qid) not in report.consume_queues:
                 problem(f"consumequeue/{topic}/{qid}", s.first_offset,
                         f"no ConsumeQueue for the log's {s.count} record(s) of offsets {s.first_offset}.."
                         f"{s.last_offset}")

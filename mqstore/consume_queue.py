@@ -24,6 +24,7 @@ from mqstore._consumequeue import (
     scan_units,
     truncate_point,
 )
+from mqstore._commitlog import topic_problem_of
 from mqstore._mapped import MappedFile
 from mqstore.mapped_file_queue import MappedFileQueue
 
@@ -33,6 +34,9 @@ UNIT = CQ_STORE_UNIT_SIZE
 RECOVER_LAST_FILES = 3
 OS_PAGE_SIZE = 4096
 CQ_DESTROY_INTERVAL_FORCIBLY_MS = 60_000  # RocketMQ deleteExpiredFileByOffset: destroy(1000 * 60)
+#: the longest topic a ConsumeQueue directory is made for (a file name holds at most 255 bytes;
+#: topics are ASCII by TopicValidator's rule)
+MAX_TOPIC_DIR_CHARS = 255
 FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 _UNIT_STRUCT = struct.Struct(">qiq")
 
@@ -441,6 +445,15 @@ class ConsumeQueue(ConsumeQueueKernel):
         self.files.close()
 
 
+def queue_problem(topic: str, queue_id: int) -> str | None:
+    """Why (topic, queue_id) cannot have a ConsumeQueue, or None: a topic outside RocketMQ's
+    rule (it names the queue's directory, so '..', '/' or NUL must never reach the file
+    system), longer than a file name, or a negative queue id."""
+    if queue_id < 0:
+        return f"queue id {queue_id} is negative"
+    return topic_problem_of(topic, MAX_TOPIC_DIR_CHARS)
+
+
 class ConsumeQueueTable:
     """Every ConsumeQueue of a store, by (topic, queue_id)."""
 
@@ -482,9 +495,25 @@ class ConsumeQueueTable:
         looks queues up without a Python call). Read it; change it only through this class."""
         return self._queues
 
+    def dispatch_target(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """find_or_create for the dispatcher: None instead of ValueError for a queue that
+        cannot exist (the record is skipped and reported, dispatch goes on)."""
+        cq = self._queues.get((topic, queue_id))
+        if cq is not None:
+            return cq
+        if queue_problem(topic, queue_id) is not None:
+            return None
+        return self.find_or_create(topic, queue_id)
+
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue of (topic, queue_id), created on first use. ValueError for one that
+        cannot exist (queue_problem): puts refuse such records, so only a damaged or foreign
+        CommitLog holds them."""
         cq = self._queues.get((topic, queue_id))
         if cq is None:
+            problem = queue_problem(topic, queue_id)
+            if problem is not None:
+                raise ValueError(problem)
             with self._lock:
                 cq = self._queues.get((topic, queue_id))
                 if cq is None:

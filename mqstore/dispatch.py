@@ -66,8 +66,9 @@ class Dispatcher:
         self.queues = queues
         self.index = index
         self.ctl = ctl
-        self.kernel = DispatchKernel(queues.find_or_create, index_enable=index is not None,
-                                     delay_levels_ms=delay_levels_ms, control_block=ctl)
+        self.kernel = DispatchKernel(queues.dispatch_target, index_enable=index is not None,
+                                     delay_levels_ms=delay_levels_ms, control_block=ctl,
+                                     on_skipped=self._skipped)
         self.concurrent = concurrent
         self.parser = BatchParser(delay_levels_ms=delay_levels_ms, index_enable=index is not None)
         self.pool_threads = pool_threads
@@ -78,6 +79,15 @@ class Dispatcher:
         self.logics_store_timestamp = 0
         #: the last dispatch_available() pass ended at the readable end (not at max_bytes)
         self.caught_up = True
+
+    def _skipped(self, phy_offset: int, topic: bytes, queue_id: int) -> None:
+        """A record whose queue cannot exist (its topic cannot name a directory, or is not
+        UTF-8; a negative queue id): RocketMQ's broker never writes one, so it is damaged or
+        foreign. It gets no ConsumeQueue unit (it stays in the CommitLog, readable by its
+        offset) and dispatch goes on: one bad record must not stop every queue."""
+        self.ctl.add_stat("dispatch_skipped_records")
+        log.error("dispatch: the record at offset %d names topic %r, queue %d, which cannot be a ConsumeQueue; "
+                  "it is left out of the queues", phy_offset, topic, queue_id)
 
     @classmethod
     def from_config(cls, commitlog: CommitLog, queues: ConsumeQueueTable, index: Any | None, ctl: ControlBlock,

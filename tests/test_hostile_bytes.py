@@ -137,13 +137,19 @@ CHILD = textwrap.dedent('''
             open(os.path.join(work, "abort"), "wb").close()  # abnormal recovery too
         try:
             store = MessageStore(work, **cfg)
-        except tolerated:
+        except MQStoreError:  # refused with a named cause (NotAStoreError, ...); never a crash or ValueError
             continue
         try:
             reads(store)
         finally:
             store.shutdown()
         attempt("check", lambda: check_store(work))
+        for dirpath, dirnames, filenames in os.walk(os.path.dirname(work)):
+            assert dirpath.startswith(work) or dirpath == os.path.dirname(work), dirpath
+        escaped = sorted(set(os.listdir(os.path.dirname(work))) - {"work", "mutations.txt"})
+        assert not escaped, f"files outside the store: {escaped}"
+        for topic in os.listdir(os.path.join(work, "consumequeue")):
+            assert topic.replace("%", "").replace("|", "").replace("_", "").replace("-", "").isalnum(), topic
     print("done", flush=True)
 ''')
 
@@ -184,3 +190,34 @@ def test_hostile_field_values_never_crash_a_parser(source_store, tmp_path):
     assert proc.returncode == 0, f"the parsers died ({proc.returncode}) at mutation {last[0]}:\n{proc.stderr[-3000:]}"
     assert last == ["done"]
     shutil.rmtree(tmp_path / "work", ignore_errors=True)
+
+
+@pytest.mark.parametrize("bad_topic", [b"\x00/", b"..", b"\xff\xfe", b"a/"])
+def test_a_record_whose_topic_cannot_be_a_queue_is_skipped_and_dispatch_goes_on(tmp_path, bad_topic):
+    """Issue 15: a NUL in a topic made dispatch fail forever (WRITE_LOGICS_QUEUE_ERROR refused
+    every later put in every process). A record whose queue cannot exist gets no unit, is
+    counted and logged, and every other record is dispatched."""
+    from mqstore.checker import check_store
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, **CFG) as store:
+        for i in range(4):
+            store.put_message(Message("T0" if i != 1 else "XY", b"m%d" % i)).check()
+        assert store.wait_dispatched()
+        victim = store.look_message_by_queue_offset("XY", 0, 0).physical_offset
+    path = os.path.join(root, "commitlog", "0" * 20)
+    data = open(path, "rb").read()
+    at = data.index(b"\x02XY", victim)  # TOPICLEN then the topic
+    with open(path, "r+b") as fh:
+        fh.seek(at + 1)
+        fh.write(bad_topic)
+    shutil.rmtree(os.path.join(root, "consumequeue"))  # everything is dispatched again
+    with MessageStore(root, **CFG) as store:
+        assert store.stats()["dispatch_skipped_records"] == 1
+        assert store.positions()["dispatched"] == store.get_max_phy_offset()
+        assert [bytes(m.body) for m in store.get_message("g", "T0", 0, 0)] == [b"m0", b"m2", b"m3"]
+        after = store.put_message(Message("T0", b"after")).check()  # puts are not refused
+        assert store.wait_dispatched()
+        assert store.get_max_offset_in_queue("T0", 0) == after.queue_offset + 1
+    assert sorted(os.listdir(os.path.join(root, "consumequeue"))) == ["T0"]
+    check_store(root).raise_if_failed()

@@ -166,7 +166,7 @@ def parse(data: bytes, start: int, end: int, delay_levels_ms: tuple[int, ...] = 
             if b"KEYS" in props:
                 keys += [k for k in props[b"KEYS"].decode("utf-8", "replace").split(" ") if k]
             if keys:
-                prefix = rec.topic.decode("utf-8") + "#"  # build_index's topic is decoded strictly
+                prefix = rec.topic.decode("utf-8", "replace") + "#"  # as Java decodes: U+FFFD for bad bytes
                 batch.index_keys += [(phy, ts, index_key_hash(prefix + k)) for k in keys]
         batch.count += 1
         batch.last_store_timestamp = ts
