@@ -3,39 +3,66 @@
     from mqstore import MessageStore, Message
     with MessageStore("/tmp/store") as store:
         result = store.put_message(Message("TopicTest", b"hello", tags="TagA"))
+
+The names below load on first use (PEP 562), so ``import mqstore`` and the ``mqstore`` command
+start without loading the compiled kernels and the store.
 """
 
-from mqstore._commitlog import Message, MessageBatch, PutMessageResult
-from mqstore.config import StoreConfig
-from mqstore.errors import (
-    ConfigError,
-    CorruptRecordError,
-    MQStoreError,
-    NotAStoreError,
-    PutMessageError,
-    StoreClosedError,
-    StoreLockedError,
-)
-from mqstore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
-from mqstore.store import MessageStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AppendMessageStatus",
-    "ConfigError",
-    "CorruptRecordError",
-    "GetMessageStatus",
-    "MQStoreError",
-    "Message",
-    "MessageBatch",
-    "MessageStore",
-    "NotAStoreError",
-    "PutMessageError",
-    "PutMessageResult",
-    "PutMessageStatus",
-    "StoreClosedError",
-    "StoreConfig",
-    "StoreLockedError",
-    "__version__",
-]
+# public name -> the module that defines it
+_EXPORTS = {
+    "Message": "mqstore._commitlog",
+    "MessageBatch": "mqstore._commitlog",
+    "PutMessageResult": "mqstore._commitlog",
+    "StoreConfig": "mqstore.config",
+    "ConfigError": "mqstore.errors",
+    "CorruptRecordError": "mqstore.errors",
+    "MQStoreError": "mqstore.errors",
+    "NotAStoreError": "mqstore.errors",
+    "PutMessageError": "mqstore.errors",
+    "StoreClosedError": "mqstore.errors",
+    "StoreLockedError": "mqstore.errors",
+    "AppendMessageStatus": "mqstore.status",
+    "GetMessageStatus": "mqstore.status",
+    "PutMessageStatus": "mqstore.status",
+    "MessageStore": "mqstore.store",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mqstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
+    from mqstore._commitlog import Message as Message
+    from mqstore._commitlog import MessageBatch as MessageBatch
+    from mqstore._commitlog import PutMessageResult as PutMessageResult
+    from mqstore.config import StoreConfig as StoreConfig
+    from mqstore.errors import ConfigError as ConfigError
+    from mqstore.errors import CorruptRecordError as CorruptRecordError
+    from mqstore.errors import MQStoreError as MQStoreError
+    from mqstore.errors import NotAStoreError as NotAStoreError
+    from mqstore.errors import PutMessageError as PutMessageError
+    from mqstore.errors import StoreClosedError as StoreClosedError
+    from mqstore.errors import StoreLockedError as StoreLockedError
+    from mqstore.status import AppendMessageStatus as AppendMessageStatus
+    from mqstore.status import GetMessageStatus as GetMessageStatus
+    from mqstore.status import PutMessageStatus as PutMessageStatus
+    from mqstore.store import MessageStore as MessageStore

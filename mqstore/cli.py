@@ -1,5 +1,8 @@
-"""The ``mqstore`` command: look at a store directory without changing it.
+"""The ``mqstore`` command: run a node on a store directory, or look at one without changing it.
 
+    mqstore node STORE_DIR [--config broker.conf] [--set KEY=VALUE ...]
+                                                     own the store and run its service processes
+    mqstore node status STORE_DIR [--json]           a running node's processes and positions
     mqstore verify STORE_DIR [--no-crc] [--json]     every invariant (mqstore.checker.check_store)
     mqstore info STORE_DIR [--json]                  files, lock/abort state, checkpoint, control block
     mqstore inspect STORE_DIR [--json]               topics and queues, every file with its positions, index
@@ -10,9 +13,10 @@
                                                      live rates, latencies, positions from the control block
 
 Exit codes: 0 clean, 1 problems found (verify: broken invariants; recover: the open would drop
-data), 2 usage error / not a store / cannot read / an offset that holds no record. Every
-command only reads: none takes the store's lock, creates, truncates or deletes a file, and all
-work while a running store owns the directory. Long runs of verify, inspect and recover draw
+data), 2 usage error / not a store / cannot read / an offset that holds no record, 130
+interrupted (Ctrl-C). ``node`` owns the store and writes it; every other command only reads:
+none takes the store's lock, creates, truncates or deletes a file, and all work while a
+running store owns the directory. Long runs of verify, inspect and recover draw
 a progress line on stderr when it is a terminal (never with --json). See docs/cli.md.
 
 A subcommand is one entry of ``COMMANDS``: (help, add_arguments, run); ``run(args)`` returns
@@ -53,6 +57,7 @@ from mqstore.inspection import (
 )
 from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
+from mqstore.launch import EXIT_INTERRUPTED
 from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
 
 EXIT_OK = 0
@@ -832,10 +837,16 @@ COMMANDS: dict[str, Command] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from mqstore import __version__
+
     parser = argparse.ArgumentParser(
-        prog="mqstore", description="Inspect mqstore (RocketMQ message store) directories.",
+        prog="mqstore",
+        description="Run and inspect mqstore (RocketMQ message store) directories: 'node' owns a store and "
+                    "writes it; verify, info, inspect, dump, recover and stats only read (they work while a node "
+                    "runs).",
         epilog="exit codes: 0 clean, 1 problems found (recover: the open would drop data), 2 usage error, not a "
-               "store, or an offset that holds no record")
+               "store, or an offset that holds no record, 130 interrupted")
+    parser.add_argument("--version", action="version", version=f"mqstore {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -857,6 +868,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mqstore {args.command}: not a store: {exc.args[0]}", file=sys.stderr)
     except MQStoreError as exc:
         print(f"mqstore {args.command}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C in a command that only reads: nothing to clean up
+        print(f"mqstore {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. piped into head: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as exc:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from mqstore.config import StoreConfig
+from mqstore.errors import MQStoreError
 
 log = logging.getLogger("mqstore.node")
 
@@ -85,8 +86,10 @@ class ServiceProcess:
         return self.proc is not None and self.proc.poll() is None
 
 
-class ServiceStartError(RuntimeError):
-    pass
+class ServiceStartError(MQStoreError, RuntimeError):
+    """A service process did not report READY (its log says why)."""
+
+    hint = "see the service's log lines on stderr"
 
 
 class Supervisor:
@@ -114,9 +117,12 @@ class Supervisor:
             os.makedirs(self.log_dir, exist_ok=True)
             stderr = open(os.path.join(self.log_dir, f"{sp.kind}.log"), "ab")
         try:
+            # a process group of its own: Ctrl-C in a terminal signals the foreground group, and
+            # only the owner must get it (it stops the services in order); a service that died
+            # of it while starting failed the node's start, one killed mid-run left `abort`
             proc = subprocess.Popen([sys.executable, "-c", _SERVICE_ENTRY, "--service", sp.kind, self.root],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                                    start_new_session=False)
+                                    process_group=0)
         finally:
             if stderr is not None:
                 stderr.close()

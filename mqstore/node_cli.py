@@ -4,16 +4,19 @@
     mqstore node status STORE_DIR [--json]
 
 The node is a MessageStore opened with ``service_mode="processes"``: this process owns the
-directory (the ``lock`` file) and supervises one process each for the allocator, the flusher
-and the dispatcher. It runs until SIGTERM or SIGINT, then shuts down cleanly (dispatch catches
-up, everything is flushed, the checkpoint written, ``abort`` removed). Other processes use the
-store with ``MessageStore.open(STORE_DIR)``.
+directory (the ``lock`` file) and supervises one process each for the allocator, the flusher,
+the dispatcher and the cleaner, each in a process group of its own (a terminal's Ctrl-C reaches
+the owner only). It runs until SIGTERM, SIGINT or SIGHUP, at any moment including start-up,
+then shuts down cleanly (dispatch catches up, everything is flushed, the checkpoint written,
+``abort`` removed) and exits 0. Other processes use the store with
+``MessageStore.attach(STORE_DIR)`` (or ``MessageStore.open``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -23,6 +26,8 @@ from typing import Any
 from mqstore.errors import ConfigError
 
 NODE_INFO_NAME = "mqstore.node.json"
+
+log = logging.getLogger("mqstore.node")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,13 +63,42 @@ def _config(config_path: str | None, settings: list[str]) -> Any:
     return StoreConfig().replace(**overrides)
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _log_to_stderr() -> None:
+    """INFO lines of the mqstore loggers (recovery progress, service restarts) on stderr, one
+    line each, unless the program configured logging itself."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s node[%(process)d] %(levelname)s %(message)s")
+
+
 def serve(root: str, config_path: str | None, settings: list[str]) -> int:
+    """Own root until SIGTERM, SIGINT (Ctrl-C) or SIGHUP, then stop cleanly: 0 when the store
+    was left clean (no ``abort``), 1 otherwise. A signal while the store is still opening
+    (recovery, service processes starting) is remembered: the open completes and the store
+    shuts down at once, so it is never left half-open; later signals only say so."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.info("%s: already stopping", name)
+        else:
+            log.info("%s: stopping the node%s", name, "" if opened.is_set() else " once the store is open")
+        stop.set()
+
+    opened = threading.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, on_signal)
+    _log_to_stderr()
     from mqstore.store import MessageStore
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    store = MessageStore(root, _config(config_path, settings))
+    config = _config(config_path, settings)
+    log.info("opening %s", os.path.abspath(root))
+    store = MessageStore(root, config)
+    opened.set()
     try:
         info: dict[str, Any] = {"owner_pid": os.getpid(),
                                 "services": store.supervisor.pids() if store.supervisor else {}}
@@ -85,6 +119,10 @@ def serve(root: str, config_path: str | None, settings: list[str]) -> int:
             os.unlink(os.path.join(store.root, NODE_INFO_NAME))
         except FileNotFoundError:
             pass
+        # stopped: a Ctrl-C pressed again while the process exits changes nothing (Python
+        # restores the default handlers as it finalizes, which would report death by SIGINT)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
     clean = not os.path.exists(os.path.join(store.root, "abort"))
     print(f"mqstore node on {store.root}: stopped {'cleanly' if clean else 'with abort left (see the log)'}",
           flush=True)

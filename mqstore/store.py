@@ -160,15 +160,32 @@ class MessageStore:
         self._following = False  # reads follow queues another process builds
         self.supervisor: Supervisor | None = None
         self.cleaner: CleanService | None = None
+        self.abort_path = os.path.join(self.root, "abort")
+        self._abort_created = False
         check_store_dir(self.root)
         os.makedirs(self.root, exist_ok=True)
         self._take_lock()
         try:
             self._open()
         except BaseException:
-            self._release_lock()
+            self._abandon_open()
             raise
         self._closed = False
+
+    def _abandon_open(self) -> None:
+        """The open failed or was interrupted (KeyboardInterrupt, a service process that did
+        not start). Once the store was open enough to create ``abort``, it is shut down the
+        normal way (services that started are stopped, everything flushed, the checkpoint
+        written, ``abort`` removed), so an interrupted start leaves what a clean stop leaves
+        and the next open recovers nothing; before that, only the lock is released."""
+        if self._abort_created:
+            self._closed = False
+            try:
+                self.shutdown()
+            except BaseException as exc:  # noqa: BLE001 - the original error is what the caller sees
+                log.error("shutting down the store whose open failed: %r", exc)
+        self._closed = True
+        self._release_lock()
 
     @classmethod
     def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> MessageStore:
@@ -201,7 +218,6 @@ class MessageStore:
 
     def _open(self) -> None:
         cfg = self.config
-        self.abort_path = os.path.join(self.root, "abort")
         self.last_exit_ok = not os.path.exists(self.abort_path)
         ctl_path = os.path.join(self.root, CONTROL_BLOCK_NAME)
         fence_control_block(ctl_path)
@@ -242,6 +258,7 @@ class MessageStore:
         self.ctl.mark_ready()
         with open(self.abort_path, "wb"):
             pass
+        self._abort_created = True
         # the hot path: put_message/put_messages go straight to the compiled appender, without
         # a Python frame of this class in between (the methods below document the API)
         appender = self.commitlog.appender

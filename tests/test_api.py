@@ -179,3 +179,27 @@ def _attach_with(root: str, settings: dict) -> str:
         return f"{type(exc).__name__}: {exc}"
     store.shutdown()
     return "attached"
+
+
+def test_every_public_name_resolves_and_the_package_loads_lazily():
+    import subprocess
+    import sys
+
+    for name in mqstore.__all__:
+        assert getattr(mqstore, name) is not None
+    assert set(mqstore.__all__) <= set(dir(mqstore))
+    out = subprocess.run([sys.executable, "-c", "import sys, mqstore; print('mqstore.store' in sys.modules)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"  # the command line starts without loading the store
+
+
+def test_python_dash_m_mqstore_and_version_and_truthful_help():
+    import subprocess
+    import sys
+
+    version = subprocess.run([sys.executable, "-m", "mqstore", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.strip() == f"mqstore {mqstore.__version__}"
+    helptext = " ".join(subprocess.run([sys.executable, "-m", "mqstore", "--help"], capture_output=True,
+                                       text=True).stdout.split())
+    assert "'node' owns a store and writes it" in helptext and "only read" in helptext
+    assert "node" in helptext.split("positional arguments:")[1]
