@@ -176,6 +176,9 @@ class CheckReport:
 
 
 ProblemSink = Callable[[str, int, str], None]
+#: progress(what, done, total) of a long check (mqstore.progress)
+Progress = Callable[[str, int, int], None]
+PROGRESS_EVERY_RECORDS = 4096
 
 
 def _commitlog_dir(root: str) -> str:
@@ -184,7 +187,7 @@ def _commitlog_dir(root: str) -> str:
 
 def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = False,
                 quiescent: bool = True, max_problems: int = 200, config: StoreConfig | None = None,
-                check_queues_complete: bool | None = None) -> CheckReport:
+                check_queues_complete: bool | None = None, progress: Progress | None = None) -> CheckReport:
     """Check every invariant of the store at root; see the module docstring.
 
     allow_torn_tail: a store that crashed and was not reopened may hold a partly written
@@ -206,6 +209,8 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     ConsumeQueue unit. None (default) = only when quiescent and no ``abort`` file exists (a
     crashed store rebuilds missing units at its next open; a running one dispatches behind
     the writer). Existing units are checked either way.
+    progress(what, done, total): called as the work goes ("CommitLog" in bytes, then
+    "ConsumeQueues" and "index files" by count), at most every few thousand records.
     """
     report = CheckReport(root=root)
     problems = report.problems
@@ -222,7 +227,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         log = _Log(0)
         try:
             _check_queues_and_index(root, report, problem, log, {}, set(), quiescent=quiescent, config=config,
-                                    check_queues_complete=check_queues_complete)
+                                    check_queues_complete=check_queues_complete, progress=progress)
         finally:
             log.close()
         return report
@@ -240,6 +245,8 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         problem("commitlog", starts[0], "first file is not aligned to the file size")
 
     last_with_data = max((i for i, n in enumerate(names) if _starts_with_data(os.path.join(cdir, n))), default=0)
+    scan_total = (last_with_data + 1) * file_size  # the bytes the scan walks (files past the end are only peeked)
+    seen = [0]
     # live: the end of what the files may hold when the scan began; past it bytes may be
     # arriving (the committed position: with a transient store pool the bytes between it and
     # the wrote position are still in the write buffers, without one the two move together)
@@ -271,6 +278,9 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             log.add(mf)
 
             def on_record(pos, size, topic, qid, qoff, phy, sys_flag, ts, _base=base, _name=name):
+                seen[0] += 1
+                if progress is not None and seen[0] % PROGRESS_EVERY_RECORDS == 0:
+                    progress("CommitLog", min(_base - starts[0] + pos, scan_total), scan_total)
                 if phy != _base + pos:
                     problem(_name, _base + pos, f"PHYSICALOFFSET field says {phy}")
                 if ts < last_ts[0]:
@@ -298,6 +308,8 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
 
             stop, reason, count, _ = scan_records(mf, base, 0, file_size, check_crc, None, on_record)
             report.records += count
+            if progress is not None:
+                progress("CommitLog", min(base - starts[0] + file_size, scan_total), scan_total)
             is_last = index == len(names) - 1
             last_data_file = index >= last_with_data
             if reason == "blank":
@@ -336,7 +348,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         _check_control_block(root, report, problem, quiescent, live_positions, blank_end)
         log.end = report.valid_end
         _check_queues_and_index(root, report, problem, log, queue_phys, broken_names, quiescent=quiescent,
-                                config=config, check_queues_complete=check_queues_complete)
+                                config=config, check_queues_complete=check_queues_complete, progress=progress)
     finally:
         log.close()
     return report
@@ -562,7 +574,7 @@ class _Log:
 def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
                             queue_phys: dict[tuple[str, int], array], broken: set[tuple[str, int]], *,
                             quiescent: bool, config: StoreConfig | None,
-                            check_queues_complete: bool | None) -> None:
+                            check_queues_complete: bool | None, progress: Progress | None = None) -> None:
     crashed = os.path.exists(os.path.join(root, "abort"))
     complete = (quiescent and not crashed) if check_queues_complete is None else check_queues_complete
     # stable: nothing writes the store now and it was shut down cleanly, so the last units and
@@ -570,14 +582,19 @@ def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink
     stable = quiescent and not crashed
     cq_size = config.mapped_file_size_consume_queue if config is not None else None
     _check_consume_queues(root, report, problem, log, queue_phys, broken, file_size=cq_size, live=not quiescent,
-                          stable=stable, complete=complete)
-    _check_index_files(root, report, problem, log, config, live=not quiescent, stable=stable)
+                          stable=stable, complete=complete, progress=progress)
+    if progress is not None:
+        progress("ConsumeQueues", len(report.consume_queues), len(report.consume_queues))
+    _check_index_files(root, report, problem, log, config, live=not quiescent, stable=stable, progress=progress)
+    if progress is not None:
+        progress("index files", len(report.index_files), len(report.index_files))
 
 
 # -- ConsumeQueues (spec §3) -----------------------------------------------------------------
 def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
                           queue_phys: dict[tuple[str, int], array], broken: set[tuple[str, int]], *,
-                          file_size: int | None, live: bool, stable: bool, complete: bool) -> None:
+                          file_size: int | None, live: bool, stable: bool, complete: bool,
+                          progress: Progress | None = None) -> None:
     cq_root = os.path.join(root, "consumequeue")
     if not os.path.isdir(cq_root):
         if complete and report.queues:
@@ -615,7 +632,9 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
         return
     report.queues_complete_checked = complete
 
-    for topic, qid, qdir, files in queues:
+    for done, (topic, qid, qdir, files) in enumerate(queues):
+        if progress is not None:
+            progress("ConsumeQueues", done, len(queues))
         where = f"consumequeue/{topic}/{qid}"
         key = (topic, qid)
         wrong = [(start, name, size) for start, name, size in files if size != expected]
@@ -824,7 +843,8 @@ def _report_missing_units(problem: ProblemSink, where: str, summary: ConsumeQueu
 
 # -- index files (spec §4) -------------------------------------------------------------------
 def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
-                       config: StoreConfig | None, *, live: bool, stable: bool) -> None:
+                       config: StoreConfig | None, *, live: bool, stable: bool,
+                       progress: Progress | None = None) -> None:
     index_dir = os.path.join(root, "index")
     if not os.path.isdir(index_dir):
         return
@@ -836,7 +856,10 @@ def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log
         given = True
     slots, num = config.max_hash_slot_num, config.max_index_num
     expected = INDEX_HEADER_SIZE + INDEX_SLOT_SIZE * slots + INDEX_ENTRY_SIZE * num
-    for name in sorted(os.listdir(index_dir)):
+    names = sorted(os.listdir(index_dir))
+    for i, name in enumerate(names):
+        if progress is not None:
+            progress("index files", i, len(names))
         path = os.path.join(index_dir, name)
         if len(name) != 17 or not name.isdigit() or not os.path.isfile(path):
             continue  # index files are named yyyyMMddHHmmssSSS; others are not the index's

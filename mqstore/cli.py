@@ -31,12 +31,11 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from mqstore import _shm, stats
@@ -58,6 +57,7 @@ from mqstore.inspection import (
 from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
 from mqstore.launch import EXIT_INTERRUPTED
+from mqstore.progress import describe
 from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
 
 EXIT_OK = 0
@@ -135,24 +135,23 @@ def run_verify(args: argparse.Namespace) -> int:
     root = require_store(args.store_dir)
     owner = lock_state(root)
     check_crc = not args.no_crc
-    with _ticking(_progress_bar(args, "verify"), _verify_work(root)):
+    bar = _progress_bar(args, "verify")
+    try:
         if owner["status"] == "running":
             # positions are read before the scan; bytes past them may still be being written
-            report = check_store(root, check_crc=check_crc, quiescent=False, allow_torn_tail=True)
+            report = check_store(root, check_crc=check_crc, quiescent=False, allow_torn_tail=True, progress=bar)
         else:
             # A crashed store may end in a torn record; its next open truncates it: not corruption.
-            report = check_store(root, check_crc=check_crc, allow_torn_tail=owner["status"] == "crashed")
+            report = check_store(root, check_crc=check_crc, allow_torn_tail=owner["status"] == "crashed",
+                                 progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     if args.json:
         _print_json(_verify_json(report, owner, check_crc=check_crc))
     else:
         _print_verify(report, owner, check_crc=check_crc)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
-
-
-def _verify_work(root: str) -> str:
-    """What the progress line says verify is doing (the checker reports no progress itself)."""
-    files = commitlog_files(root)[0]
-    return f"checking {len(files)} CommitLog file(s), {_mib(sum(f['size'] for f in files))}"
 
 
 def _verify_json(report: CheckReport, owner: dict[str, Any], *, check_crc: bool) -> dict[str, Any]:
@@ -764,16 +763,22 @@ class ProgressBar:
         self.stream = stream
         self._last = 0.0
         self._shown = 0
+        self._what = ""
+        self._what_started = time.monotonic()
 
     def __call__(self, what: str, done: int, total: int) -> None:
         now = time.monotonic()
+        if what != self._what:
+            self._what, self._what_started = what, now
         if done < total and now - self._last < self.REDRAW_S:
             return
         self._last = now
-        filled = self.WIDTH * done // total if total else self.WIDTH
-        self.draw(f"{self.command}: {what} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done:,}/{total:,}")
+        filled = min(self.WIDTH, self.WIDTH * done // total) if total else self.WIDTH
+        self.draw(f"{self.command}: [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+                  f"{describe(what, done, total, now - self._what_started)}")
 
     def draw(self, text: str) -> None:
+        text = text[:max(20, shutil.get_terminal_size().columns - 1)]  # one line, never wrapped
         self.stream.write("\r" + text.ljust(self._shown))
         self.stream.flush()
         self._shown = len(text)
@@ -790,31 +795,6 @@ def _progress_bar(args: argparse.Namespace, command: str) -> ProgressBar | None:
     if args.json or not sys.stderr.isatty():
         return None
     return ProgressBar(command, sys.stderr)
-
-
-@contextmanager
-def _ticking(bar: ProgressBar | None, text: str) -> Iterator[None]:
-    """For work that reports no progress (the checker): redraw 'text ... N s' until it ends."""
-    if bar is None:
-        yield
-        return
-    stop = threading.Event()
-    t0 = time.monotonic()
-
-    def tick() -> None:
-        while True:
-            bar.draw(f"{bar.command}: {text} ... {time.monotonic() - t0:.0f} s")
-            if stop.wait(0.5):
-                return
-
-    thread = threading.Thread(target=tick, name="mqstore-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        bar.close()
 
 
 # -- the command --------------------------------------------------------------------------

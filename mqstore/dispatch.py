@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -128,14 +129,18 @@ class Dispatcher:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = None
 
-    def dispatch_available(self, *, raise_table: bool = False, max_bytes: int = 0) -> int:
+    def dispatch_available(self, *, raise_table: bool = False, max_bytes: int = 0,
+                           progress: Callable[[str, int, int], None] | None = None) -> int:
         """Dispatch everything readable now (or about max_bytes of it); returns the records
         dispatched. With raise_table the topic-queue table follows the queue offsets seen
-        (start-up). Thread-safe: one caller dispatches at a time."""
+        (start-up). progress("dispatch", bytes done, bytes to do) is called after each chunk
+        (the start-up dispatch of a store that lost its queues or index can be long).
+        Thread-safe: one caller dispatches at a time."""
         with self._lock:
-            return self._dispatch(raise_table, max_bytes)
+            return self._dispatch(raise_table, max_bytes, progress)
 
-    def _dispatch(self, raise_table: bool, max_bytes: int) -> int:
+    def _dispatch(self, raise_table: bool, max_bytes: int,
+                  progress: Callable[[str, int, int], None] | None = None) -> int:
         ctl = self.ctl
         fs = self.commitlog.file_size
         queue = self.commitlog.queue
@@ -192,6 +197,8 @@ class Dispatcher:
                     ctl.broadcast("dispatched")
             total += records
             done_bytes += new - start
+            if progress is not None:
+                progress("dispatch", ctl.get("dispatched") - first, end - first)
 
     def _publish(self, new: int, records: int, units: int, last_ts: int, t0: int) -> None:
         """Make one applied batch visible: timestamps, position, counters, arrival notification.

@@ -41,6 +41,7 @@ from mqstore._codec import check_record, decode_record
 from mqstore._commitlog import scan_records
 from mqstore.errors import CorruptRecordError
 from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.progress import LogProgress
 
 if TYPE_CHECKING:
     from mqstore._mapped import MappedFile
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mqstore.recovery")
 
 NORMAL_RECOVERY_FILES = 3  # spec §5.4: recoverNormally starts at the third-last file
-PROGRESS_LOG_EVERY_S = 2.0
 LAST_UNIT_CHECKS = 8  # a queue's last units checked against their records, at most
 FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 _UNIT = struct.Struct(">qiq")  # ConsumeQueue unit: commitLogOffset, size, tagsCode
@@ -174,8 +174,8 @@ def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool,
         return 0
     valid_end = files[start_index].file_from
     report.first_file_scanned = files[start_index].file_name
-    last_log = time.monotonic()
     todo = files[start_index:]
+    logged = LogProgress(log, "recovery")
     for i, mf in enumerate(todo):
         stop, reason, count, last_ts = scan_records(mf, mf.file_from, 0, queue.file_size, check_crc, ctl)
         report.files_scanned += 1
@@ -189,12 +189,11 @@ def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool,
             report.stop_detail = _why_invalid(mf, stop, check_crc)
         if progress is not None:
             progress(i + 1, len(todo))
-        if time.monotonic() - last_log >= PROGRESS_LOG_EVERY_S:
-            last_log = time.monotonic()
-            log.info("recovery: checked %d of %d CommitLog files (%d records)", i + 1, len(todo), report.records)
+        logged("CommitLog", (i + 1) * queue.file_size, len(todo) * queue.file_size)
         if reason == "blank" and i + 1 < len(todo):
             continue
         break
+    logged.finish(f"{report.files_scanned} CommitLog file(s), {report.records:,} records")
     return valid_end
 
 

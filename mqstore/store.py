@@ -22,6 +22,7 @@ from mqstore.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
 from mqstore.geometry import adopt_store_sizes, check_root_dir
+from mqstore.progress import LogProgress
 from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.dispatch import Dispatcher, ReputMessageService
 from mqstore.index import IndexService
@@ -252,7 +253,9 @@ class MessageStore:
         self.dispatcher = Dispatcher.from_config(self.commitlog, self.consume_queues, self.index, self.ctl, cfg)
         # spec §5.2 step 4: dispatch until nothing is behind before serving
         self.dispatcher.reset(self.recovery.dispatch_from)
-        self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True)
+        logged = LogProgress(logging.getLogger("mqstore.recovery"), "start-up dispatch")
+        self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True, progress=logged)
+        logged.finish(f"{self.recovery.redispatched_records:,} records")
         log_report(self.recovery)
         self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
         self.ctl.mark_ready()

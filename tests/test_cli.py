@@ -686,13 +686,15 @@ def test_progress_bar_draws_on_a_terminal_only(open_store, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stderr", tty)
     assert main(["recover", root]) == EXIT_OK
     drawn = tty.getvalue()
-    assert "\rrecover: commitlog [" in drawn and "] 3/3" in drawn
+    assert "\rrecover: [" in drawn and "] commitlog 3 of 3 (100 %)" in drawn
     assert drawn.endswith("\r") and drawn.rsplit("\r", 2)[-2].strip() == ""  # the line is cleared at the end
     assert main(["verify", root]) == EXIT_OK
     files = len(os.listdir(os.path.join(root, "commitlog")))
-    assert f"\rverify: checking {files} CommitLog file(s), {files * 65536 / 2**20:.1f} MiB ... 0 s" in tty.getvalue()
+    scanned = f"{files * 65536 / 2**20:.1f} MiB"
+    assert f"] CommitLog {scanned} of {scanned} (100 %)" in tty.getvalue()  # verify: a percentage of the bytes
+    assert "] ConsumeQueues " in tty.getvalue()
     assert main(["inspect", root]) == EXIT_OK
-    assert "\rinspect: commitlog [" in tty.getvalue() and "\rinspect: consumequeues [" in tty.getvalue()
+    assert "\rinspect: [" in tty.getvalue() and "] consumequeues " in tty.getvalue()
     tty.truncate(0)
     tty.seek(0)
     for command in ("recover", "verify", "inspect"):
@@ -709,8 +711,8 @@ def test_progress_bar_redraws_in_place():
     bar("files", 1, 4)  # within REDRAW_S of the last draw: skipped
     bar("files", 4, 4)  # done: always drawn
     bar.close()
-    assert stream.getvalue() == ("\rx: files [" + "." * 30 + "] 0/4" + "\rx: files [" + "#" * 30 + "] 4/4"
-                                 + "\r" + " " * 45 + "\r")
+    first, last = "\rx: [" + "." * 30 + "] files 0 of 4 (0 %)", "\rx: [" + "#" * 30 + "] files 4 of 4 (100 %)"
+    assert stream.getvalue() == first + last.ljust(len(first)) + "\r" + " " * (len(last) - 1) + "\r"
 
 
 def test_a_missing_commitlog_file(open_store, capsys, tmp_path):
