@@ -50,10 +50,12 @@ GAUGES = frozenset({"flush_ns_last"})
 ALWAYS_SHOWN_EVENTS = ("lock_hold_warns", "lock_takeovers", "page_cache_busy", "flush_timeouts",
                        "service_not_available")
 OTHER_EVENTS = ("pool_exhausted", "flush_errors", "alloc_errors", "create_mapped_file_failed", "message_illegal",
-                "properties_size_exceeded", "dispatch_errors", "index_errors", "dispatch_skipped_bytes")
+                "properties_size_exceeded", "dispatch_errors", "index_errors", "dispatch_skipped_bytes",
+                "dispatch_skipped_records")
 EVENT_LABELS = {"lock_hold_warns": "lock hold warnings", "page_cache_busy": "page cache busy",
                 "service_not_available": "service not available", "pool_exhausted": "transient pool exhausted", "create_mapped_file_failed": "create file failed",
-                "dispatch_skipped_bytes": "dispatch skipped bytes"}
+                "dispatch_skipped_bytes": "dispatch skipped bytes",
+                "dispatch_skipped_records": "records no queue could take"}
 
 
 class NoControlBlockError(MQStoreError):
@@ -326,40 +328,73 @@ def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
 
 
 # -- words for people ---------------------------------------------------------------------
-def format_lines(fig: dict[str, Any]) -> list[str]:
-    """The figures as a screen of text (at most ~100 columns)."""
+WIDE = 100  # columns of the text when it is not drawn on a terminal (a pipe, a file)
+NARROWEST = 40
+
+
+def format_lines(fig: dict[str, Any], width: int = WIDE, height: int | None = None) -> list[str]:
+    """The figures as a screen of text: at most ``width`` columns, wrapped between words (never
+    cut inside one), and at most ``height`` lines when given: a short terminal gets the most
+    important parts (owner, flags, positions, lag, events, then the rate rows by importance)
+    and one last line saying how many were left out."""
+    width = max(NARROWEST, width)
     r = fig["rates"]
     over = ("rates: not yet (waiting for a second sample)" if r is None else
             "rates: none (the store was reopened between the samples)" if r["restarted"] else
             f"rates over {r['interval_s']:.2f} s")
-    lines = [f"store {fig['root']}  {fig['time']}  {over}"]
     who = "running" if fig["running"] else f"not running ({fig['status']})"
-    lines.append(f"  owner: {who}, pid {fig['owner_pid']}; control block {fig['state']}, generation "
-                 f"{fig['generation']}")
     opened = ms_to_iso(fig["created_ms"]) if fig["created_ms"] > 0 else "never"
-    lines.append(f"    opened {opened}; {fig['lock_kind']} put lock, {fig['flush_disk_type']}, "
-                 f"{_bytes(fig['file_size'])} files, {fig['queues']:,} queue(s)")
-    lines.append(f"  running flags: {', '.join(fig['running_flags']) or 'none'}")
-    if fig["note"]:
-        lines += textwrap.wrap(fig["note"], 100, initial_indent="  NOTE: ", subsequent_indent="        ")
-    lines += _rate_rows(fig)
-    lines += _event_lines(fig)
-    values = [f"{fig['positions'][name]:,}" for name in POSITION_NAMES]
-    widths = [max(len(name), len(v)) for name, v in zip(POSITION_NAMES, values)]
-    lines.append("  positions  " + "  ".join(name.upper().rjust(w) for name, w in zip(POSITION_NAMES, widths)))
-    lines.append("             " + "  ".join(v.rjust(w) for v, w in zip(values, widths)))
     held = fig["lock_held_ms"]
     holder = f" by pid {fig['lock_holder_pid']}" if fig["lock_holder_pid"] is not None else ""
     lock = f"held{holder} for {held:,} ms" if held is not None else "free"
+
+    def wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=more,
+                             break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+
+    # (priority, lines): lower numbers are kept first when the height is short
+    parts: list[tuple[int, list[str]]] = [
+        (0, wrap(f"store {fig['root']}  {fig['time']}  {over}")),
+        (1, wrap(f"owner: {who}, pid {fig['owner_pid']}; control block {fig['state']}, generation "
+                 f"{fig['generation']}", "  ")),
+        (6, wrap(f"opened {opened}; {fig['lock_kind']} put lock, {fig['flush_disk_type']}, "
+                 f"{_bytes(fig['file_size'])} files, {fig['queues']:,} queue(s)", "    ", "      ")),
+        (1, wrap(f"running flags: {', '.join(fig['running_flags']) or 'none'}", "  ")),
+    ]
+    if fig["note"]:
+        parts.append((2, wrap(fig["note"], "  NOTE: ", "        ")))
+    parts += _rate_rows(fig, width)
+    parts.append((3, _event_lines(fig, width)))
+    parts.append((2, _position_lines(fig, width)))
     if fig["pool_buffers"]:
-        lines.append(f"  transient store pool: {fig['pool_buffers_in_use']} of {fig['pool_buffers']} buffers in use, "
-                     f"uncommitted {_bytes(fig['uncommitted_bytes'])}")
-    lines.append(f"  unflushed {_bytes(fig['unflushed_bytes'])}; dispatch behind {_bytes(fig['dispatch_behind_bytes'])}"
-                 f", lag {fig['dispatch_lag_ms']:,} ms; put lock {lock}")
-    return lines
+        parts.append((4, wrap(f"transient store pool: {fig['pool_buffers_in_use']} of {fig['pool_buffers']} buffers "
+                              f"in use, uncommitted {_bytes(fig['uncommitted_bytes'])}", "  ")))
+    parts.append((2, wrap(f"unflushed {_bytes(fig['unflushed_bytes'])}; dispatch behind "
+                          f"{_bytes(fig['dispatch_behind_bytes'])}, lag {fig['dispatch_lag_ms']:,} ms; put lock {lock}",
+                          "  ")))
+    return _fit(parts, height, width)
 
 
-def _rate_rows(fig: dict[str, Any]) -> list[str]:
+def _fit(parts: list[tuple[int, list[str]]], height: int | None, width: int) -> list[str]:
+    """The parts in order, leaving out the least important ones that do not fit height lines."""
+    total = sum(len(lines) for _, lines in parts)
+    if height is None or total <= height:
+        return [line for _, lines in parts for line in lines]
+    budget = max(1, height - 1)  # one line says what was left out
+    keep: set[int] = set()
+    used = 0
+    for i in sorted(range(len(parts)), key=lambda i: (parts[i][0], i)):
+        if used + len(parts[i][1]) <= budget:
+            keep.add(i)
+            used += len(parts[i][1])
+    out = [line for i, (_, lines) in enumerate(parts) if i in keep for line in lines]
+    hidden = total - used
+    return [*out, f"({hidden} more line(s): a taller terminal shows them)"[:width]][:height]
+
+
+def _rate_rows(fig: dict[str, Any], width: int) -> list[tuple[int, list[str]]]:
+    """The rate table: a header and one part per row (with its detail wrapped under it when
+    the row does not fit), each row with its importance."""
     r, c, d, since = fig["rates"], fig["counters"], fig["deltas"], fig["since_open"]
 
     def rate(name: str) -> float | None:
@@ -380,42 +415,75 @@ def _rate_rows(fig: dict[str, Any]) -> list[str]:
         parts = ([f"avg {avg:,.2f} {unit}"] if avg is not None else []) + ([max_part] if max_part else [])
         return ", ".join(parts)
 
-    rows: list[tuple[str, str, str, str, str]] = [
-        ("puts", _num(rate("puts_per_s")), _num(delta("put_requests")), _num(c["put_requests"]), ""),
-        ("messages", _num(rate("messages_per_s")), _num(delta("put_messages")), _num(c["put_messages"]), ""),
-        ("bytes", _bytes(rate("bytes_per_s")), _bytes(delta("put_bytes")), _bytes(c["put_bytes"]), ""),
-        ("flushes", _num(rate("flushes_per_s")), _num(delta("flush_count")), _num(c["flush_count"]),
+    # (importance, label, per second, interval, total, detail)
+    rows: list[tuple[int, str, str, str, str, str]] = [
+        (3, "puts", _num(rate("puts_per_s")), _num(delta("put_requests")), _num(c["put_requests"]), ""),
+        (3, "messages", _num(rate("messages_per_s")), _num(delta("put_messages")), _num(c["put_messages"]), ""),
+        (4, "bytes", _bytes(rate("bytes_per_s")), _bytes(delta("put_bytes")), _bytes(c["put_bytes"]), ""),
+        (4, "flushes", _num(rate("flushes_per_s")), _num(delta("flush_count")), _num(c["flush_count"]),
          detail("flush_avg_ms", "ms", maximum("flush_max_ms", "flush_max_ms", "ms", "flush_count"))),
-        *([("commits", _num(rate("commits_per_s")), _num(delta("commit_count")), _num(c["commit_count"]),
+        *([(5, "commits", _num(rate("commits_per_s")), _num(delta("commit_count")), _num(c["commit_count"]),
             detail("commit_avg_ms", "ms", ""))] if fig["pool_buffers"] else []),
-        ("flushed bytes", _bytes(rate("flush_bytes_per_s")), _bytes(delta("flush_bytes")), _bytes(c["flush_bytes"]),
-         ""),
-        ("group-commit waits", _num(rate("group_commit_waits_per_s")), _num(delta("group_commit_waits")),
+        (5, "flushed bytes", _bytes(rate("flush_bytes_per_s")), _bytes(delta("flush_bytes")),
+         _bytes(c["flush_bytes"]), ""),
+        (5, "group-commit waits", _num(rate("group_commit_waits_per_s")), _num(delta("group_commit_waits")),
          _num(c["group_commit_waits"]), detail("group_commit_wait_avg_ms", "ms", "")),
-        ("lock acquires", _num(rate("lock_acquires_per_s")), _num(delta("lock_acquires")), _num(c["lock_acquires"]),
-         detail("lock_hold_avg_us", "us held",
-                maximum("lock_hold_max_us", "lock_hold_max_us", "us", "lock_acquires"))),
-        ("dispatched records", _num(rate("dispatch_records_per_s")), _num(delta("dispatch_records")),
+        (5, "lock acquires", _num(rate("lock_acquires_per_s")), _num(delta("lock_acquires")),
+         _num(c["lock_acquires"]), detail("lock_hold_avg_us", "us held",
+                                          maximum("lock_hold_max_us", "lock_hold_max_us", "us", "lock_acquires"))),
+        (4, "dispatched records", _num(rate("dispatch_records_per_s")), _num(delta("dispatch_records")),
          _num(c["dispatch_records"]), ""),
-        ("file allocations", _num(rate("allocs_per_s")), _num(delta("alloc_count")), _num(c["alloc_count"]),
+        (6, "file allocations", _num(rate("allocs_per_s")), _num(delta("alloc_count")), _num(c["alloc_count"]),
          detail("alloc_avg_ms", "ms", maximum("alloc_max_ms", "alloc_max_ms", "ms", "alloc_count"))),
-        ("roll waits", _num(rate("roll_waits_per_s")), _num(delta("roll_waits")), _num(c["roll_waits"]),
+        (6, "roll waits", _num(rate("roll_waits_per_s")), _num(delta("roll_waits")), _num(c["roll_waits"]),
          detail("roll_wait_avg_ms", "ms", maximum("roll_wait_max_ms", "roll_wait_max_ms", "ms", "roll_waits"))),
     ]
-    headers = ("", "PER SECOND", "INTERVAL", "TOTAL", "")
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    headers = ("", "PER SECOND", "INTERVAL", "TOTAL")
+    widths = [max(len(h), *(len(str(row[i + 1])) for row in rows)) for i, h in enumerate(headers)]
+    numbers_end = 4 + sum(widths) + 2 * 3
+    narrow = numbers_end > width  # drop the INTERVAL column
+    columns = (0, 1, 3) if narrow else (0, 1, 2, 3)
 
     def line(cells: tuple[str, ...]) -> str:
-        label, *numbers, text = cells
-        return ("    " + label.ljust(widths[0]) + "".join("  " + v.rjust(w) for v, w in zip(numbers, widths[1:4]))
-                + ("  " + text if text else "")).rstrip()
+        return ("    " + cells[0].ljust(widths[0])
+                + "".join("  " + cells[i].rjust(widths[i]) for i in columns[1:])).rstrip()
 
-    return [line(headers), *(line(row) for row in rows)]
+    out: list[tuple[int, list[str]]] = [(3, [line(headers)])]
+    for importance, label, per_s, interval, total, text in rows:
+        head = line((label, per_s, interval, total))
+        if not text:
+            out.append((importance, [head]))
+        elif len(head) + 2 + len(text) <= width:
+            out.append((importance, [head + "  " + text]))
+        else:
+            indent = " " * 6
+            out.append((importance, [head, *textwrap.wrap(text, width, initial_indent=indent,
+                                                          subsequent_indent=indent, break_long_words=False)]))
+    return out
 
 
-def _event_lines(fig: dict[str, Any]) -> list[str]:
+def _position_lines(fig: dict[str, Any], width: int) -> list[str]:
+    """POSITION headers over their values, in as many rows of columns as the width needs."""
+    values = [f"{fig['positions'][name]:,}" for name in POSITION_NAMES]
+    widths = [max(len(name), len(v)) for name, v in zip(POSITION_NAMES, values)]
+    lines: list[str] = []
+    start = 0
+    prefix = "  positions  "
+    while start < len(values):
+        end, used = start, len(prefix)
+        while end < len(values) and (end == start or used + 2 + widths[end] <= width):
+            used += widths[end] + (2 if end > start else 0)
+            end += 1
+        lead = prefix if start == 0 else " " * len(prefix)
+        lines.append(lead + "  ".join(n.upper().rjust(w) for n, w in zip(POSITION_NAMES[start:end], widths[start:end])))
+        lines.append(" " * len(prefix) + "  ".join(v.rjust(w) for v, w in zip(values[start:end], widths[start:end])))
+        start = end
+    return lines
+
+
+def _event_lines(fig: dict[str, Any], width: int) -> list[str]:
     """'label interval/total' of the failure and warning counters: the usual ones always,
-    the others once they happened."""
+    the others once they happened, wrapped between items."""
     c, d = fig["counters"], fig["deltas"]
     names = [*ALWAYS_SHOWN_EVENTS, *(n for n in OTHER_EVENTS if c[n])]
     shown = [f"{EVENT_LABELS.get(n, n.replace('_', ' '))} {_num(None if d is None else d[n])}/{c[n]:,}"
@@ -427,7 +495,7 @@ def _event_lines(fig: dict[str, Any]) -> list[str]:
         shown.append(f"last allocation errno {cells['alloc_error_errno']} ({os.strerror(cells['alloc_error_errno'])})")
     lines, current = [], "  events (interval/total):"
     for part in shown:
-        if len(current) + len(part) + 2 > 100:
+        if len(current) + len(part) + 2 > width:
             lines.append(current + ",")
             current = "   "
         current += (" " if current.endswith(":") or current == "   " else ", ") + part
@@ -467,9 +535,16 @@ class Screen:
         self.out = out
         self.height = 0
 
+    def size(self) -> tuple[int, int]:
+        """(columns, lines) of the terminal: text fits one column less (no wrap at the edge)
+        and one line less (the cursor's line after the block)."""
+        size = shutil.get_terminal_size()
+        return size.columns - 1, size.lines - 1
+
     def draw(self, lines: list[str]) -> None:
-        width = shutil.get_terminal_size().columns
-        text = "".join(line[:width - 1] + "\n" for line in lines)
+        width, height = self.size()
+        lines = [line[:width] for line in lines[:height]]  # a safety net: format_lines already fits them
+        text = "".join(line + "\n" for line in lines)
         self.out.write((f"\x1b[{self.height}F\x1b[J" if self.height else "") + text)
         self.out.flush()
         self.height = len(lines)
@@ -491,7 +566,7 @@ def render(root: str, *, once: bool = False, interval: float = 1.0, json: bool =
     with StatsReader(root) as reader:
         prev = reader.snapshot()
         if screen is not None:
-            screen.draw(format_lines(figures(None, prev)))
+            screen.draw(format_lines(figures(None, prev), *screen.size()))
         done = 0
         due = time.monotonic() + interval
         try:
@@ -503,7 +578,7 @@ def render(root: str, *, once: bool = False, interval: float = 1.0, json: bool =
                 if json:
                     out.write(_json.dumps(fig) + "\n")
                 elif screen is not None:
-                    screen.draw(format_lines(fig))
+                    screen.draw(format_lines(fig, *screen.size()))
                 else:
                     out.write(("\n" if done else "") + "\n".join(format_lines(fig)) + "\n")
                 out.flush()

@@ -144,7 +144,7 @@ def test_plain_blocks_without_a_terminal(stopped_store):
     r = stats_cli(store.root, "--count", "2", "--interval", "0.05")
     assert r.returncode == EXIT_OK and "\x1b" not in r.stdout
     blocks = r.stdout.split("\n\n")
-    assert len(blocks) == 2 and all(b.startswith(f"store {store.root}  ") for b in blocks)
+    assert len(blocks) == 2 and all(b.startswith(f"store {store.root}") for b in blocks)
     assert "NOTE: no owner is running: it shut down cleanly." in blocks[0]
     assert "    messages" in blocks[1] and "events (interval/total): lock hold warnings 0/0" in blocks[1]
 
@@ -209,7 +209,7 @@ def test_reader_follows_a_reopened_store(open_store):
         assert (before.counters["put_messages"], after.counters["put_messages"]) == (10, 1)
         r = rates(before, after)
         assert r.restarted and r.puts_per_s is None and set(r.deltas.values()) == {None}
-        assert "reopened between the samples" in format_lines(figures(before, after))[0]
+        assert "reopened between the samples" in " ".join(format_lines(figures(before, after))[:2])
         again = reader.snapshot()
         assert rates(after, again).deltas["put_messages"] == 0
 
@@ -320,3 +320,33 @@ def test_format_lines_before_and_after_a_second_sample():
     assert "rates over 1.00 s" in lines[0]
     assert any(line.split()[:4] == ["puts", "20", "20", "30"] for line in lines)
     assert all(len(line) <= 100 for line in lines)
+
+
+@pytest.mark.parametrize("width, height", [(100, None), (80, None), (80, 24), (60, 24), (80, 12), (40, 8)])
+def test_the_screen_fits_narrow_and_short_terminals_without_cutting_words(width, height):
+    """Issue 14: at 80 columns words were cut, and a short terminal scrolled."""
+    a = snap(1.0, put_requests=10, put_messages=10, put_bytes=1_000, flush_errors=1, status="crashed",
+             lock_acquires=10, lock_hold_ns_total=10_000, flush_count=5, flush_ns_total=5_000_000,
+             positions={"wrote": 123_456_789_012, "committed": 123_456_789_012, "flushed": 123_456_000_000,
+                        "dispatched": 123_456_789_012, "min_phy": 1 << 30})
+    b = snap(2.0, put_requests=30_000, put_messages=3_000_000, put_bytes=3_000_000_000, flush_errors=1,
+             status="crashed", lock_acquires=30_000, lock_hold_ns_total=90_000_000, flush_count=900,
+             flush_ns_total=9_000_000_000, positions={"wrote": 223_456_789_012, "committed": 223_456_789_012,
+                                                      "flushed": 223_456_000_000, "dispatched": 223_456_789_000,
+                                                      "min_phy": 1 << 30})
+    fig = figures(a, b)
+    wide = format_lines(fig)
+    lines = format_lines(fig, width, height)
+    assert all(len(line) <= width for line in lines), [line for line in lines if len(line) > width]
+    if height is not None:
+        assert len(lines) <= height
+        if len(wide) > height:
+            assert lines[-1].startswith("(") and "more line(s)" in lines[-1]
+            if height >= 12:
+                assert any("positions" in line for line in lines), "the important parts are kept"
+            assert lines[0].startswith("store /s")
+    words = {w for line in wide for w in line.split()}
+    marker = {w for w in lines[-1].split()} if lines[-1].startswith("(") else set()
+    cut = [w for line in lines for w in line.split() if w not in words and w not in marker]
+    assert cut == [], f"words cut at {width} columns: {cut}"
+
