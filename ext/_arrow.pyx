@@ -468,14 +468,35 @@ cdef class BatchColumns:
         self._check_open()
         return (<RecordSource?>logs).add_units(self, units, min_phy)
 
-    def add_span(self, logs, int64_t phy, int64_t end, Py_ssize_t max_rows=0) -> tuple:
+    def add_span(self, logs, int64_t phy, int64_t end, Py_ssize_t max_rows=0, int64_t max_bytes=0) -> tuple:
         """Append the records in [phy, end) of the CommitLog, in order, at most max_rows of
-        them (0: all); an END_OF_FILE blank ends a file (the next record starts the next
-        file). Returns (records appended, where the next record starts)."""
+        them (0: all) and at most max_bytes of records (0: no limit; the first record is
+        always taken, however big); an END_OF_FILE blank ends a file (the next record starts
+        the next file). Returns (records appended, where the next record starts)."""
         cdef int64_t at = phy
         self._check_open()
-        cdef Py_ssize_t added = (<RecordSource?>logs).add_span(self, &at, end, max_rows)
+        cdef Py_ssize_t added = (<RecordSource?>logs).add_span(self, &at, end, max_rows, max_bytes)
         return added, at
+
+
+def cut_units(const unsigned char[:] units, Py_ssize_t start, Py_ssize_t max_rows=0, int64_t max_bytes=0):
+    """Where a batch of ConsumeQueue units that starts at unit index start ends (exclusive):
+    after at most max_rows units (0: no limit) whose records add up to at most max_bytes (0:
+    no limit; the first unit is always taken). Filler units count as rows of no bytes."""
+    cdef Py_ssize_t n = units.shape[0] // CQ_UNIT, i = start
+    cdef int64_t taken = 0
+    cdef int32_t size
+    if start < 0 or start > n:
+        raise ValueError(f"start {start} is outside the {n} units")
+    while i < n and (max_rows <= 0 or i - start < max_rows):
+        size = mq_get_i32(<const char *>&units[i * CQ_UNIT] + 8)
+        if size == FILLER_SIZE or size < 0:
+            size = 0
+        if max_bytes > 0 and i > start and taken + size > max_bytes:
+            break
+        taken += size
+        i += 1
+    return i
 
 
 cdef class RecordSource:
@@ -546,9 +567,10 @@ cdef class RecordSource:
             added += 1
         return added
 
-    cdef Py_ssize_t add_span(self, BatchColumns cols, int64_t *at, int64_t end, Py_ssize_t max_rows) except -1:
+    cdef Py_ssize_t add_span(self, BatchColumns cols, int64_t *at, int64_t end, Py_ssize_t max_rows,
+                             int64_t max_bytes) except -1:
         cdef Py_ssize_t added = 0
-        cdef int64_t avail = 0, phy = at[0]
+        cdef int64_t avail = 0, phy = at[0], taken = 0
         cdef const char *rec
         cdef RecordHead h
         cdef int r
@@ -562,7 +584,10 @@ cdef class RecordSource:
                 continue
             if r != MQ_PARSE_OK:
                 raise ValueError(f"no record at physical offset {phy} (the span ends at {end})")
+            if max_bytes > 0 and added > 0 and taken + h.size > max_bytes:
+                break
             cols.add(rec, h.size, phy)
+            taken += h.size
             phy += h.size
             at[0] = phy
             added += 1

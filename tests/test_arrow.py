@@ -157,3 +157,40 @@ def test_buffers_are_views_and_seal_the_batch():
         cols.add_span(source, 0, _end(files, phys))
     del cols  # the views keep the memory alive
     assert bytes(data) == b"abc"
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SMALL, min_size=1, max_size=12), st.integers(0, 5), st.integers(0, 3000))
+def test_a_span_batch_is_bounded_by_rows_and_bytes_like_the_twin(fields_list, max_rows, max_bytes):
+    """Issue 14: batches of 65,536 rows of 4 KiB bodies (271 MB) ran Spark out of direct memory."""
+    files, phys = _log(fields_list)
+    end = _end(files, phys)
+    sizes = [struct.unpack_from(">i", files[p // FILE_SIZE], p % FILE_SIZE)[0] for p in phys]
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    at, batches = 0, []
+    while at < end:
+        cols = _arrow.BatchColumns()
+        added, at = cols.add_span(source, at, end, max_rows, max_bytes)
+        assert added >= 1
+        batches.append(added)
+        if len(batches) > len(phys):
+            break
+    expected, i = [], 0
+    while i < len(sizes):
+        n = twin.take_within(sizes[i:], max_rows, max_bytes)
+        expected.append(n)
+        i += n
+    assert batches == expected
+    if max_bytes:  # every batch of more than one record stays within the bytes
+        starts = [sum(batches[:k]) for k in range(len(batches))]
+        assert all(n == 1 or sum(sizes[s:s + n]) <= max_bytes for s, n in zip(starts, batches))
+
+
+@given(st.lists(st.tuples(st.integers(0, 1 << 40), st.sampled_from([0, 91, 500, 4096, 70000, 0x7FFFFFFF])),
+                max_size=40), st.data())
+def test_cut_units_matches_the_twin(units, data):
+    buf = b"".join(UNIT.pack(phy, size, 0) for phy, size in units)
+    start = data.draw(st.integers(0, len(units)))
+    max_rows = data.draw(st.integers(0, 10))
+    max_bytes = data.draw(st.integers(0, 100_000))
+    assert _arrow.cut_units(buf, start, max_rows, max_bytes) == twin.cut_units(buf, start, max_rows, max_bytes)

@@ -28,11 +28,15 @@ RocketMQ's defaults (``StoreConfig()``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shutil
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -77,29 +81,34 @@ def store_config(root: str) -> StoreConfig:
 
 
 # -- export and statistics ------------------------------------------------------------------
-def _reader(spark: SparkSession, store: str, topics: Sequence[str] | None, schema: str | None = None) -> DataFrame:
+def _reader(spark: SparkSession, store: str, topics: Sequence[str] | None, schema: str | None = None,
+            options: dict[str, Any] | None = None) -> DataFrame:
     r = spark.read.format("mqstore")
     if schema:
         r = r.schema(schema)
     if topics:
         r = r.option("topics", ",".join(topics))
+    for key, value in (options or {}).items():
+        r = r.option(key, str(value))
     return r.load(store)
 
 
 def export_parquet(spark: SparkSession, store: str, out: str, *, topics: Sequence[str] | None = None,
-                   mode: str = "errorifexists") -> int:
+                   mode: str = "errorifexists", options: dict[str, Any] | None = None) -> int:
     """Write the messages of topics (default: all) to Parquet under out, partitioned by topic
-    (every column of mqstore.spark.SCHEMA). Returns the number of messages written."""
-    _reader(spark, store, topics).write.mode(mode).partitionBy("topic").parquet(out)
+    (every column of mqstore.spark.SCHEMA). options: more read options of the data source
+    (``batchRows``, ``maxBatchBytes``, ...). Returns the number of messages written."""
+    _reader(spark, store, topics, options=options).write.mode(mode).partitionBy("topic").parquet(out)
     return int(spark.read.parquet(out).count())  # from the Parquet footers
 
 
-def queue_stats(spark: SparkSession, store: str, *, topics: Sequence[str] | None = None) -> DataFrame:
+def queue_stats(spark: SparkSession, store: str, *, topics: Sequence[str] | None = None,
+                options: dict[str, Any] | None = None) -> DataFrame:
     """One row per queue: topic, queue_id, messages, bytes, body_bytes, first_offset,
     last_offset, first_store_time, last_store_time, tag_counts (map tag -> messages) and
-    untagged (messages without TAGS)."""
+    untagged (messages without TAGS). options: more read options of the data source."""
     df = _reader(spark, store, topics, "topic string, queue_id int, queue_offset long, store_size int, "
-                                       "store_timestamp timestamp, tags string, body binary")
+                                       "store_timestamp timestamp, tags string, body binary", options)
     per_tag = (df.where(F.col("tags").isNotNull()).groupBy("topic", "queue_id", "tags").count()
                .groupBy("topic", "queue_id")
                .agg(F.map_from_entries(F.collect_list(F.struct("tags", "count"))).alias("tag_counts")))
@@ -222,7 +231,7 @@ def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildRepo
     index = IndexService(target, cfg, checkpoint) if cfg.message_index_enable else None
     if index is not None:
         index.load(True)
-    units = keys = 0
+    units = keys = skipped = 0
     try:
         cols = {name: table.column(name).to_pylist() for name in table.column_names}
         current: dict[tuple[str, int], Any] = {}
@@ -237,12 +246,17 @@ def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildRepo
             key = (cols["topic"][i], cols["queue_id"][i])
             cq = current.get(key)
             if cq is None:
-                cq = current[key] = queues.find_or_create(*key)
+                cq = current[key] = queues.dispatch_target(*key)
+            if cq is None:  # a damaged record no queue can take: dispatch skips it too
+                skipped += 1
+                continue
             cq.put_message_position_info(cols["phy"][i], cols["size"][i], cols["tags_code"][i], cols["queue_offset"][i])
             units += 1
         queues.flush()
         files = len(set(cols["file_from"]))
-        return RebuildReport(len(current), units, keys, files, target)
+        if skipped:
+            log.error("rebuild: %d record(s) name a queue that cannot exist (a damaged topic); left out", skipped)
+        return RebuildReport(sum(1 for cq in current.values() if cq is not None), units, keys, files, target)
     finally:
         queues.close()
         if index is not None:
@@ -264,9 +278,79 @@ def _swap_in(root: str, staging: str) -> None:
 
 
 # -- the command ----------------------------------------------------------------------------------
+class JobProgress:
+    """A driver thread that prints the running job's partitions (Spark tasks) done, a
+    percentage and the elapsed time to stderr about every interval_s seconds, from Spark's
+    status tracker (no Spark console progress bar: the session turns it off)."""
+
+    def __init__(self, spark: SparkSession, job: str, interval_s: float = 1.0, stream: Any = None) -> None:
+        import threading
+
+        self.tracker = spark.sparkContext.statusTracker()
+        self.job = job
+        self.interval_s = interval_s
+        self.stream = stream if stream is not None else sys.stderr
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mqstore-spark-progress", daemon=True)
+        self.lines = 0
+
+    def __enter__(self) -> JobProgress:
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last = ""
+        while not self._stop.wait(self.interval_s):
+            try:
+                stages = [self.tracker.getStageInfo(i) for i in self.tracker.getActiveStageIds()]
+            except Exception:  # noqa: BLE001 - the JVM is stopping; progress is best effort
+                return
+            parts = [f"stage {st.stageId}: {st.numCompletedTasks} of {st.numTasks} partition(s) "
+                     f"({100 * st.numCompletedTasks // max(1, st.numTasks)} %)" for st in stages if st is not None]
+            if parts:
+                line = f"mqstore-spark {self.job}: " + "; ".join(parts)
+                if line != last:
+                    print(f"{line}, {time.monotonic() - self._started:.0f} s", file=self.stream, flush=True)
+                    self.lines += 1
+                    last = line
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line naming the cause of a failed Spark job, instead of its stack traces: the first
+    line of the innermost Python or JVM error that says something."""
+    text = str(exc)
+    for marker in ("OutOfDirectMemoryError", "OutOfMemoryError", "Java heap space"):
+        if marker in text:
+            return (f"Spark ran out of memory ({marker}) reading the store; lower --max-batch-bytes "
+                    "(rows' bytes per Arrow batch) or give the driver more memory (spark.driver.memory)")
+    for line in text.splitlines():
+        line = line.strip()
+        for prefix in ("mqstore.", "pyspark.errors.", "org.apache.spark.", "java."):
+            if line.startswith(prefix) and ": " in line:
+                return line.split(": ", 1)[1][:500]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:500]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The mqstore-spark command; returns its exit status (0 done, 1 the job failed, 2 usage
+    or not a store)."""
     p = argparse.ArgumentParser(prog="mqstore-spark", description="Bulk jobs on a store directory, on Spark.")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--batch-rows", type=int, help="rows per Arrow batch (the batchRows read option)")
+    p.add_argument("--max-batch-bytes", type=int,
+                   help="record bytes per Arrow batch (the maxBatchBytes read option, default 16 MiB)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--progress-every", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between progress lines (default 1)")
+    p.add_argument("--debug", action="store_true", help="on failure, print the whole error, not one line")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, as spark-submit's --conf (repeatable)")
     sub = p.add_subparsers(dest="job", required=True)
     e = sub.add_parser("export", help="messages to Parquet, partitioned by topic")
     e.add_argument("store")
@@ -281,35 +365,94 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("store")
     r.add_argument("--out", help="write DIR/consumequeue and DIR/index instead of replacing the store's")
     args = p.parse_args(argv)
+    options = {k: v for k, v in (("batchRows", args.batch_rows), ("maxBatchBytes", args.max_batch_bytes))
+               if v is not None}
     from mqstore.spark import session
 
     topics = args.topics.split(",") if getattr(args, "topics", None) else None
-    spark = session(args.master)
-    spark.sparkContext.setLogLevel("ERROR")
     try:
-        if args.job == "export":
-            n = export_parquet(spark, args.store, args.out, topics=topics, mode=args.mode)
-            print(f"exported {n:,} message(s) from {args.store} to {args.out}")
-        elif args.job == "stats":
-            rows = [r.asDict() for r in queue_stats(spark, args.store, topics=topics).collect()]
-            if args.json:
-                print(json.dumps(rows, default=str, indent=2))
-            else:
-                for row in rows:
-                    tags = ", ".join(f"{k}={v}" for k, v in sorted(row["tag_counts"].items()))
-                    print(f"{row['topic']}/{row['queue_id']}: {row['messages']:,} messages, {row['bytes']:,} bytes, "
-                          f"offsets {row['first_offset']}..{row['last_offset']}, "
-                          f"{row['first_store_time']} .. {row['last_store_time']}, "
-                          f"tags: {tags or '-'}, untagged {row['untagged']}")
-        else:
-            report = rebuild_queues(spark, args.store, out=args.out)
-            print(json.dumps(asdict(report)))
+        require_store(args.store)
     except MQStoreError as exc:
         print(f"mqstore-spark: {exc}", file=sys.stderr)
         return 2
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"mqstore-spark: --conf {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        conf[key.strip()] = value.strip()
+    err = sys.stderr  # progress and the one-line outcome; Spark's own output goes to the log
+    log_path = os.path.join(tempfile.gettempdir(), f"mqstore-spark-{os.getpid()}.log")
+    with contextlib.nullcontext() if args.debug else _output_to(log_path):
+        try:
+            spark = session(args.master, **conf)
+        except Exception as exc:  # noqa: BLE001 - the JVM did not start
+            print(f"mqstore-spark: Spark did not start: {failure_line(exc)} (log: {log_path})", file=err)
+            return 1
+    spark.sparkContext.setLogLevel("OFF" if not args.debug else "ERROR")
+    progress = JobProgress(spark, args.job, args.progress_every, stream=err)
+    if not args.debug:
+        sys.stderr = open(log_path, "a", encoding="utf-8")  # tracebacks of PySpark's threads, if the JVM dies
+    failed = True
+    try:
+        with contextlib.nullcontext() if args.quiet else progress:
+            if args.job == "export":
+                n = export_parquet(spark, args.store, args.out, topics=topics, mode=args.mode, options=options)
+                print(f"exported {n:,} message(s) from {args.store} to {args.out}")
+            elif args.job == "stats":
+                rows = [r.asDict() for r in queue_stats(spark, args.store, topics=topics, options=options).collect()]
+                if args.json:
+                    print(json.dumps(rows, default=str, indent=2))
+                else:
+                    for row in rows:
+                        tags = ", ".join(f"{k}={v}" for k, v in sorted(row["tag_counts"].items()))
+                        print(f"{row['topic']}/{row['queue_id']}: {row['messages']:,} messages, "
+                              f"{row['bytes']:,} bytes, offsets {row['first_offset']}..{row['last_offset']}, "
+                              f"{row['first_store_time']} .. {row['last_store_time']}, "
+                              f"tags: {tags or '-'}, untagged {row['untagged']}")
+            else:
+                report = rebuild_queues(spark, args.store, out=args.out)
+                print(json.dumps(asdict(report)))
+        failed = False
+    except MQStoreError as exc:
+        print(f"mqstore-spark: {exc}", file=err)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - Py4J / Spark errors: one line unless --debug
+        if args.debug:
+            raise
+        traceback.print_exc(file=sys.stderr)  # into the log, with the JVM's own output
+        print(f"mqstore-spark {args.job}: {failure_line(exc)} (the whole error: --debug; Spark's log: {log_path})",
+              file=err)
+        return 1
     finally:
-        spark.stop()
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - the JVM is gone already (it died of the failure)
+            pass
+        if sys.stderr is not err:
+            sys.stderr.close()
+            sys.stderr = err
+        if not failed and os.path.exists(log_path):
+            os.unlink(log_path)
     return 0
+
+
+@contextlib.contextmanager
+def _output_to(path: str) -> Iterator[None]:
+    """The JVM that starts meanwhile (and the Python workers it forks) write their stderr to
+    path: Spark's start-up banner and warnings, and the stack traces of a failing job, stay
+    out of the command's output (the command names the log when something failed)."""
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        sys.stderr.flush()
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 if __name__ == "__main__":

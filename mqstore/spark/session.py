@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any
@@ -23,7 +25,9 @@ def session(master: str = "local[2]", app_name: str = "mqstore", **conf: Any) ->
     Sets, unless already set: ``PYSPARK_PYTHON`` to this interpreter (Python workers must
     import mqstore and pyarrow; PySpark otherwise runs ``python3`` from PATH),
     ``SPARK_LOCAL_IP=127.0.0.1``, no UI and no console progress bars, shuffle partitions =
-    the cores of master, and warehouse and scratch directories in a temporary directory.
+    the cores of master, and warehouse and scratch directories in a temporary directory
+    (``mqstore-spark-*`` under $TMPDIR), removed when this Python process exits (or at once
+    when a session was running already and is returned as it is).
     ``conf`` adds or overrides Spark settings (dots as in Spark: pass a dict with **)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -41,6 +45,11 @@ def session(master: str = "local[2]", app_name: str = "mqstore", **conf: Any) ->
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
+    running = SparkSession.getActiveSession()
     spark = builder.getOrCreate()
+    if running is not None and spark is running:
+        shutil.rmtree(scratch, ignore_errors=True)  # the running session keeps its own directories
+    else:
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     register(spark)
     return spark

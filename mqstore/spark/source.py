@@ -27,6 +27,10 @@ Options (all optional):
                          file, every record in log order; topics/queues/offsets do not apply)
 ``maxRowsPerPartition``  queue offsets per partition (default 262144)
 ``batchRows``            rows per Arrow record batch (default 65536)
+``maxBatchBytes``        record bytes per Arrow record batch (default 16 MiB; a single larger
+                         record still makes a batch of one): what bounds a batch of big
+                         bodies (65,536 rows of 4 KiB bodies are 271 MB, past the direct
+                         memory of Spark's default 1 GiB driver)
 ``failOnDataLoss``       ``true`` (default): messages retention deleted between planning and
                          reading fail the partition, naming the queue and the range;
                          ``false``: the rest is read and the loss logged
@@ -65,7 +69,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns
+from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.inspection import UNIT
 from mqstore.snapshot import QueueRange, StoreSnapshot
@@ -92,6 +96,9 @@ _TYPES = {f.name: f.dataType for f in SCHEMA.fields}
 DEFAULT_MAX_ROWS_PER_PARTITION = 262_144
 log = logging.getLogger("mqstore.spark")
 DEFAULT_BATCH_ROWS = 65_536
+#: each of local[N]'s N tasks holds a batch and its copies (Arrow buffers, the JVM's read of
+#: them) in direct memory, which defaults to the driver's heap (spark.driver.memory, 1 GiB)
+DEFAULT_BATCH_BYTES = 16 << 20
 
 
 class OptionError(MQStoreError, ValueError):
@@ -323,6 +330,7 @@ class _Reading:
         self.columns = _columns(schema)
         self.schema = schema
         self.batch_rows = _int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
+        self.batch_bytes = _int_option(self.options, "maxBatchBytes", DEFAULT_BATCH_BYTES, low=1024)
         self.fail_on_data_loss = self.options.get("failondataloss", "true").lower() != "false"
 
     def read_slices(self, partition: InputPartition) -> Iterator[Any]:
@@ -332,10 +340,12 @@ class _Reading:
             if isinstance(partition, QueueSlice):
                 units = snap.units(partition.topic, partition.queue_id, partition.start, partition.end)
                 self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
-                step = self.batch_rows * UNIT
-                for at in range(0, len(units), step):
+                at, n = 0, len(units) // UNIT
+                while at < n:
+                    end = cut_units(units, at, self.batch_rows, self.batch_bytes)
                     cols = BatchColumns(self.columns)
-                    cols.add_units(source, units[at:at + step], snap.min_phy)
+                    cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
+                    at = end
                     self._deleted(partition, cols.below_min)
                     if cols.rows:
                         yield record_batch(cols, arrow_schema)
@@ -343,7 +353,7 @@ class _Reading:
                 at = partition.start
                 while at < partition.end:
                     cols = BatchColumns(self.columns)
-                    added, at = cols.add_span(source, at, partition.end, self.batch_rows)
+                    added, at = cols.add_span(source, at, partition.end, self.batch_rows, self.batch_bytes)
                     if not added:
                         break
                     yield record_batch(cols, arrow_schema)

@@ -92,3 +92,31 @@ def buffers_to_rows(buffers: dict[str, tuple[Any, ...]], n: int) -> list[dict[st
         else:
             raise ValueError(f"unknown column {name!r}")
     return [{name: cols[name][i] for name in cols} for i in range(n)]
+
+
+def take_within(sizes: list[int], max_rows: int = 0, max_bytes: int = 0) -> int:
+    """How many of the records (by size, in order) one Arrow batch takes: at most max_rows
+    (0: no limit), their sizes adding up to at most max_bytes (0: no limit), the first always.
+    The twin of the bounds of BatchColumns.add_span and cut_units."""
+    taken = total = 0
+    for size in sizes:
+        if max_rows and taken >= max_rows:
+            break
+        if max_bytes and taken and total + size > max_bytes:
+            break
+        total += size
+        taken += 1
+    return taken
+
+
+def cut_units(units: bytes, start: int, max_rows: int = 0, max_bytes: int = 0) -> int:
+    """The twin of mqstore._arrow.cut_units: the end (exclusive) of the batch of 20-byte
+    ConsumeQueue units that starts at unit index start; fillers count as rows of no bytes."""
+    n = len(units) // 20
+    if not 0 <= start <= n:
+        raise ValueError(f"start {start} is outside the {n} units")
+    sizes = []
+    for i in range(start, n):
+        size = int.from_bytes(units[i * 20 + 8:i * 20 + 12], "big", signed=True)
+        sizes.append(0 if size == 0x7FFFFFFF or size < 0 else size)
+    return start + take_within(sizes, max_rows, max_bytes)
