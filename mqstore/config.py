@@ -555,7 +555,8 @@ _TABLE: tuple[Definition, ...] = (
          "at max_topic_length, so this only matters for reading 5.x stores.",
          java="autoMessageVersionOnTopicLen", origin="5.x"),
     _key("max_recovery_commitlog_files", int, 30, "count", _POSITIVE,
-         "Recovery never walks back more than this many commit log files looking for its start.",
+         "An abnormal recovery walks back at most this many commit log files (that hold data) "
+         "looking for its start, and starts at the oldest of them when none matches.",
          java="maxRecoveryCommitlogFiles", origin="5.x"),
     _key("duplication_enable", bool, False, "-", _BOOL,
          "Dispatch only below the confirm offset (used when another replica decides what is "
