@@ -554,10 +554,6 @@ _TABLE: tuple[Definition, ...] = (
          "Write V2 records (2-byte topic length) for topics longer than 127; mqstore caps topics "
          "at max_topic_length, so this only matters for reading 5.x stores.",
          java="autoMessageVersionOnTopicLen", origin="5.x"),
-    _key("max_recovery_commitlog_files", int, 30, "count", _POSITIVE,
-         "An abnormal recovery walks back at most this many commit log files (that hold data) "
-         "looking for its start, and starts at the oldest of them when none matches.",
-         java="maxRecoveryCommitlogFiles", origin="5.x"),
     _key("duplication_enable", bool, False, "-", _BOOL,
          "Dispatch only below the confirm offset (used when another replica decides what is "
          "committed).",
@@ -722,8 +718,9 @@ _COMBINATIONS: tuple[_Combination, ...] = (
 # broker.conf keys that are not store keys
 
 # Broker, remoting and store settings of RocketMQ that mqstore does not implement: collected in
-# StoreConfig.ignored_broker_keys (putMsgIndexHightWater is read by nothing in 4.9.7's store;
-# diskFallRecorded feeds the broker's statistics, which mqstore does not keep). An unlisted key is ignored too unless it looks like a typo of a
+# StoreConfig.ignored_broker_keys (putMsgIndexHightWater is read by nothing in 4.9.7's store, nor is
+# 5.x's maxRecoveryCommitlogFiles in any release; diskFallRecorded feeds the broker's statistics,
+# which mqstore does not keep). An unlisted key is ignored too unless it looks like a typo of a
 # store key (see _TYPO_CUTOFF).
 _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
     brokerClusterName brokerName brokerId brokerIP1 brokerIP2 namesrvAddr listenPort rocketmqHome
@@ -771,7 +768,7 @@ _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
     inSyncReplicas minInSyncReplicas allAckInSyncStateSet enableAutoInSyncReplicas
     haFlowControlEnable maxHaTransferByteInSecond haMaxTimeSlaveNotCatchup readUnCommitted
     spinLockCollisionRetreatOptimalDegree useABSLock topicQueueLockNum timerWheelEnable
-    putMsgIndexHightWater diskFallRecorded
+    putMsgIndexHightWater diskFallRecorded maxRecoveryCommitlogFiles
 """.split())
 
 # Store keys whose non-default value would change the on-disk format: refused, never ignored.

@@ -149,19 +149,11 @@ class RecoveryReport:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-def choose_abnormal_start(queue: MappedFileQueue, min_timestamp: int, max_files: int = 0) -> int:
+def choose_abnormal_start(queue: MappedFileQueue, min_timestamp: int) -> int:
     """spec §5.5: index of the newest file whose first record is valid, has a store
-    timestamp and is not newer than the checkpoint's min timestamp; 0 if none. With
-    max_files (5.x maxRecoveryCommitlogFiles) the walk back looks at the last max_files
-    files that hold data only and starts at the oldest of them when none matches, which
-    bounds the scan."""
+    timestamp and is not newer than the checkpoint's min timestamp; 0 if none."""
     files = queue.files
-    oldest = 0
-    if max_files > 0:
-        # counted from the last file that holds data: files allocated ahead are empty
-        last = next((i for i in range(len(files) - 1, -1, -1) if files[i].read(0, 8) != bytes(8)), len(files) - 1)
-        oldest = max(0, last + 1 - max_files)
-    for i in range(len(files) - 1, oldest - 1, -1):
+    for i in range(len(files) - 1, -1, -1):
         mf = files[i]
         size, ok = check_record(mf, 0, check_crc=False, read_body=False)
         if not ok or size <= 0:
@@ -169,7 +161,7 @@ def choose_abnormal_start(queue: MappedFileQueue, min_timestamp: int, max_files:
         ts = scan_records(mf, mf.file_from, 0, size, False)[3]
         if ts != 0 and ts <= min_timestamp:
             return i
-    return oldest
+    return 0
 
 
 def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool, report: RecoveryReport,
@@ -297,7 +289,7 @@ def _check_first_file(cq: ConsumeQueue, min_phy: int) -> str:
 def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueueTable | None,
                   checkpoint: StoreCheckpoint | None, *, check_crc: bool, clean_shutdown: bool,
                   index_safe: bool = False, progress: Callable[[int, int], None] | None = None,
-                  index: Any = None, max_recovery_files: int = 30) -> RecoveryReport:
+                  index: Any = None) -> RecoveryReport:
     """Recover the CommitLog and the ConsumeQueues (and the index files, when given); rebuild
     the (fresh) control block. Sets report.dispatch_from: where the start-up dispatch must begin."""
     t0 = time.monotonic()
@@ -330,7 +322,7 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
             min_ts = 0
             if checkpoint is not None:
                 min_ts = checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
-            start = choose_abnormal_start(queue, min_ts, max_recovery_files)
+            start = choose_abnormal_start(queue, min_ts)
         scan_start = files[start].file_from
         valid_end = scan_commitlog(queue, start, check_crc=check_crc, report=report, progress=progress, ctl=ctl)
         report.deleted_data_files = [mf.file_name for mf in files if mf.file_from > valid_end

@@ -247,8 +247,7 @@ class MessageStore:
         self.recovery: RecoveryReport = recover_store(
             self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
-            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index,
-            max_recovery_files=cfg.max_recovery_commitlog_files)
+            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index)
         self.commitlog.prepare_for_writes()
         self.consume_queues.publish_to(self.ctl)  # readers in other processes follow the queues
         self.dispatcher = Dispatcher.from_config(self.commitlog, self.consume_queues, self.index, self.ctl, cfg)

@@ -125,13 +125,15 @@ STR_EXAMPLES: dict[str, list[str]] = {
 }
 
 
-# Appendix A keys nothing in RocketMQ 4.9.7's store reads (putMsgIndexHightWater) or that feed
-# the broker's statistics (diskFallRecorded): loaded from a broker.conf into ignored_broker_keys
-NOT_STORE_KEYS = ("putMsgIndexHightWater", "diskFallRecorded")
+# Appendix A keys nothing in RocketMQ's store reads (putMsgIndexHightWater in 4.9.7,
+# maxRecoveryCommitlogFiles in 5.x: only its getter exists) or that feed the broker's statistics
+# (diskFallRecorded): loaded from a broker.conf into ignored_broker_keys
+NOT_STORE_KEYS = ("putMsgIndexHightWater", "diskFallRecorded", "maxRecoveryCommitlogFiles")
 
 
 def test_appendix_a_keys_that_do_nothing_in_a_store_are_ignored_broker_keys() -> None:
-    cfg = StoreConfig.from_broker_conf("putMsgIndexHightWater=1000\ndiskFallRecorded=false\n")
+    cfg = StoreConfig.from_broker_conf("putMsgIndexHightWater=1000\ndiskFallRecorded=false\n"
+                                       "maxRecoveryCommitlogFiles=2\n")
     assert cfg.ignored_broker_keys == NOT_STORE_KEYS
 
 
@@ -218,7 +220,6 @@ def test_defaults_spot_check_through_attributes() -> None:
     assert cfg.long_polling_enable is True
     assert cfg.short_polling_time_mills == 1000
     assert cfg.batch_dispatch_request_thread_pool_nums == 16
-    assert cfg.max_recovery_commitlog_files == 30
     assert cfg.delete_file_batch_max == 10
     assert cfg.disk_space_warning_level_ratio == 90
     assert cfg.disk_space_clean_forcibly_ratio == 85

@@ -79,26 +79,3 @@ def test_an_abnormal_recovery_and_its_start_up_dispatch_report_progress(tmp_path
         assert pcts == sorted(pcts) and pcts[-1] == 100, lines
     assert any(r.getMessage().startswith("recovery: done in") for r in caplog.records)
     assert any(r.getMessage().startswith("start-up dispatch: done in") for r in caplog.records)
-
-
-@pytest.mark.parametrize("max_files, scanned", [(30, 6), (2, 2)])
-def test_max_recovery_commitlog_files_bounds_how_far_an_abnormal_recovery_walks_back(tmp_path, max_files, scanned):
-    """5.x maxRecoveryCommitlogFiles was accepted and ignored: with no checkpoint to start from
-    the abnormal recovery scanned every file, now at most the last max_recovery_commitlog_files."""
-    root = str(tmp_path / "s")
-    cfg = {"mapped_file_size_commit_log": 64 * 1024}
-    with MessageStore(root, **cfg) as store:
-        count = 0
-        while store.get_max_phy_offset() < 5 * 64 * 1024 + 1000:  # the 6th file holds data
-            store.put_message(Message("P", b"x" * 100)).check()
-            count += 1
-    names = sorted(n for n in os.listdir(os.path.join(root, "commitlog"))
-                   if open(os.path.join(root, "commitlog", n), "rb").read(8) != bytes(8))
-    assert len(names) == 6
-    open(os.path.join(root, "abort"), "wb").close()
-    os.unlink(os.path.join(root, "checkpoint"))  # nothing says where the flushed data ends
-    with MessageStore(root, max_recovery_commitlog_files=max_files, **cfg) as store:
-        rec = store.recovery
-        assert rec.mode == "abnormal" and rec.files_scanned == scanned
-        assert rec.first_file_scanned == names[-scanned]  # the last file holds data
-        assert store.get_max_offset_in_queue("P", 0) == count  # nothing lost either way
