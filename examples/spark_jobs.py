@@ -10,6 +10,7 @@ The same jobs as a command: python -m mqstore.spark.jobs {export,stats,rebuild} 
 from __future__ import annotations
 
 import argparse
+import sys
 import filecmp
 import os
 import shutil
@@ -63,4 +64,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mqstore.spark.jobs import run_command
+
+    sys.exit(run_command(main, "spark_jobs.py"))

@@ -8,8 +8,10 @@ stream into Parquet, printing what each read gave.
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -23,6 +25,8 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
+    if args.messages < 800:
+        ap.error("--messages must be at least 800: the example reads offsets 10..15 of queue Orders/1")
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     with MessageStore(args.store, service_mode="processes") as node:
@@ -58,9 +62,12 @@ def main() -> None:
         q.awaitTermination()
         streamed = spark.read.parquet(os.path.join(out, "data")).count()
         print(f"stream (availableNow, 50,000 per micro-batch): {streamed:,} rows in "
-              f"{len(q.recentProgress)} micro-batch(es) -> {out}")
+              f"{len(q.recentProgress)} micro-batch(es), written to Parquet (removed)")
+        shutil.rmtree(out, ignore_errors=True)
     spark.stop()
 
 
 if __name__ == "__main__":
-    main()
+    from mqstore.spark.jobs import run_command
+
+    sys.exit(run_command(main, "spark_read.py"))

@@ -12,6 +12,7 @@ and prints what each step wrote.
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 
 from mqstore import MessageStore
@@ -54,4 +55,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mqstore.spark.jobs import run_command
+
+    sys.exit(run_command(main, "spark_write.py"))

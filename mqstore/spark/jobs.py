@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -335,6 +335,22 @@ def failure_line(exc: BaseException) -> str:
                 return line.split(": ", 1)[1][:500]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return (lines[0] if lines else type(exc).__name__)[:500]
+
+
+def run_command(main: Callable[[], object], prog: str) -> int:
+    """Run a script's main() (the Spark examples) with its failure as one line on stderr (exit
+    status 1) instead of Py4J's stack traces; MQSTORE_DEBUG=1 in the environment shows them."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line, the cause named
+        if os.environ.get("MQSTORE_DEBUG"):
+            raise
+        print(f"{prog}: {failure_line(exc)} (MQSTORE_DEBUG=1 shows the whole error)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
