@@ -263,6 +263,15 @@ cdef inline list java_hashmap_keys(dict props):
     return [t[2] for t in decorated]
 
 
+cdef inline uint32_t mq_code_point(int kind, const void *data, Py_ssize_t i) noexcept nogil:
+    """The code point at index i of a str's data (PyUnicode_KIND / PyUnicode_DATA)."""
+    if kind == PyUnicode_1BYTE_KIND:
+        return (<const unsigned char *>data)[i]
+    if kind == PyUnicode_2BYTE_KIND:
+        return (<const unsigned short *>data)[i]
+    return (<const uint32_t *>data)[i]
+
+
 cdef inline bint mq_topic_char_ok(uint32_t c) noexcept nogil:
     """A character RocketMQ's TopicValidator allows: ^[%|a-zA-Z0-9_-]+$."""
     return ((c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57)
@@ -280,12 +289,7 @@ cdef inline str topic_problem(str topic, Py_ssize_t max_length):
     cdef void *data = PyUnicode_DATA(topic)
     cdef uint32_t c
     for i in range(n):
-        if kind == PyUnicode_1BYTE_KIND:
-            c = (<unsigned char *>data)[i]
-        elif kind == PyUnicode_2BYTE_KIND:
-            c = (<unsigned short *>data)[i]
-        else:
-            c = (<uint32_t *>data)[i]
+        c = mq_code_point(kind, data, i)
         if not mq_topic_char_ok(c):
             shown = topic if n <= 40 else topic[:37] + "..."
             return (f"topic {shown!r} has the character {chr(c)!r} at index {i}; RocketMQ topics use "
@@ -332,14 +336,7 @@ cdef inline str properties_problem(dict props, str s):
     if n == 0 and pairs == 0:
         return None
     for i in range(n + 1 if ok else 0):
-        if i == n:
-            c = 2
-        elif kind == PyUnicode_1BYTE_KIND:
-            c = (<unsigned char *>data)[i]
-        elif kind == PyUnicode_2BYTE_KIND:
-            c = (<unsigned short *>data)[i]
-        else:
-            c = (<uint32_t *>data)[i]
+        c = 2 if i == n else mq_code_point(kind, data, i)  # the end closes the last pair
         if c == 1:
             if sep >= 0:
                 ok = False

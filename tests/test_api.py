@@ -10,6 +10,8 @@ import warnings
 
 import pytest
 
+from helpers_proc import run_in_child
+
 import mqstore
 from mqstore import Message, MessageStore, StoreClosedError
 from mqstore._consumequeue import GetMessageResult, MessageView
@@ -61,14 +63,7 @@ def test_every_public_method_raises_store_closed_error_after_shutdown(open_store
 def test_an_attached_store_refuses_the_same_after_its_shutdown(tmp_path):
     root = str(tmp_path / "s")
     with MessageStore(root, mapped_file_size_commit_log=1 << 20):
-        ctx = multiprocessing.get_context("spawn")
-        proc = ctx.Process(target=_attached_refuses, args=(root,))
-        proc.start()
-        proc.join(60)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        assert proc.exitcode == 0
+        assert run_in_child(_attached_refuses, root, timeout_s=60) == 0
 
 
 def _attached_refuses(root: str) -> None:
@@ -162,8 +157,6 @@ def test_every_public_method_and_property_has_a_docstring(cls):
 def test_an_attached_store_refuses_a_setting_it_chose_that_differs_from_the_owners_even_the_default(tmp_path):
     """Issue 15: flush_disk_type=ASYNC_FLUSH (the default) given to an attach whose owner runs
     SYNC_FLUSH was accepted silently."""
-    import multiprocessing
-
     root = str(tmp_path / "s")
     with MessageStore(root, flush_disk_type="SYNC_FLUSH", mapped_file_size_commit_log=1 << 20):
         ctx = multiprocessing.get_context("spawn")

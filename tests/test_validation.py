@@ -13,6 +13,7 @@ import random
 import re
 
 import pytest
+from helpers_proc import run_in_child
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -164,18 +165,9 @@ def test_fuzzed_names_and_properties_keep_the_store_inside_its_layout(tmp_path, 
 
 
 def test_fuzzed_puts_from_an_attached_process_keep_the_store_inside_its_layout(tmp_path):
-    import multiprocessing
-
     root = str(tmp_path / "store")
-    ctx = multiprocessing.get_context("spawn")
     with MessageStore(root, service_mode="processes", mapped_file_size_commit_log=1 << 20) as owner:
-        proc = ctx.Process(target=_attached_fuzz, args=(root, 41))
-        proc.start()
-        proc.join(120)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        assert proc.exitcode == 0
+        assert run_in_child(_attached_fuzz, root, 41) == 0
         assert owner.wait_dispatched()
     assert sorted(os.listdir(tmp_path)) == ["store"]
     assert_layout(root)
