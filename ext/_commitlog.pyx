@@ -60,6 +60,13 @@ cdef enum:
     MAX_DELAY_LEVEL = 18
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# running flags that refuse puts, with what each means (RocketMQ RunningFlags)
+cdef tuple _RUNNING_FLAG_WHY = (
+    ("NOT_WRITEABLE (the owner is shutting down or shut down)", MQ_NOT_WRITEABLE),
+    ("WRITE_LOGICS_QUEUE_ERROR (a ConsumeQueue could not be written)", MQ_WRITE_LOGICS_QUEUE_ERROR),
+    ("WRITE_INDEX_FILE_ERROR (the index could not be written)", MQ_WRITE_INDEX_FILE_ERROR),
+    ("DISK_FULL (the disk is above disk_space_warning_level_ratio)", MQ_DISK_FULL),
+)
 cdef tuple _STATUSES = tuple(PutMessageStatus)
 cdef int64_t _pid = os.getpid()
 
@@ -609,7 +616,8 @@ cdef class CommitLogAppender:
         if self.slave:
             return "the store is a slave (broker_role=SLAVE) and does not accept puts"
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
-        return f"the store is not writable (running flags 0x{flags:x})"
+        names = [name for name, bit in _RUNNING_FLAG_WHY if flags & bit]
+        return f"the store is not writable: {'; '.join(names) or f'running flags 0x{flags:x}'}"
 
     cdef str _pool_detail(self):
         return (f"the transient store pool is exhausted: all {self.pool_buffers} buffers hold bytes not yet "

@@ -243,7 +243,7 @@ def test_slave_and_unwritable_refuse_puts(open_store, tmp_path):
     master = open_store(str(tmp_path / "master"))
     master.ctl.set_running_flag("DISK_FULL")
     r = master.put_message(Message("T", b"x"))
-    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "not writable" in r.detail
+    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "not writable: DISK_FULL (the disk is above" in r.detail
     master.ctl.set_running_flag("DISK_FULL", False)
     master.put_message(Message("T", b"x")).check()
 
