@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mqstore.soak import proc_stat
+from mqstore.procs import proc_stat
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

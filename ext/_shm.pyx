@@ -413,6 +413,26 @@ cdef class ControlBlock:
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_NS), mq_mono_ns())
         return r == EOWNERDEAD
 
+    def try_acquire_put_lock(self) -> bool:
+        """Take the put lock if it is free (or its holder died: taken over); False when a live
+        holder has it. Sets begin_time_in_lock like acquire_put_lock."""
+        cdef char *b = self._w()
+        cdef int kind = <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0]
+        cdef int64_t token = mq_lock_token()
+        cdef int64_t cur
+        cdef int r = mq_put_trylock(b, kind, token)
+        if r == EBUSY and kind == MQ_LOCK_SPIN:
+            cur = mq_load(mq_cell(b, MQ_CTL_LOCK_WORD))
+            if cur != 0 and not mq_pid_alive(cur >> 32) and mq_cas(mq_cell(b, MQ_CTL_LOCK_WORD), cur, token):
+                r = EOWNERDEAD
+        if r == EBUSY:
+            return False
+        if r != 0 and r != EOWNERDEAD:
+            raise OSError(r, f"cannot take the put lock: {os.strerror(r)}")
+        mq_store(mq_cell(b, MQ_CTL_LOCK_OWNER_PID), getpid())
+        mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), mq_now_ms())
+        return True
+
     def release_put_lock(self):
         cdef char *b = self._w()
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), 0)

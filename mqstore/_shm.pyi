@@ -139,6 +139,9 @@ class ControlBlock:
         """Take the put lock as a put would (sets begin_time_in_lock); True if it was taken
         over from a dead holder."""
 
+    def try_acquire_put_lock(self) -> bool:
+        """Take the put lock if it is free (or its holder died: taken over); False when a live
+        holder has it. Sets begin_time_in_lock like acquire_put_lock."""
     def release_put_lock(self) -> None: ...
     def page_cache_busy(self, timeout_ms: int) -> bool: ...
     @property

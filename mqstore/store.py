@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -22,6 +23,7 @@ from mqstore.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
 from mqstore.geometry import adopt_store_sizes, check_root_dir
+from mqstore.procs import stopped
 from mqstore.progress import LogProgress
 from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.dispatch import Dispatcher, ReputMessageService
@@ -63,11 +65,40 @@ def check_store_dir(root: str) -> None:
         raise NotAStoreError(f"{commitlog} is not a directory")
 
 
+#: how long a put lock holder that is stopped (SIGSTOP, a debugger) may keep the lock from a
+#: store that fences or shuts down, and how long one that runs (stuck I/O) may
+STOPPED_HOLDER_WAIT_S = 5.0
+RUNNING_HOLDER_WAIT_S = 30.0
+
+
+def _lock_holder_pid(ctl: _shm.ControlBlock) -> int:
+    holder = ctl.lock_holder  # the spin kind records it in the lock word
+    return holder[0] if holder is not None else ctl.get("lock_owner_pid")
+
+
 def _stop_writers(ctl: _shm.ControlBlock) -> None:
     """Refuse puts from every process (attached writers get SERVICE_NOT_AVAILABLE), then wait
-    for a put inside the lock to finish by taking the lock once."""
+    for a put inside the lock to finish by taking the lock once.
+
+    A holder that does not let go (stopped by SIGSTOP or a debugger for STOPPED_HOLDER_WAIT_S,
+    or running but stuck for RUNNING_HOLDER_WAIT_S) is killed, so it can never resume and
+    write into files its store no longer owns, and the lock is taken over from the dead
+    holder; the log names it."""
     ctl.set_running_flag("NOT_WRITEABLE")
-    ctl.acquire_put_lock()
+    started = time.monotonic()
+    while not ctl.try_acquire_put_lock():
+        pid = _lock_holder_pid(ctl)
+        waited = time.monotonic() - started
+        frozen = pid > 0 and stopped(pid)
+        if pid > 0 and pid != os.getpid() and waited > (STOPPED_HOLDER_WAIT_S if frozen else RUNNING_HOLDER_WAIT_S):
+            log.error("the put lock's holder, pid %d, has kept it for %.0f s while %s; killing it to break the lock",
+                      pid, waited, "stopped (SIGSTOP or a debugger)" if frozen else "not letting go")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            started = time.monotonic()
+        time.sleep(0.002)
     ctl.release_put_lock()
 
 

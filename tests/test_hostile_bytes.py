@@ -221,3 +221,60 @@ def test_a_record_whose_topic_cannot_be_a_queue_is_skipped_and_dispatch_goes_on(
         assert store.get_max_offset_in_queue("T0", 0) == after.queue_offset + 1
     assert sorted(os.listdir(os.path.join(root, "consumequeue"))) == ["T0"]
     check_store(root).raise_if_failed()
+
+
+@pytest.mark.parametrize("lock", ["spin", "mutex"])
+def test_a_new_owner_breaks_the_lock_of_a_writer_frozen_inside_it(tmp_path, caplog, monkeypatch, lock):
+    """Issue 15: a writer stopped (SIGSTOP) inside the put lock kept a new owner waiting forever
+    after a crash, logging nothing. The new owner waits a bounded time, kills the frozen
+    holder (it must never resume writing into files that owner recovers) and says so."""
+    import logging
+    import signal
+    import time
+
+    from mqstore import store as store_module
+    from mqstore.procs import stopped
+
+    monkeypatch.setattr(store_module, "STOPPED_HOLDER_WAIT_S", 1.0)
+    root = str(tmp_path / "s")
+    owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from mqstore import Message, MessageStore
+        store = MessageStore({root!r}, use_reentrant_lock_when_put_message={lock == 'mutex'}, **{CFG!r})
+        for i in range(50):
+            store.put_message(Message("T", b"m%d" % i)).check()
+        print("ready", flush=True)
+        time.sleep(120)
+    """)], stdout=subprocess.PIPE, text=True)
+    holder = None
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import os, signal
+            from mqstore._shm import ControlBlock
+            ctl = ControlBlock.attach({os.path.join(root, "mqstore.shm")!r})
+            ctl.acquire_put_lock()            # a writer inside the lock ...
+            os.kill(os.getpid(), signal.SIGSTOP)  # ... frozen there
+        """)])
+        deadline = time.monotonic() + 30
+        while not stopped(holder.pid):
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.01)
+        owner.kill()  # the owner crashes
+        owner.wait()
+        caplog.set_level(logging.ERROR, logger="mqstore.store")
+        t0 = time.monotonic()
+        with MessageStore(root, **CFG) as store:
+            assert time.monotonic() - t0 < 20
+            assert store.get_max_offset_in_queue("T", 0) == 50
+            store.put_message(Message("T", b"after")).check()
+        assert holder.wait(10) == -signal.SIGKILL
+        assert any(f"pid {holder.pid}" in r.getMessage() and "stopped" in r.getMessage() for r in caplog.records)
+    finally:
+        for p in (owner, holder):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    from mqstore.checker import check_store
+
+    check_store(root).raise_if_failed()

@@ -372,7 +372,7 @@ def test_background_services_run_at_a_lower_priority(tmp_path):
     file's pages zero-filled, a deletion run) do not take a core from writers, the flusher
     or the dispatcher."""
     from mqstore.node import BACKGROUND_NICE
-    from mqstore.soak import proc_stat
+    from mqstore.procs import proc_stat
 
     def nice(pid: int) -> int:
         return int(proc_stat(pid)[16])
