@@ -320,12 +320,16 @@ class JobProgress:
                     last = line
 
 
-def failure_line(exc: BaseException) -> str:
-    """One line naming the cause of a failed Spark job, instead of its stack traces: the first
-    line of the innermost Python or JVM error that says something."""
-    text = str(exc)
+def failure_line(exc: BaseException, log_text: str = "") -> str:
+    """One line naming the cause of a failed Spark job, instead of its stack traces: running out
+    of memory (named in the error or in Spark's log: the JVM may exit before the error reaches
+    Python), else the first line of the innermost Python or JVM error that says something."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a Py4J error asks the JVM for its text, and the JVM may be gone
+        text = f"{type(exc).__name__} (the JVM is gone)"
     for marker in ("OutOfDirectMemoryError", "OutOfMemoryError", "Java heap space"):
-        if marker in text:
+        if marker in text or marker in log_text:
             return (f"Spark ran out of memory ({marker}) reading the store; lower --max-batch-bytes "
                     "(rows' bytes per Arrow batch) or give the driver more memory (spark.driver.memory)")
     for line in text.splitlines():
@@ -333,6 +337,8 @@ def failure_line(exc: BaseException) -> str:
         for prefix in ("mqstore.", "pyspark.errors.", "org.apache.spark.", "java."):
             if line.startswith(prefix) and ": " in line:
                 return line.split(": ", 1)[1][:500]
+    if "SparkContext was shut down" in text:
+        return "Spark's JVM stopped while the job ran (its log says why)"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return (lines[0] if lines else type(exc).__name__)[:500]
 
@@ -406,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - the JVM did not start
             print(f"mqstore-spark: Spark did not start: {failure_line(exc)} (log: {log_path})", file=err)
             return 1
-    spark.sparkContext.setLogLevel("OFF" if not args.debug else "ERROR")
+    spark.sparkContext.setLogLevel("ERROR")  # into the log (stderr with --debug)
     progress = JobProgress(spark, args.job, args.progress_every, stream=err)
     if not args.debug:
         sys.stderr = open(log_path, "a", encoding="utf-8")  # tracebacks of PySpark's threads, if the JVM dies
@@ -438,8 +444,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         traceback.print_exc(file=sys.stderr)  # into the log, with the JVM's own output
-        print(f"mqstore-spark {args.job}: {failure_line(exc)} (the whole error: --debug; Spark's log: {log_path})",
-              file=err)
+        sys.stderr.flush()
+        time.sleep(0.5)  # a dying JVM may still be writing why
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            log_text = fh.read()
+        print(f"mqstore-spark {args.job}: {failure_line(exc, log_text)} (the whole error: --debug; Spark's log: "
+              f"{log_path})", file=err)
         return 1
     finally:
         try:
