@@ -13,7 +13,7 @@ from libc.errno cimport errno
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_EXCL, O_RDONLY
-from posix.unistd cimport close as c_close
+from posix.unistd cimport close as c_close, ftruncate
 
 from mq_bytes cimport mq_now_ms, mq_mono_ns
 
@@ -86,6 +86,8 @@ cdef class MappedFile:
     cdef bint cleanup_over
     cdef int64_t first_shutdown_ms
     cdef readonly bint locked_in_memory
+    cdef readonly bint readonly
+    cdef public int64_t allocated
 
     def __cinit__(self):
         self.base = NULL
@@ -100,12 +102,17 @@ cdef class MappedFile:
             c_close(self.fd)
 
     @staticmethod
-    def create(str path, int64_t file_size):
-        """Create, fully allocate and map a new file at path (its name is its start offset).
+    def create(str path, int64_t file_size, int64_t allocate=-1):
+        """Create, allocate and map a new file at path (its name is its start offset).
 
+        allocate: bytes allocated up front (-1: all of them). A file allocated in part (the
+        index) is sparse after that and its writer calls ``allocate_to`` before writing past
+        ``allocated``, so a full disk is an OSError there, never a SIGBUS.
         Raises FileExistsError if path exists, OSError(ENOSPC/EFBIG/...) when the space
         cannot be allocated; nothing is left behind in that case.
         """
+        if allocate < 0 or allocate > file_size:
+            allocate = file_size
         name = os.path.basename(path)
         if len(name) != 20 or not name.isdigit():
             raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
@@ -118,23 +125,47 @@ cdef class MappedFile:
             raise OSError(errno, f"cannot create {tmp}: {os.strerror(errno)}")
         cdef int r
         with nogil:
-            r = posix_fallocate(fd, 0, file_size)
+            r = posix_fallocate(fd, 0, allocate)
+            if r == 0 and allocate < file_size:
+                r = ftruncate(fd, file_size)
+                if r != 0:
+                    r = errno
         if r != 0:
             c_close(fd)
             os.unlink(tmp)
-            raise OSError(r, f"cannot allocate {file_size} bytes for {os.path.basename(path)}: {os.strerror(r)}", path)
+            raise OSError(r, f"cannot allocate {allocate} bytes for {os.path.basename(path)}: {os.strerror(r)}", path)
         c_close(fd)
         os.rename(tmp, path)
-        return MappedFile.open(path, file_size)
+        cdef MappedFile mf = MappedFile.open(path, file_size)
+        mf.allocated = allocate
+        return mf
+
+    def allocate_to(self, int64_t end) -> int:
+        """Allocate the file's blocks up to end (at most its size) if not done yet; returns
+        ``allocated``. OSError (ENOSPC...) when the disk has no room: nothing was written."""
+        cdef int r
+        end = min(end, self.file_size)
+        if end <= self.allocated:
+            return self.allocated
+        self._w()
+        with nogil:
+            r = posix_fallocate(self.fd, self.allocated, end - self.allocated)
+        if r != 0:
+            raise OSError(r, f"cannot allocate {self.file_name} up to byte {end}: {os.strerror(r)}", self.path)
+        self.allocated = end
+        return end
 
     @staticmethod
-    def open(str path, int64_t file_size):
-        """Map an existing file; its size must be exactly file_size (spec §2)."""
+    def open(str path, int64_t file_size, bint readonly=False):
+        """Map an existing file; its size must be exactly file_size (spec §2).
+
+        readonly: open and map it for reading only (the read-only tools, which must work on a
+        read-only mount); every write method then raises PermissionError."""
         name = os.path.basename(path)
         if len(name) != 20 or not name.isdigit():
             raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
         cdef bytes path_b = os.fsencode(path)
-        cdef int fd = c_open(path_b, O_RDWR, 0)
+        cdef int fd = c_open(path_b, O_RDONLY if readonly else O_RDWR, 0)
         if fd < 0:
             raise OSError(errno, f"cannot open {path}: {os.strerror(errno)}", path)
         actual = os.fstat(fd).st_size
@@ -146,7 +177,9 @@ cdef class MappedFile:
         mf.path = path
         mf.file_size = file_size
         mf.file_from = int(name)
-        cdef void *p = mmap(NULL, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        mf.readonly = readonly
+        mf.allocated = file_size  # what was there is taken as allocated (MappedFile.create sets less)
+        cdef void *p = mmap(NULL, file_size, PROT_READ if readonly else PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
         if p == MAP_FAILED:
             raise OSError(errno, f"cannot map {path}: {os.strerror(errno)}", path)
         mf.base = <char *>p
@@ -156,6 +189,11 @@ cdef class MappedFile:
         if self.base == NULL:
             raise ValueError(f"{self.path} is unmapped")
         return self.base
+
+    cdef inline char *_w(self) except NULL:
+        if self.readonly:
+            raise PermissionError(f"{self.path} is mapped read-only")
+        return self._b()
 
     def __repr__(self):
         return (f"MappedFile({os.path.basename(self.path) if self.path else None}, wrote={self.wrote_position}, "
@@ -218,6 +256,7 @@ cdef class MappedFile:
         """Copy data at pos (positions untouched)."""
         cdef const unsigned char[::1] v = memoryview(data).cast("B")
         self._check_range(pos, v.shape[0])
+        self._w()
         if v.shape[0]:
             memcpy(self.base + pos, &v[0], v.shape[0])
 
@@ -225,7 +264,7 @@ cdef class MappedFile:
         """Raw append at wrote_position (ConsumeQueue, HA slave): False if it does not fit."""
         cdef const unsigned char[::1] v = memoryview(data).cast("B")
         cdef int64_t n = v.shape[0]
-        self._b()
+        self._w()
         if self.wrote_position + n > self.file_size:
             return False
         if n:
@@ -235,6 +274,7 @@ cdef class MappedFile:
 
     def zero_range(self, int64_t start, int64_t end):
         self._check_range(start, end - start)
+        self._w()
         memset(self.base + start, 0, end - start)
 
     def zero_dirty_tail(self, int64_t start, int64_t clean_pages=16) -> int:
@@ -244,6 +284,7 @@ cdef class MappedFile:
         never be parsed as a record later. Returns the end of the last page that held a
         non-zero byte (start if there was none): the extent of what was dropped."""
         self._check_range(start, 0)
+        self._w()
         cdef int64_t pos = start, page_end, run = 0, i, dirty_end = start
         cdef bint zero
         while pos < self.file_size and run < clean_pages:

@@ -30,6 +30,9 @@ class MappedFile:
     committed_position: int
     flushed_position: int
     store_timestamp: int
+    allocated: int
+    @property
+    def readonly(self) -> bool: ...
     @property
     def path(self) -> str: ...
     @property
@@ -39,16 +42,26 @@ class MappedFile:
     @property
     def locked_in_memory(self) -> bool: ...
     @staticmethod
-    def create(path: str, file_size: int) -> MappedFile:
-        """Create, fully allocate and map a new file at path (its name is its start offset).
+    def create(path: str, file_size: int, allocate: int = -1) -> MappedFile:
+        """Create, allocate and map a new file at path (its name is its start offset).
 
+        allocate: bytes allocated up front (-1: all of them). A file allocated in part (the
+        index) is sparse after that and its writer calls ``allocate_to`` before writing past
+        ``allocated``, so a full disk is an OSError there, never a SIGBUS.
         Raises FileExistsError if path exists, OSError(ENOSPC/EFBIG/...) when the space
         cannot be allocated; nothing is left behind in that case.
         """
 
     @staticmethod
-    def open(path: str, file_size: int) -> MappedFile:
-        """Map an existing file; its size must be exactly file_size (spec §2)."""
+    def open(path: str, file_size: int, readonly: bool = False) -> MappedFile:
+        """Map an existing file; its size must be exactly file_size (spec §2).
+
+        readonly: open and map it for reading only (the read-only tools, which must work on a
+        read-only mount); every write method then raises PermissionError."""
+
+    def allocate_to(self, end: int) -> int:
+        """Allocate the file's blocks up to end (at most its size) if not done yet; returns
+        ``allocated``. OSError (ENOSPC...) when the disk has no room: nothing was written."""
 
     @property
     def address(self) -> int: ...
