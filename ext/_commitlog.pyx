@@ -513,6 +513,7 @@ cdef class CommitLogAppender:
     cdef int slot_queue_id
     cdef mq_tq_slot *slot_cached
     cdef object delay_levels
+    cdef int64_t block_created_ms
 
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
                  int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
@@ -524,6 +525,9 @@ cdef class CommitLogAppender:
         self.max_topic_length = max_topic_length
         self.valid_topics = set()
         self.ctl = <char *><size_t>control_block.address
+        # which layout of the block this appender writes under: a block laid out again in place
+        # (ControlBlock.create on a full disk) has a later created_ms, and then nothing is written
+        self.block_created_ms = mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS))
         self.lock_kind = <int>mq_cell(self.ctl, MQ_CTL_LOCK_KIND)[0]
         self.file_provider = file_provider
         self.file_size = file_size
@@ -578,6 +582,8 @@ cdef class CommitLogAppender:
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
             return SERVICE_NOT_AVAILABLE
+        if mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms:
+            return SERVICE_NOT_AVAILABLE
         if mq_page_cache_busy(self.ctl, now, self.busy_timeout_ms):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
             return OS_PAGECACHE_BUSY
@@ -615,6 +621,8 @@ cdef class CommitLogAppender:
             return "the store is shut down"
         if self.slave:
             return "the store is a slave (broker_role=SLAVE) and does not accept puts"
+        if mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms:
+            return "the store was opened again by a new owner since this process attached: attach again"
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         names = [name for name, bit in _RUNNING_FLAG_WHY if flags & bit]
         return f"the store is not writable: {'; '.join(names) or f'running flags 0x{flags:x}'}"
@@ -916,7 +924,8 @@ cdef class CommitLogAppender:
         cdef mq_tq_slot *slot
         cdef char *r
         cdef int result = APPEND_OK
-        if mq_load(mq_cell(ctl, MQ_CTL_RUNNING_FLAGS)) & MQ_NOT_WRITEABLE:
+        if (mq_load(mq_cell(ctl, MQ_CTL_RUNNING_FLAGS)) & MQ_NOT_WRITEABLE
+                or mq_load(mq_cell(ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms):
             # the owner stopped writers (shutdown, or a new owner fenced this block) after this
             # put's check: nothing may be written once it holds the lock
             result = APPEND_NOT_WRITEABLE

@@ -6,6 +6,7 @@ layout is in ``include/mq_ctl.h``; this module creates, attaches, reads and upda
 """
 
 import os
+import sys
 
 from libc.errno cimport errno, EBUSY
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
@@ -24,7 +25,7 @@ cdef extern from "<sys/mman.h>" nogil:
     void *MAP_FAILED
 
 cdef extern from "<errno.h>":
-    int EOWNERDEAD
+    int EOWNERDEAD, ENOSPC, EDQUOT
 
 cdef extern from "<fcntl.h>" nogil:
     int posix_fallocate(int fd, long offset, long len)
@@ -84,6 +85,27 @@ _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": M
               "manual_delete_request": MQ_CTL_MANUAL_DELETE, "dispatch_idle": MQ_CTL_DISPATCH_IDLE}
 
 
+cdef tuple _reusable_block(str path, int64_t size, object why):
+    """(fd, created_ms) of the old block at path if it can be laid out again in place (same
+    size, a control block); else re-raise why, the error of creating a new one."""
+    cdef bytes path_b = os.fsencode(path)
+    cdef int fd = c_open(path_b, O_RDWR, 0)
+    if fd < 0:
+        raise why
+    cdef int64_t old_created = 0
+    try:
+        if os.fstat(fd).st_size != size:
+            raise why
+        head = os.pread(fd, MQ_CTL_CREATED_MS + 8, 0)
+        if len(head) < MQ_CTL_CREATED_MS + 8 or int.from_bytes(head[:8], sys.byteorder) != MQ_CTL_MAGIC:
+            raise why
+        old_created = int.from_bytes(head[MQ_CTL_CREATED_MS:MQ_CTL_CREATED_MS + 8], sys.byteorder, signed=True)
+    except BaseException:
+        c_close(fd)
+        raise
+    return fd, old_created
+
+
 def control_block_size(int64_t table_slots) -> int:
     return MQ_CTL_HEADER_SIZE + table_slots * MQ_TQ_SLOT_SIZE
 
@@ -95,6 +117,7 @@ cdef class ControlBlock:
     cdef readonly Py_ssize_t size
     cdef readonly str path
     cdef readonly bint readonly
+    cdef readonly bint reused
     cdef int fd
 
     def __cinit__(self):
@@ -116,6 +139,11 @@ cdef class ControlBlock:
         moves the committed position with the wrote position).
 
         The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
+        On a full disk (ENOSPC, EDQUOT) an old block of the same size at path is laid out
+        again in place instead, so a store can start (and its cleaner free space) on a full
+        disk. The caller must have fenced the old block first (its writers stopped, its put
+        lock free); the new layout gets a later ``created_ms``, which processes still
+        attached to the old one compare under the put lock, so they can never write again.
         The block starts in state BUILDING; the owner rebuilds it from the files and then
         calls ``mark_ready``.
         """
@@ -127,24 +155,36 @@ cdef class ControlBlock:
         tmp = f"{path}.tmp{os.getpid()}"
         cdef bytes tmp_b = os.fsencode(tmp)
         cdef int fd = c_open(tmp_b, O_RDWR | O_CREAT, 0o644)
-        if fd < 0:
-            raise OSError(errno, f"cannot create control block {tmp}: {os.strerror(errno)}")
         cdef int r
+        cdef int64_t after_ms = 0
+        cdef bint in_place = False
         try:
-            if ftruncate(fd, 0) != 0:
-                raise OSError(errno, f"cannot truncate {tmp}: {os.strerror(errno)}")
-            r = posix_fallocate(fd, 0, size)
-            if r != 0:
-                raise OSError(r, f"cannot allocate {size} bytes for control block {tmp}: {os.strerror(r)}")
-        except BaseException:
-            c_close(fd)
-            os.unlink(tmp)
-            raise
+            if fd < 0:
+                raise OSError(errno, f"cannot create control block {tmp}: {os.strerror(errno)}")
+            try:
+                if ftruncate(fd, 0) != 0:
+                    raise OSError(errno, f"cannot truncate {tmp}: {os.strerror(errno)}")
+                r = posix_fallocate(fd, 0, size)
+                if r != 0:
+                    raise OSError(r, f"cannot allocate {size} bytes for control block {tmp}: {os.strerror(r)}")
+            except BaseException:
+                c_close(fd)
+                fd = -1
+                os.unlink(tmp)
+                raise
+        except OSError as e:
+            if e.errno not in (ENOSPC, EDQUOT):
+                raise
+            fd, after_ms = _reusable_block(path, size, e)
+            in_place = True
         cdef ControlBlock cb = ControlBlock.__new__(ControlBlock)
         cb.path = path
         cb.fd = fd
         cb._map(size)
-        memset(cb.base, 0, MQ_CTL_HEADER_SIZE)
+        if in_place:
+            memset(cb.base, 0, size)  # a fresh file is all zeros: the table and stats too
+        else:
+            memset(cb.base, 0, MQ_CTL_HEADER_SIZE)
         (<uint64_t *>cb.base)[0] = MQ_CTL_MAGIC
         mq_cell(cb.base, MQ_CTL_VERSION_OFF)[0] = MQ_CTL_VERSION
         mq_cell(cb.base, MQ_CTL_TOTAL_SIZE)[0] = size
@@ -154,14 +194,16 @@ cdef class ControlBlock:
         mq_cell(cb.base, MQ_CTL_LOCK_KIND)[0] = MQ_LOCK_MUTEX if lock_kind == "mutex" else MQ_LOCK_SPIN
         mq_cell(cb.base, MQ_CTL_FLUSH_DISK_TYPE)[0] = 1 if sync_flush else 0
         mq_cell(cb.base, MQ_CTL_POOL_BUFFERS)[0] = pool_buffers
-        mq_cell(cb.base, MQ_CTL_CREATED_MS)[0] = mq_now_ms()
+        mq_cell(cb.base, MQ_CTL_CREATED_MS)[0] = max(mq_now_ms(), after_ms + 1)
         mq_cell(cb.base, MQ_CTL_ALLOC_READY_UPTO)[0] = -1
         mq_cell(cb.base, MQ_CTL_ALLOC_REQUEST_UPTO)[0] = -1
         r = mq_mutex_init(cb.base)
         if r != 0:
             raise OSError(r, f"cannot initialise the process-shared put mutex: {os.strerror(r)}")
         mq_store(mq_cell(cb.base, MQ_CTL_STATE), MQ_STATE_BUILDING)
-        os.rename(tmp, path)
+        if not in_place:
+            os.rename(tmp, path)
+        cb.reused = in_place
         return cb
 
     @staticmethod

@@ -48,12 +48,20 @@ class ControlBlock:
         moves the committed position with the wrote position).
 
         The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
+        On a full disk (ENOSPC, EDQUOT) an old block of the same size at path is laid out
+        again in place instead, so a store can start (and its cleaner free space) on a full
+        disk. The caller must have fenced the old block first (its writers stopped, its put
+        lock free); the new layout gets a later ``created_ms``, which processes still
+        attached to the old one compare under the put lock, so they can never write again.
         The block starts in state BUILDING; the owner rebuilds it from the files and then
         calls ``mark_ready``.
         """
 
     @property
     def readonly(self) -> bool: ...
+    @property
+    def reused(self) -> bool:
+        """True if create laid out the old file again in place (the disk was full)."""
     @staticmethod
     def attach(path: str, *, readonly: bool = False) -> ControlBlock:
         """Map an existing block (any process). Raises ValueError if it is not one.

@@ -66,6 +66,7 @@ class Dispatcher:
         self.commitlog = commitlog
         self.queues = queues
         self.index = index
+        self.index_error = False  # WRITE_INDEX_FILE_ERROR set by this dispatcher and not cleared yet
         self.ctl = ctl
         self.kernel = DispatchKernel(queues.dispatch_target, index_enable=index is not None,
                                      delay_levels_ms=delay_levels_ms, control_block=ctl,
@@ -244,7 +245,21 @@ class Dispatcher:
         self.ctl.add_stat("index_keys", keys)
         if not ok:
             self.ctl.add_stat("index_errors")
-            self.ctl.set_running_flag("WRITE_INDEX_FILE_ERROR")
+            if not self.index_error:
+                self.index_error = True
+                self.ctl.set_running_flag("WRITE_INDEX_FILE_ERROR")
+
+    def heal_index(self) -> bool:
+        """After an index error (no index file could be created or grown: a full disk), clear
+        WRITE_INDEX_FILE_ERROR once the index can take keys again (tried at most once every
+        index.CREATE_RETRY_INTERVAL_S). RocketMQ keeps the flag until the broker restarts,
+        refusing every put meanwhile; here puts resume when space returns. True if healed."""
+        if not self.index_error or self.index is None or not self.index.writable():
+            return False
+        self.index_error = False
+        self.ctl.set_running_flag("WRITE_INDEX_FILE_ERROR", False)
+        log.warning("index files can be written again: WRITE_INDEX_FILE_ERROR cleared, puts are accepted")
+        return True
 
     # -- concurrent (spec §10.2) ---------------------------------------------------------------
     def _dispatch_batches(self, mf: MappedFile, file_start: int, start: int, end: int, raise_table: bool,
@@ -338,6 +353,10 @@ class ReputMessageService(ServiceThread):
         self.dispatcher = dispatcher
         self.interval_ms = interval_ms
         self.last_error: BaseException | None = None
+        if "WRITE_LOGICS_QUEUE_ERROR" in self.ctl.running_flags():
+            # the owner's start-up dispatch failed (a full disk): this service clears the flag
+            # once it gets through
+            self.last_error = OSError("the start-up dispatch failed")
         self._idle_polls = 0
 
     def run_once(self) -> None:
@@ -354,6 +373,14 @@ class ReputMessageService(ServiceThread):
             self.last_error = exc
             self.sleep(RETRY_AFTER_ERROR_MS)
             return
+        if self.last_error is not None:
+            # the pass that failed went through: RocketMQ keeps the flag until a restart (every
+            # put refused meanwhile); here puts resume once the queue files can be written
+            log.warning("dispatch resumed after: %s; WRITE_LOGICS_QUEUE_ERROR cleared", self.last_error)
+            self.ctl.set_running_flag("WRITE_LOGICS_QUEUE_ERROR", False)
+            self.last_error = None
+        if self.dispatcher.index_error:
+            self.dispatcher.heal_index()
         if done:
             self._idle_polls = 0
             if self.dispatcher.caught_up:

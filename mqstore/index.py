@@ -15,8 +15,18 @@ Decisions beyond RocketMQ 4.9.7:
   new file before older ones at the next start.
 * Full files are flushed one after the other (each background flush waits for the previous
   one), so checkpoint.indexMsgTimestamp never covers a file whose flush has not finished.
-* Creating a file is tried three times, one second apart; after that ``build_index`` logs
-  the error and returns False, and the caller (the dispatcher) sets WRITE_INDEX_FILE_ERROR.
+* A full disk: an index file (420 MB by default) is allocated in bounded steps, not at once:
+  the header and hash slots (20 MB by default) plus ALLOCATE_STEP bytes of entries when it is
+  created, then ALLOCATE_STEP more each time the entries reach the end of what is allocated
+  (the rest of the file is sparse, and nothing is written past what posix_fallocate gave, so
+  a full disk is an error here, never a SIGBUS). RocketMQ creates the whole file and retries
+  three times one second apart inside the dispatcher for every keyed message; here a failed
+  creation or step is retried at most once every CREATE_RETRY_INTERVAL_S and never sleeps:
+  until it succeeds ``build_index``/``put_key_hashes`` return False at once (the keys of
+  messages dispatched meanwhile are not indexed, as in RocketMQ, and counted as index_errors),
+  the dispatcher sets WRITE_INDEX_FILE_ERROR (puts are refused, so few messages are affected),
+  and ``writable`` (asked by the dispatcher while the flag is set) clears it once a file can
+  take keys again.
 * Loading refuses (NotAStoreError) a file of the wrong size instead of mapping it anyway.
 * MappedFile accepts only 20-digit names (start offsets), so an index file is created and
   opened through a transient 20-digit hard link, see ``_IndexMapping``.
@@ -50,8 +60,8 @@ __all__ = ["IndexService", "QueryOffsetResult", "index_file_name"]
 log = logging.getLogger("mqstore.index")
 
 INDEX_DIR = "index"
-CREATE_TRIES = 3                  # RocketMQ MAX_TRY_IDX_CREATE
-CREATE_RETRY_SLEEP_S = 1.0        # between two attempts to create a file
+CREATE_RETRY_INTERVAL_S = 1.0     # a failed creation or allocation step is retried after this (RocketMQ: 3 tries 1 s apart)
+ALLOCATE_STEP = 4 << 20           # entries of an index file are allocated this many bytes at a time
 DESTROY_INTERVAL_MS = 3000        # a file still held by a reader is deleted forcibly after this
 TRANSACTION_TYPE_MASK = 0xC       # spec §1.3 sys flag bits 2-3
 TRANSACTION_ROLLBACK_TYPE = 0xC
@@ -118,12 +128,13 @@ class _IndexMapping:
         return os.path.join(head, "000" + name)
 
     @classmethod
-    def create(cls, path: str, file_size: int) -> _IndexMapping:
-        """Create, fully allocate and map a new index file; FileExistsError if path exists."""
+    def create(cls, path: str, file_size: int, allocate: int = -1) -> _IndexMapping:
+        """Create and map a new index file, allocating its first ``allocate`` bytes (-1: all);
+        FileExistsError if path exists, OSError (ENOSPC) if the disk has no room for them."""
         if os.path.lexists(path):
             raise FileExistsError(f"index file {path} already exists")
         staging = cls._staging(path)
-        mapped = MappedFile.create(staging, file_size)
+        mapped = MappedFile.create(staging, file_size, allocate)
         try:
             os.link(staging, path)
         except BaseException:
@@ -219,6 +230,8 @@ class IndexService:
         self.damage: list[str] = []
         self.damaged_files: list[str] = []
         self.rebuild_from = -1
+        self._failed_at: float | None = None  # monotonic time of the last failed creation or allocation
+        self._allocation_checked: set[str] = set()  # files whose allocated extent _allocate has checked
 
     @property
     def files(self) -> list[IndexFile]:
@@ -436,7 +449,7 @@ class IndexService:
         index file could be created (logged): the caller sets WRITE_INDEX_FILE_ERROR."""
         if self._closed:
             raise StoreClosedError("the index service is closed")
-        f = self._writable_file()
+        f = self._writable_file((1 if uniq_key else 0) + (keys.count(" ") + 1 if keys else 0))
         if f is None:
             return False
         if phy_offset < f.end_phy_offset:
@@ -466,7 +479,7 @@ class IndexService:
         n = len(keys) // 24
         done = 0
         while done < n:
-            f = self._writable_file()
+            f = self._writable_file(n - done)
             if f is None:
                 return False
             done = f.put_key_hashes(keys, done)  # a writable file takes at least one
@@ -483,18 +496,48 @@ class IndexService:
             f = g
         return f
 
-    def _writable_file(self) -> IndexFile | None:
-        """RocketMQ retryGetAndCreateIndexFile: the newest file, or a new one if it is full."""
-        for attempt in range(1, CREATE_TRIES + 1):
-            try:
-                return self._last_or_new_file()
-            except OSError as e:
-                log.error("index: cannot create an index file in %s (attempt %d of %d): %s",
-                          self.store_path, attempt, CREATE_TRIES, e)
-            if attempt < CREATE_TRIES:
-                time.sleep(CREATE_RETRY_SLEEP_S)
-        log.error("index: no index file could be created; keys are not indexed (WRITE_INDEX_FILE_ERROR)")
-        return None
+    def _writable_file(self, keys: int = 1) -> IndexFile | None:
+        """RocketMQ retryGetAndCreateIndexFile: the newest file, or a new one if it is full,
+        with room allocated for ``keys`` more entries (at most what the file holds). None
+        after a failure (logged once), and at once until CREATE_RETRY_INTERVAL_S has passed."""
+        now = time.monotonic()
+        if self._failed_at is not None and now - self._failed_at < CREATE_RETRY_INTERVAL_S:
+            return None
+        try:
+            f = self._last_or_new_file()
+            self._allocate(f, keys)
+        except OSError as e:
+            if self._failed_at is None:
+                log.error("index: no index file can take keys in %s: %s; keys are not indexed until it can "
+                          "(WRITE_INDEX_FILE_ERROR), retried every %.0f s", self.store_path, e,
+                          CREATE_RETRY_INTERVAL_S)
+            self._failed_at = now
+            return None
+        if self._failed_at is not None:
+            log.warning("index: %s takes keys again", f.file_name)
+            self._failed_at = None
+        return f
+
+    def writable(self) -> bool:
+        """True if the index can take keys now (tried at most once every
+        CREATE_RETRY_INTERVAL_S after a failure): the dispatcher clears WRITE_INDEX_FILE_ERROR."""
+        if self._closed:
+            return False
+        return self._writable_file() is not None
+
+    def _allocate(self, f: IndexFile, keys: int) -> None:
+        """Allocate f's entries for ``keys`` more keys, ALLOCATE_STEP bytes at a time (OSError
+        when the disk is full). A file found on disk may be sparse (created by an earlier run):
+        the first time, what is allocated is taken to end at its last entry."""
+        mapped = _mapping(f).mapped
+        entries_at = HEADER_SIZE + self.hash_slot_num * SLOT_SIZE
+        used = entries_at + f.index_count * ENTRY_SIZE
+        if f.file_name not in self._allocation_checked:
+            mapped.allocated = min(mapped.allocated, used)
+            self._allocation_checked.add(f.file_name)
+        need = used + keys * ENTRY_SIZE
+        if need > mapped.allocated:
+            mapped.allocate_to(max(need, mapped.allocated + ALLOCATE_STEP))
 
     def _last_or_new_file(self) -> IndexFile:
         with self._lock:
@@ -508,13 +551,15 @@ class IndexService:
             name = _name_after(last.file_name)    # same millisecond, or the clock went back
         while os.path.lexists(os.path.join(self.store_path, name)):
             name = _name_after(name)
-        mapping = _IndexMapping.create(os.path.join(self.store_path, name), self.file_size)
+        first = HEADER_SIZE + self.hash_slot_num * SLOT_SIZE + ALLOCATE_STEP
+        mapping = _IndexMapping.create(os.path.join(self.store_path, name), self.file_size, first)
         end_phy, end_ts = (last.end_phy_offset, last.end_timestamp) if last is not None else (0, 0)
         try:
             f = IndexFile(mapping, self.hash_slot_num, self.index_num, end_phy, end_ts)
         except BaseException:
             mapping.destroy(0)
             raise
+        self._allocation_checked.add(name)
         with self._lock:
             self._files.append(f)
         log.info("index: created %s (begin phy %d, ts %d)", name, end_phy, end_ts)

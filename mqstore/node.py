@@ -52,13 +52,29 @@ BACKGROUND_NICE = 10
 
 # -- the owner's configuration, shared with service processes and attached stores ------------
 def write_config(root: str, config: StoreConfig) -> None:
-    """Write config where service processes and attaching processes read it (atomically)."""
+    """Write config where service processes and attaching processes read it (atomically).
+    Nothing is written when the file already says the same (a store reopened on a full disk
+    with its own settings needs no new block for it)."""
     path = os.path.join(root, CONFIG_NAME)
+    text = json.dumps(config.to_dict(changed_only=True), indent=1, sort_keys=True)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text:
+                return
+    except (OSError, UnicodeDecodeError):
+        pass
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(config.to_dict(changed_only=True), fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     os.replace(tmp, path)
 
 

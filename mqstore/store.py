@@ -9,6 +9,7 @@ flush and dispatch (reput). Shutdown stops them, flushes, writes the checkpoint,
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -264,6 +265,9 @@ class MessageStore:
             sync_flush=cfg.is_sync_flush,
             pool_buffers=cfg.transient_store_pool_size if cfg.transient_store_pool_enable else 0,
         )
+        if self.ctl.reused:
+            log.warning("%s: no room for a new control block (the disk is full): the old one was laid out "
+                        "again in place", self.root)
         self.pool = transient_pool.create_pool(self.root, self.ctl, cfg) if cfg.transient_store_pool_enable else None
         self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.commitlog = CommitLog(self.root, cfg, self.ctl, self.pool)
@@ -285,7 +289,18 @@ class MessageStore:
         # spec §5.2 step 4: dispatch until nothing is behind before serving
         self.dispatcher.reset(self.recovery.dispatch_from)
         logged = LogProgress(logging.getLogger("mqstore.recovery"), "start-up dispatch")
-        self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True, progress=logged)
+        try:
+            self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True, progress=logged)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # a full disk must not keep the store from opening (its cleaner frees space): the
+            # reput service retries, and WRITE_LOGICS_QUEUE_ERROR refuses puts until it gets through
+            log.error("start-up dispatch stopped at offset %d: %s; the store opens with "
+                      "WRITE_LOGICS_QUEUE_ERROR and dispatch resumes when there is room",
+                      self.dispatcher.dispatched, exc)
+            self.ctl.add_stat("dispatch_errors")
+            self.ctl.set_running_flag("WRITE_LOGICS_QUEUE_ERROR")
         logged.finish(f"{self.recovery.redispatched_records:,} records")
         log_report(self.recovery)
         self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)

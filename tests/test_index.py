@@ -630,19 +630,83 @@ def test_delete_expired_file_stops_at_a_file_in_use(make_service):
         first.mapped_file.release()
 
 
-def test_failing_file_creation_is_retried_then_reported(make_service, monkeypatch):
+def test_failing_file_creation_is_retried_at_intervals_without_sleeping(make_service, monkeypatch):
     calls = []
+    real_create = index_mod._IndexMapping.create
+    space = {"left": False}
 
-    def no_space(path, size):
+    def create(path, size, allocate=-1):
         calls.append(path)
-        raise OSError(errno.ENOSPC, "No space left on device")
+        if not space["left"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_create(path, size, allocate)
 
-    monkeypatch.setattr(index_mod, "CREATE_RETRY_SLEEP_S", 0)
-    monkeypatch.setattr(index_mod._IndexMapping, "create", staticmethod(no_space))
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(index_mod.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(index_mod._IndexMapping, "create", staticmethod(create))
     s = make_service()
+    t0 = time.perf_counter()
     assert s.build_index("T", "K", None, 0, T0, 0) is False
-    assert len(calls) == index_mod.CREATE_TRIES == 3
-    assert s.files == []
+    assert s.build_index("T", "K", None, 100, T0, 0) is False  # within the interval: not tried again
+    assert s.writable() is False
+    assert len(calls) == 1 and s.files == []
+    clock["now"] += index_mod.CREATE_RETRY_INTERVAL_S
+    assert s.writable() is False and len(calls) == 2  # tried again after the interval
+    space["left"] = True
+    assert s.build_index("T", "K", None, 200, T0, 0) is False  # still within the interval
+    clock["now"] += index_mod.CREATE_RETRY_INTERVAL_S
+    assert s.writable() is True
+    assert s.build_index("T", "K", None, 300, T0, 0) is True
+    assert s.query_offset("T", "K", 64, *ALL).phy_offsets == [300]
+    assert time.perf_counter() - t0 < 1.0  # no sleeping in the dispatcher
+
+
+def test_entries_are_allocated_in_steps(make_service, monkeypatch):
+    monkeypatch.setattr(index_mod, "ALLOCATE_STEP", 4096)
+    s = make_service(max_hash_slot_num=64, max_index_num=1000)
+    fill(s, 1)
+    f = s.files[0]
+    mapped = f.mapped_file.mapped
+    entries_at = index_mod.HEADER_SIZE + 64 * index_mod.SLOT_SIZE
+    assert mapped.allocated == entries_at + 4096
+    assert os.stat(f.mapped_file.path).st_blocks * 512 < s.file_size  # the rest is sparse
+    n = 4096 // index_mod.ENTRY_SIZE + 10
+    for i in range(n):
+        assert s.build_index("T", f"K{i}", None, 100 + i, T0, 0)
+    assert mapped.allocated >= entries_at + (n + 1) * index_mod.ENTRY_SIZE
+    assert s.query_offset("T", f"K{n - 1}", 64, *ALL).phy_offsets == [100 + n - 1]
+
+
+def test_a_failed_allocation_step_indexes_nothing_until_space_returns(make_service, monkeypatch):
+    monkeypatch.setattr(index_mod, "ALLOCATE_STEP", 4096)
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(index_mod.time, "monotonic", lambda: clock["now"])
+    s = make_service(max_hash_slot_num=64, max_index_num=1000)
+    fill(s, 1)
+    mapped = s.files[0].mapped_file.mapped
+    real = type(mapped).allocate_to
+    full = {"on": True}
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(mapped, name)
+
+        def allocate_to(self, end):
+            if full["on"]:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(mapped, end)
+
+    s.files[0].mapped_file.mapped = Failing()
+    per_step = 4096 // index_mod.ENTRY_SIZE
+    results = [s.build_index("T", f"K{i}", None, 100 + i, T0, 0) for i in range(per_step + 5)]
+    ok = results.index(False)
+    assert per_step - 5 <= ok < per_step and not any(results[ok:])  # the step filled up, then nothing
+    assert not s.writable()
+    full["on"] = False
+    clock["now"] += index_mod.CREATE_RETRY_INTERVAL_S
+    assert s.writable()
+    assert s.build_index("T", "late", None, 9000, T0, 0)
+    assert s.query_offset("T", "late", 64, *ALL).phy_offsets == [9000]
 
 
 def test_flush_destroy_and_close(make_service, root):

@@ -29,6 +29,10 @@ One run, as in RocketMQ 4.9.7:
 
 Decisions beyond RocketMQ (docs/retention.md):
 
+* A disk check (every 10 s, the first 1 s after the start) that finds the disk past
+  disk_space_clean_forcibly_ratio runs a clean at once. RocketMQ's check only sets the flag,
+  so a broker started on a full disk refuses every put until its first clean, 60 s later.
+
 * The CommitLog and ConsumeQueue partitions are judged together: the flag is set when either
   is above the warning ratio and cleared only when both are below it. RocketMQ checks them
   one after the other and stops after the CommitLog when it is above
@@ -303,6 +307,13 @@ class CleanService(ServiceThread):
             self.last_report = report
             return report
 
+    def _clean_and_recheck(self) -> None:
+        """clean_once, then, if it deleted files, the disk check again: DISK_FULL clears as soon
+        as the clean freed the space, not 10 s later."""
+        report = self.clean_once()
+        if report.commitlog_files_deleted and report.disk.disk_full:
+            self.check_disk_space()
+
     def _follow(self) -> None:
         """Map what the allocator and the dispatcher processes created since the last run: new
         CommitLog files, new queues and their files (up to the published unit counts), new
@@ -332,12 +343,17 @@ class CleanService(ServiceThread):
         now = time.monotonic() * 1000
         try:
             if woken or now >= self._next_clean_ms:
-                self.clean_once()
+                self._clean_and_recheck()
                 self._next_clean_ms = now + self.config.clean_resource_interval
                 self._next_disk_check_ms = now + DISK_CHECK_INTERVAL_MS
             elif now >= self._next_disk_check_ms:
-                self.check_disk_space()
                 self._next_disk_check_ms = now + DISK_CHECK_INTERVAL_MS
+                if self.check_disk_space().clean_immediately:
+                    # past disk_space_clean_forcibly_ratio: clean now, not at the next period
+                    # (RocketMQ's disk check only sets the flag, so a broker started on a full
+                    # disk refuses puts until its first clean, 60 s after the start)
+                    self._clean_and_recheck()
+                    self._next_clean_ms = now + self.config.clean_resource_interval
         except (OSError, ValueError) as exc:
             # RocketMQ logs and carries on at the next period; so does this loop
             log.error("cleaning failed: %s", exc)
