@@ -109,6 +109,12 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
         def flags(s):
             return s.ctl.running_flags()
 
+        live_checks = []
+
+        def live_check():
+            rep = check_store(root, quiescent=False, config=s.config)
+            live_checks.append([str(p) for p in rep.problems][:3])
+
         def wait_for(pred, timeout=10.0):
             end = time.monotonic() + timeout
             while time.monotonic() < end:
@@ -135,6 +141,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
         os.unlink(ballast)
         out["cq_cleared"] = wait_for(lambda: "WRITE_LOGICS_QUEUE_ERROR" not in flags(s))
         out["b_found"] = s.get_message("g", "B", 0, 0, 32).status.name
+        live_check()
         out["after_cq"] = s.put_message(Message("A", b"z")).status.name
         # the index
         fill()
@@ -151,10 +158,12 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
         out["keyed_ok"] = statuses.count("PUT_OK")
         os.unlink(ballast)
         out["index_cleared"] = wait_for(lambda: "WRITE_INDEX_FILE_ERROR" not in flags(s))
+        live_check()
         out["late"] = s.put_message(Message("A", b"late", keys="late")).status.name
         s.wait_dispatched()
         out["late_found"] = repr(s.query_message("A", "late", 32, 0, 2**62))
         out["index_errors"] = s.ctl.stats()["index_errors"]
+        out["live_checks"] = live_checks
         s.shutdown()
         rep = check_store(root)
         out["check"] = [rep.ok, [str(p) for p in rep.problems][:5]]
@@ -167,6 +176,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
     assert out["cq_cleared"] and out["b_found"] == "FOUND" and out["after_cq"] == "PUT_OK"
     assert out["index_flag"] and "WRITE_INDEX_FILE_ERROR" in out.get("index_refused", ""), out
     assert out["index_errors"] > 0
+    assert out["live_checks"] == [[], []]  # the checker on the running store after each heal
     assert out["index_cleared"] and out["late"] == "PUT_OK" and "queue_offset" in out["late_found"]
     assert out["check"] == [True, []]
 
