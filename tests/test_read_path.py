@@ -244,8 +244,10 @@ def test_time_lookup_nearest_entry_rules(open_store):
     groups = []
     for g in range(4):
         rs = put(store, 15, body=b"g%d-" % g + b"%d")
-        groups.append(rs[0].store_timestamp)
-        assert all(r.store_timestamp == rs[0].store_timestamp for r in rs) or True
+        stamps = [r.store_timestamp for r in rs]
+        assert stamps == sorted(stamps)  # store timestamps never go back within a group
+        assert not groups or stamps[0] > groups[-1]  # nor across the 20 ms pause
+        groups.append(stamps[-1])
         time.sleep(0.02)
     ts = [store.get_message_store_timestamp("T", 0, q) for q in range(60)]
     assert ts == sorted(ts)
