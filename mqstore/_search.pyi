@@ -6,6 +6,8 @@ Result rules (a QUIRK decision, see the module docstring): over the units low..h
 first unit whose store time is >= ts (removed units are older than any time); an exact match
 returns the earliest such unit, otherwise the nearer of r - 20 and r (ties left); no r returns
 high (high + 20 if every unit is removed); an empty range returns low.
+
+And the body CRC check of reads (check_crc_on_read): crc32, record_status, first_corrupt.
 """
 
 from typing import Final
@@ -42,3 +44,27 @@ def store_time_at(
 ) -> int | None:
     """The STORETIMESTAMP of the CommitLog record at phy_offset as the search reads it, or None
     when that unit would count as removed (before min_phy, file not mapped or out of range)."""
+
+# -- body CRC on read -------------------------------------------------------------------------
+
+CRC_FOLDED: bool
+"""True when crc32 and the record checks fold with PCLMULQDQ (this CPU has it and SSE4.1)."""
+RECORD_OK: Final = 0
+RECORD_CRC_MISMATCH: Final = 1
+RECORD_MALFORMED: Final = 2
+
+def crc32(data: ReadableBuffer, value: int = 0, *, fold: bool = True) -> int:
+    """zlib.crc32(data, value), unmasked (RocketMQ's body CRC is this & 0x7FFFFFFF); fold=False
+    takes the portable slicing-by-8 path even where PCLMULQDQ folding is available."""
+
+def record_status(data: ReadableBuffer) -> int:
+    """RECORD_OK, RECORD_CRC_MISMATCH or RECORD_MALFORMED for the record at the start of data
+    (a buffer that holds the record and may extend past it): the structure checks of spec §5.3,
+    then BODYCRC against UtilAll.crc32 of the body."""
+
+def first_corrupt(
+    phys: list[int], cl_bases: ReadableBuffer, cl_first_from: int, cl_file_size: int
+) -> tuple[int, int]:
+    """(index, status) of the first record of phys (CommitLog offsets) that is not RECORD_OK,
+    or (-1, RECORD_OK) when every record checks. cl_bases as for offset_by_time; a record whose
+    file is not mapped is skipped. ValueError if cl_file_size <= 0."""

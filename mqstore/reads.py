@@ -4,17 +4,24 @@
 the min/max offsets. Messages come back as ``MessageView`` objects: zero-copy views on the
 mapped CommitLog files, decoded field by field on access. The scans run in the compiled
 kernels (mqstore._consumequeue, mqstore._search).
+
+With ``check_crc_on_read`` every message a read returns has its body CRC checked first
+(mqstore._search.first_corrupt / record_status, one C call per getMessage result): see
+``MessageReader.verified``, ``MessageReader.verify_view`` and ``query_message``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, LogMap, MessageView, ReadKernel
-from mqstore._search import offset_by_time
+from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, GetMessageResult, LogMap, MessageView, ReadKernel
+from mqstore._search import RECORD_CRC_MISMATCH, RECORD_OK, first_corrupt, offset_by_time, record_status
+from mqstore.errors import CorruptRecordError
+from mqstore.status import GetMessageStatus
 
 if TYPE_CHECKING:
     from mqstore.commitlog import CommitLog
@@ -22,6 +29,7 @@ if TYPE_CHECKING:
     from mqstore.consume_queue import ConsumeQueue, ConsumeQueueTable
 
 UNIT = CQ_STORE_UNIT_SIZE
+log = logging.getLogger("mqstore.reads")
 
 
 def total_physical_memory() -> int:
@@ -43,11 +51,45 @@ class TimeLookup:
 
 @dataclass
 class QueryMessageResult:
-    """Messages found by key (spec §4.4), ascending by physical offset."""
+    """Messages found by key (spec §4.4), ascending by physical offset. ``corrupt_offsets``:
+    physical offsets of records the index pointed to that were left out because they are
+    damaged (a body CRC mismatch with check_crc_on_read, or bytes that do not decode)."""
 
     messages: list[MessageView] = field(default_factory=list)
     index_last_update_timestamp: int = 0
     index_last_update_phy_offset: int = 0
+    corrupt_offsets: list[int] = field(default_factory=list)
+
+
+def record_problem(status: int) -> str:
+    """What a record_status / first_corrupt status says is wrong with a record."""
+    if status == RECORD_CRC_MISMATCH:
+        return "its body does not match its BODYCRC"
+    return "its header does not parse (magic code or lengths damaged)"
+
+
+class CorruptedMessageResult(GetMessageResult):
+    """The result of a getMessage whose first message is damaged (check_crc_on_read): status
+    MESSAGE_CORRUPTED, no messages, next_begin_offset = the damaged message's queue offset.
+
+    ``corrupt_physical_offset`` and ``corrupt_queue_offset`` locate the record; ``detail``
+    says what is wrong and names both. Reading on from next_begin_offset + 1 skips it."""
+
+    corrupt_physical_offset: int
+    corrupt_queue_offset: int
+    detail: str
+
+    def __init__(self, next_begin_offset: int, min_offset: int, max_offset: int, *, physical_offset: int,
+                 detail: str) -> None:
+        super().__init__(GetMessageStatus.MESSAGE_CORRUPTED, next_begin_offset, min_offset, max_offset)
+        self.corrupt_physical_offset = physical_offset
+        self.corrupt_queue_offset = next_begin_offset
+        self.max_phy_offset_pulling = physical_offset
+        self.detail = detail
+
+    def __repr__(self) -> str:
+        return (f"CorruptedMessageResult(status=MESSAGE_CORRUPTED, next_begin_offset={self.next_begin_offset}, "
+                f"min_offset={self.min_offset}, max_offset={self.max_offset}, detail={self.detail!r})")
 
 
 _INT32_MAX = 2**31 - 1
@@ -196,6 +238,7 @@ class MessageReader(ReadKernel):
         """Take the read limits of config: transfer caps, in-memory share, warm tail bytes."""
         self._config = config
         self.in_memory_limit = self.memory * config.access_message_in_memory_max_ratio // 100
+        self.check_crc_on_read = config.check_crc_on_read
         self.warm_bytes = config.time_lookup_warm_bytes
         self.set_transfer_limits(max_bytes_memory=config.max_transfer_bytes_on_message_in_memory,
                                  max_count_memory=config.max_transfer_count_on_message_in_memory,
@@ -257,11 +300,64 @@ class MessageReader(ReadKernel):
         end = min(end, cq.file_size)
         return lo, end - UNIT
 
+    # -- body CRC on read (check_crc_on_read) ---------------------------------------------------
+    def verified(self, result: GetMessageResult, group: str, topic: str, queue_id: int, offset: int,
+                 max_msg_nums: int, tags: str | None) -> GetMessageResult:
+        """result (of get_message with these arguments) with every message's body CRC checked
+        in one C call. All good: result itself. The first damaged message at index i > 0: the
+        get is repeated for the i messages before it (FOUND, next_begin_offset right after
+        the last of them, so the next get starts at the damaged one). At index 0: a
+        CorruptedMessageResult (MESSAGE_CORRUPTED) naming its physical and queue offsets,
+        whose next_begin_offset stays at it. The repeats run only when something is damaged,
+        and each result they give is checked again."""
+        limit = max_msg_nums
+        while len(result):
+            lmap = self.log_map()
+            bad, status = first_corrupt(result.physical_offsets, lmap.base_addresses(), lmap.first_from,
+                                        lmap.file_size)
+            if bad < 0:
+                break
+            if bad > 0:
+                limit = bad
+            elif limit == 1:
+                # one message, damaged: the scan stopped right after its unit
+                return self._corrupted(result, topic, queue_id, status)
+            else:
+                limit = 1
+            result = ReadKernel.get_message(self, group, topic, queue_id, offset, limit, tags)
+        return result
+
+    def _corrupted(self, result: GetMessageResult, topic: str, queue_id: int, status: int) -> CorruptedMessageResult:
+        phy = result.physical_offsets[0]
+        queue_offset = result.next_begin_offset - 1
+        detail = (f"the message at queue offset {queue_offset} of {topic}/{queue_id} (physical offset {phy}) is "
+                  f"damaged: {record_problem(status)}; run `mqstore verify` on the store, or read on "
+                  f"from queue offset {queue_offset + 1} to skip it")
+        log.error("get_message: %s", detail)
+        return CorruptedMessageResult(queue_offset, result.min_offset, result.max_offset, physical_offset=phy,
+                                      detail=detail)
+
+    def verify_view(self, view: MessageView) -> MessageView:
+        """view, once its record passed the structure checks and its body CRC; else
+        CorruptRecordError naming its physical offset (the look-ups that return one message)."""
+        status = record_status(view.buffer)
+        if status != RECORD_OK:
+            phy = view.physical_offset
+            log.error("the record at physical offset %d is damaged: %s", phy, record_problem(status))
+            raise CorruptRecordError(f"the record at physical offset {phy} is damaged: {record_problem(status)}")
+        return view
+
     # -- by key (spec §4.4) -----------------------------------------------------------------
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         """Messages of topic whose KEYS or UNIQ_KEY is key, stored in [begin, end] (ms).
         Every hit of the index is checked against the real key, so a hash collision never
-        returns a wrong message."""
+        returns a wrong message.
+
+        Damaged records are skipped, not raised: with check_crc_on_read a matching message
+        whose body fails its CRC (or whose header does not parse), and whatever the setting
+        a record whose topic or properties do not decode, is left out with an error logged
+        and its physical offset listed in the result's ``corrupt_offsets``; the other
+        messages are still returned."""
         result = QueryMessageResult()
         if self.index is None:
             return result
@@ -269,12 +365,25 @@ class MessageReader(ReadKernel):
         found = self.index.query_offset(topic, key, want, begin, end)
         result.index_last_update_timestamp = found.index_last_update_timestamp
         result.index_last_update_phy_offset = found.index_last_update_phy_offset
+        check = self.check_crc_on_read
         for phy in sorted(set(found.phy_offsets)):  # a re-dispatched newest entry may repeat
             view = self.look_message_by_offset(phy)
-            if view is None or view.topic != topic:
+            if view is None:
                 continue
-            props = view.properties
-            if props.get("UNIQ_KEY") == key or key in props.get("KEYS", "").split(" "):
-                result.messages.append(view)
+            try:
+                if view.topic != topic:
+                    continue
+                props = view.properties
+                if not (props.get("UNIQ_KEY") == key or key in props.get("KEYS", "").split(" ")):
+                    continue
+                status = record_status(view.buffer) if check else RECORD_OK
+                problem = record_problem(status) if status != RECORD_OK else ""
+            except (CorruptRecordError, UnicodeDecodeError) as exc:
+                problem = f"its topic or properties do not decode ({exc})"
+            if problem:
+                log.error("query_message(%r, %r): skipping the record at physical offset %d: it is damaged: %s",
+                          topic, key, phy, problem)
+                result.corrupt_offsets.append(phy)
+                continue
+            result.messages.append(view)
         return result
-

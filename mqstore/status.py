@@ -67,7 +67,13 @@ HINTS = {
 
 
 class GetMessageStatus(_Status):
-    """GetMessageStatus of RocketMQ 4.9.7 (spec §11)."""
+    """GetMessageStatus of RocketMQ 4.9.7 (spec §11), and mqstore's MESSAGE_CORRUPTED.
+
+    MESSAGE_CORRUPTED (not in RocketMQ; check_crc_on_read): the first message the get would
+    return fails its body CRC (or its header does not parse). The result holds no message,
+    its ``detail`` names the message's physical and queue offsets, and next_begin_offset is
+    that queue offset, so nothing is skipped unless the consumer decides to (next_begin_offset
+    + 1). Messages before a damaged one come back as usual (FOUND), ending before it."""
 
     FOUND = 0
     NO_MATCHED_MESSAGE = 1
@@ -78,3 +84,4 @@ class GetMessageStatus(_Status):
     OFFSET_TOO_SMALL = 6
     NO_MATCHED_LOGIC_QUEUE = 7
     NO_MESSAGE_IN_QUEUE = 8
+    MESSAGE_CORRUPTED = 9

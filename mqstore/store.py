@@ -483,42 +483,63 @@ class MessageStore:
                     tags: str | Iterable[str] | None = None) -> GetMessageResult:
         """Up to max_msg_nums messages of a queue from offset, filtered by a tags expression
         ("*", "TagA", "TagA || TagB", or a list of tags); the status and next_begin_offset
-        follow spec §11."""
+        follow spec §11.
+
+        With check_crc_on_read every message returned has passed its body CRC check: the
+        messages before a damaged one are returned as usual (the batch ends before it); when
+        the damaged one comes first, the status is MESSAGE_CORRUPTED, the result (a
+        mqstore.reads.CorruptedMessageResult) holds no message, its ``detail`` names the
+        physical and queue offsets, and next_begin_offset stays at the damaged message."""
         self._check_open()
         if self._following:
             self._follow(topic, queue_id)
+        reader = self.reader
         try:
-            return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
+            result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
         except (TypeError, OverflowError) as exc:
-            if tags is not None and not isinstance(tags, str):
-                expression = tags_expression(tags)
-                return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, expression)
-            raise argument_error("get_message", exc, group=group, topic=topic, queue_id=queue_id, offset=offset,
-                                 max_msg_nums=max_msg_nums, tags=tags) from None
+            if tags is None or isinstance(tags, str):
+                raise argument_error("get_message", exc, group=group, topic=topic, queue_id=queue_id, offset=offset,
+                                     max_msg_nums=max_msg_nums, tags=tags) from None
+            tags = tags_expression(tags)
+            result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
+        if reader.check_crc_on_read:
+            return reader.verified(result, group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
+        return result
 
     def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
         """The message whose record starts at phy_offset in the CommitLog, or None (spec §11
-        lookMessageByOffset)."""
+        lookMessageByOffset). With check_crc_on_read, CorruptRecordError naming phy_offset
+        when the record's body fails its CRC (or its header does not parse)."""
         self._check_open()
         if self._following:
             self._follow_log()
+        reader = self.reader
         try:
-            return self.reader.look_message_by_offset(phy_offset)
+            view = reader.look_message_by_offset(phy_offset)
         except (TypeError, OverflowError) as exc:
             raise argument_error("look_message_by_offset", exc, phy_offset=phy_offset) from None
+        if view is not None and reader.check_crc_on_read:
+            reader.verify_view(view)
+        return view
 
     def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
-        """The message at a queue offset (through its ConsumeQueue unit), or None."""
+        """The message at a queue offset (through its ConsumeQueue unit), or None. With
+        check_crc_on_read, CorruptRecordError naming the physical offset when the record's
+        body fails its CRC (or its header does not parse)."""
         self._check_open()
         if type(queue_offset) is not int:
             check_arguments("look_message_by_queue_offset", topic=topic, queue_id=queue_id, queue_offset=queue_offset)
         if self._following:
             self._follow(topic, queue_id)
+        reader = self.reader
         try:
-            return self.reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
+            view = reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
         except (TypeError, OverflowError) as exc:
             raise argument_error("look_message_by_queue_offset", exc, topic=topic, queue_id=queue_id,
                                  queue_offset=queue_offset) from None
+        if view is not None and reader.check_crc_on_read:
+            reader.verify_view(view)
+        return view
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """The store timestamp (ms) of the message at a queue offset, or -1 (spec §11)."""
@@ -601,7 +622,9 @@ class MessageStore:
                       end: int = 2**63 - 1) -> QueryMessageResult:
         """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key;
         at most max_num (default: the default_query_max_num setting), stored between begin
-        and end (ms since the epoch)."""
+        and end (ms since the epoch). A damaged record (its body CRC fails, with
+        check_crc_on_read, or its topic or properties do not decode) is skipped with an error
+        logged, and its physical offset listed in the result's ``corrupt_offsets``."""
         self._check_open()
         if max_num is None:
             max_num = self.config.default_query_max_num

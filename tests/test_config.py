@@ -110,6 +110,7 @@ OWN_KEYS: dict[str, Any] = {
     "max_topic_length": 127,
     "time_lookup_warm_bytes": 8192,
     "dispatch_batch_bytes": 4 * 1024 * 1024,
+    "check_crc_on_read": True,
 }
 
 UNITS = {"bytes", "ms", "pages", "hours", "percent", "count", "bits", "chars", "-"}

@@ -296,8 +296,8 @@ def test_commitlog_body_bit_flip_is_a_crc_mismatch(store_copy, k, how):
 
 
 def test_commitlog_body_bit_flip_without_crc_check(store_copy):
-    """The same flip with check_crc_on_recover=False: recovery keeps the record (RocketMQ
-    does too) and get_message returns the altered body; the checker (which checks CRCs)
+    """The same flip with check_crc_on_recover=False and check_crc_on_read=False: recovery
+    keeps the record (RocketMQ does too) and get_message returns the altered body; the checker (which checks CRCs)
     reports exactly that record."""
     root, acks = store_copy("clean")
     victim = tail_acks(acks, 5)[0]
@@ -305,7 +305,7 @@ def test_commitlog_body_bit_flip_without_crc_check(store_copy):
     flip_bit(path, pos + BODY_POS + 1, 3)
     altered = bytearray(victim.body)
     altered[1] ^= 1 << 3
-    with MessageStore(root, **CFG, check_crc_on_recover=False) as store:
+    with MessageStore(root, **CFG, check_crc_on_recover=False, check_crc_on_read=False) as store:
         report = store.recovery
         assert report.records == N and report.valid_end == max(a.phy + a.size for a in acks)
         assert not report.stop_detail and not report.damaged
