@@ -26,7 +26,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp, memcpy
 
@@ -45,6 +45,17 @@ cdef enum:
 
 CQ_STORE_UNIT_SIZE = CQ_UNIT
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+cdef inline int64_t unit_end(int64_t phy, int32_t size) noexcept nogil:
+    """phyOffset + size of a unit, saturated to the int64 range: a damaged unit's phyOffset may
+    lie near 2^63, and a wrapped (negative) end would let the units after it pass the order
+    and truncation checks. Twin: mqstore.twin.consume_queue.unit_end."""
+    if size > 0 and phy > INT64_MAX - size:
+        return INT64_MAX
+    if size < 0 and phy < INT64_MIN - size:
+        return INT64_MIN
+    return phy + size
 
 
 cdef inline void put_unit_bytes(char *p, int64_t phy, int32_t size, int64_t tags) noexcept nogil:
@@ -67,22 +78,27 @@ def scan_units(mapped, int64_t start, int64_t end):
     """Walk units from start while ``phyOffset >= 0 and size > 0`` (spec §3 recovery).
 
     Returns (valid_end, last_phy_end): the position after the last valid unit and
-    phyOffset + size of that unit (-1 if none; filler units do not count).
+    phyOffset + size of that unit (-1 if none; filler units do not count). end is clamped to
+    the buffer; ValueError for a negative start.
     """
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
     cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
     if end > view.shape[0]:
         end = view.shape[0]
-    cdef const char *b = <const char *>&view[0]
+    if end < 0:
+        end = 0
+    cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
     cdef int64_t pos = start, phy, last = -1
     cdef int32_t size
     with nogil:
-        while pos + CQ_UNIT <= end:
+        while pos <= end - CQ_UNIT:   # pos + CQ_UNIT could overflow
             phy = mq_get_i64(b + pos)
             size = mq_get_i32(b + pos + 8)
             if phy < 0 or size <= 0:
                 break
             if size != FILLER_SIZE or phy != 0:
-                last = phy + size
+                last = unit_end(phy, size)
             pos += CQ_UNIT
     return pos, last
 
@@ -110,19 +126,26 @@ def order_break(mapped, int64_t end, int64_t file_from, int64_t prev_end, int64_
             if phy < prev_end:
                 cut = prev_pos if prev_pos >= 0 else file_from + pos - CQ_UNIT
                 break
-            prev_end = phy + size
+            prev_end = unit_end(phy, size)
             prev_pos = file_from + pos - CQ_UNIT
     return cut, prev_end, prev_pos
 
 
 def truncate_point(mapped, int64_t start, int64_t end, int64_t phy_limit):
     """First unit position in [start, end) whose record starts at or after phy_limit or that is
-    invalid (spec §3 truncateDirtyLogicFiles), and phyOffset + size of the last kept unit."""
+    invalid (spec §3 truncateDirtyLogicFiles), and phyOffset + size of the last kept unit.
+    end is clamped to the buffer; ValueError for a negative start."""
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
     cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
-    cdef const char *b = <const char *>&view[0]
+    if end > view.shape[0]:
+        end = view.shape[0]
+    if end < 0:
+        end = 0
+    cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
     cdef int64_t pos = start, phy, last = -1
     cdef int32_t size
-    while pos + CQ_UNIT <= end:
+    while pos <= end - CQ_UNIT:
         phy = mq_get_i64(b + pos)
         size = mq_get_i32(b + pos + 8)
         if phy < 0 or size <= 0:
@@ -130,7 +153,7 @@ def truncate_point(mapped, int64_t start, int64_t end, int64_t phy_limit):
         if size != FILLER_SIZE or phy != 0:
             if phy >= phy_limit:
                 break
-            last = phy + size
+            last = unit_end(phy, size)
         pos += CQ_UNIT
     return pos, last
 

@@ -18,9 +18,14 @@ of a query runs without the GIL.
 Java semantics (spec Appendix B): the key hash is String.hashCode over UTF-16 code units,
 |h| with abs(Integer.MIN_VALUE) mapped to 0; timeDiff uses C (truncating) division.
 
-Deliberate deviations from RocketMQ 4.9.7, both only visible on damaged or foreign files:
+Deliberate deviations from RocketMQ 4.9.7, all only visible on damaged or foreign files:
 * a chain walk stops after ``index_count`` steps (a valid chain strictly decreases, so this
   never cuts one short; RocketMQ loops forever on a cycle of two or more entries);
+* an entry number (a hash slot's value, an entry's previous-entry number) is valid only in
+  [1, indexCount): RocketMQ also follows one equal to indexCount, the entry not yet written,
+  which in a full file (indexCount = index_num) lies past the end of the file; and the
+  indexCount read from a header is clamped to index_num, so a damaged header can never send a
+  read or a write past the entries;
 * ``IndexFile.load`` treats a header indexCount of 0 (a file RocketMQ created but never wrote:
   its IndexHeader starts at 1 in memory only) as 1, so entry #0 stays unused.
 """
@@ -76,7 +81,8 @@ cdef int64_t walk_chain(const char *base, int64_t slots, int64_t count, int64_t 
     cdef int32_t time_diff
     cdef const char *e
     cur = mq_get_i32(base + HEADER + SLOT * (key_hash % slots))
-    if cur <= 0 or cur > count or count <= 1:
+    # entries 1 .. count - 1 are written; count <= the file's index_num (IndexFile clamps it)
+    if cur <= 0 or cur >= count or count <= 1:
         return 0
     while n < max_num and steps < count:
         steps += 1
@@ -89,7 +95,7 @@ cdef int64_t walk_chain(const char *base, int64_t slots, int64_t count, int64_t 
             out[n] = mq_get_i64(e + 4)
             n += 1
         prev = mq_get_i32(e + 16)
-        if prev <= 0 or prev > count or prev == cur or time_read < begin:
+        if prev <= 0 or prev >= count or prev == cur or time_read < begin:
             break
         cur = prev
     return n
@@ -140,7 +146,8 @@ cdef class IndexFile:
     @classmethod
     def load(cls, mapped_file, int hash_slot_num, int index_num):
         """An existing index file: the header is read from the mapping, nothing is written.
-        An indexCount of 0 (RocketMQ created the file but never put a key) counts as 1."""
+        An indexCount of 0 (RocketMQ created the file but never put a key) counts as 1, one
+        above index_num (a damaged header) counts as index_num."""
         cdef IndexFile f = cls.__new__(cls)
         f._attach(mapped_file, hash_slot_num, index_num)
         f._read_header()
@@ -160,20 +167,20 @@ cdef class IndexFile:
         self.size = want
 
     cdef _read_header(self):
+        """The header's fields; indexCount is clamped to [1, index_num] (a damaged header, or
+        a count read while being written, can never send a query or a put past the entries)."""
         self.begin_ts = mq_get_i64(self.base + H_BEGIN_TS)
         self.end_ts = mq_get_i64(self.base + H_END_TS)
         self.begin_phy = mq_get_i64(self.base + H_BEGIN_PHY)
         self.end_phy = mq_get_i64(self.base + H_END_PHY)
         self.slot_count = mq_get_i32(self.base + H_SLOT_COUNT)
-        self.count = max(1, mq_get_i32(self.base + H_INDEX_COUNT))
+        self.count = min(max(1, mq_get_i32(self.base + H_INDEX_COUNT)), self.entries)
 
     def refresh_header(self):
         """Re-read the header another process (the dispatcher) keeps writing through to the
         mapping: a follower's view of new entries. indexCount is clamped to the file's
         capacity (a count read while being written cannot send a query past the entries)."""
         self._read_header()
-        if self.count > self.entries + 1:
-            self.count = self.entries + 1
 
     def __repr__(self):
         return (f"IndexFile({self._mapped.file_name}, index_count={self.count}, "
@@ -237,7 +244,7 @@ cdef class IndexFile:
         cdef int64_t prev = mq_get_i32(slot)
         cdef int64_t diff
         cdef char *e = b + HEADER + SLOT * self.slots + ENTRY * n
-        if prev <= 0 or prev > n:
+        if prev <= 0 or prev >= n:   # not a written entry (damaged, or a torn put)
             prev = 0
         # QUIRK (RocketMQ 4.9.7): the first entry of a file that follows a full one is
         # measured from the previous file's end timestamp, before begin is set just below.

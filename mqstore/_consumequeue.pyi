@@ -19,7 +19,9 @@ def filler_units(count: int) -> bytes:
     """count pre-fill units (0, Integer.MAX_VALUE, 0) as RocketMQ's fillPreBlank writes them."""
 
 def scan_units(mapped: Any, start: int, end: int) -> tuple[int, int]:
-    """(valid_end, last_phy_end) of the units from start while phyOffset >= 0 and size > 0."""
+    """(valid_end, last_phy_end) of the units from start while phyOffset >= 0 and size > 0
+    (end clamped to the buffer, phyOffset + size saturated at 2^63 - 1; ValueError for a
+    negative start)."""
 
 def order_break(mapped: Any, end: int, file_from: int, prev_end: int, prev_pos: int) -> tuple[int, int, int]:
     """Whether the real units of [0, end) follow each other in the CommitLog after a unit ending
@@ -28,7 +30,8 @@ def order_break(mapped: Any, end: int, file_from: int, prev_end: int, prev_pos: 
 
 def truncate_point(mapped: Any, start: int, end: int, phy_limit: int) -> tuple[int, int]:
     """First unit position whose record starts at or after phy_limit (or that is invalid),
-    and phyOffset + size of the last kept unit."""
+    and phyOffset + size of the last kept unit (end clamped to the buffer; ValueError for a
+    negative start)."""
 
 @disjoint_base
 class ConsumeQueueKernel:

@@ -56,7 +56,8 @@ class IndexFile:
     @classmethod
     def load(cls, mapped_file: _Mapping, hash_slot_num: int, index_num: int) -> IndexFile:
         """An existing index file: the header is read from the mapping, nothing is written.
-        An indexCount of 0 (RocketMQ created the file but never put a key) counts as 1."""
+        An indexCount of 0 (RocketMQ created the file but never put a key) counts as 1, one
+        above index_num (a damaged header) counts as index_num."""
 
     # -- writing (spec §4.2)
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:

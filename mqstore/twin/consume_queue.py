@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["FILLER_SIZE", "UNIT", "order_break"]
+__all__ = ["FILLER_SIZE", "UNIT", "order_break", "unit_end"]
 
 UNIT = 20
 FILLER_SIZE = 0x7FFFFFFF
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def unit_end(phy: int, size: int) -> int:
+    """phyOffset + size of a unit, saturated to the int64 range (a damaged unit's phyOffset may
+    lie near 2^63; the kernel never lets the sum wrap)."""
+    return max(_INT64_MIN, min(_INT64_MAX, phy + size))
 
 
 def order_break(data: bytes, end: int, file_from: int, prev_end: int, prev_pos: int) -> tuple[int, int, int]:
@@ -27,5 +34,5 @@ def order_break(data: bytes, end: int, file_from: int, prev_end: int, prev_pos: 
             continue
         if phy < prev_end:
             return (prev_pos if prev_pos >= 0 else file_from + pos), prev_end, prev_pos
-        prev_end, prev_pos = phy + size, file_from + pos
+        prev_end, prev_pos = unit_end(phy, size), file_from + pos
     return -1, prev_end, prev_pos

@@ -7,8 +7,10 @@ indexCount), ``hash_slot_num`` 4-byte slots, ``index_num`` 20-byte entries (keyH
 commitLogOffset, timeDiff seconds, previous entry). Big-endian; Java long arithmetic wraps
 and integer division truncates toward zero (Appendix B).
 
-Written for clarity, not speed. The kernel's two documented deviations are reproduced: a
-chain walk stops after indexCount steps, and ``load`` reads an indexCount of 0 as 1.
+Written for clarity, not speed. The kernel's documented deviations are reproduced: a chain
+walk stops after indexCount steps; an entry number (a slot's value, a previous-entry number)
+is valid only in [1, indexCount) (RocketMQ also follows indexCount itself, past the end of a
+full file); and an indexCount read from a header is clamped to [1, index_num].
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class IndexFile:
 
     @classmethod
     def load(cls, hash_slot_num: int, index_num: int, data: bytearray) -> IndexFile:
-        """An existing file: the header is read as it is (indexCount 0 counts as 1)."""
+        """An existing file: the header is read as it is (indexCount clamped to [1, index_num])."""
         f = cls.__new__(cls)
         f.hash_slot_num, f.index_num, f.data = hash_slot_num, index_num, data
         f._read_header()
@@ -93,7 +95,7 @@ class IndexFile:
     def _read_header(self) -> None:
         (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
          self.hash_slot_count, count) = struct.unpack_from(">qqqqii", self.data, 0)
-        self.index_count = max(1, count)
+        self.index_count = min(max(1, count), self.index_num)
 
     def _write_header(self) -> None:
         struct.pack_into(">qqqqii", self.data, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
@@ -118,7 +120,7 @@ class IndexFile:
             return False
         abs_slot_pos = self._slot_pos(key_hash)
         slot_value = self._i32(abs_slot_pos)
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+        if slot_value <= INVALID_INDEX or slot_value >= self.index_count:
             slot_value = INVALID_INDEX
         time_diff = _java_div(_to_long(store_timestamp - self.begin_timestamp), 1000)
         if self.begin_timestamp <= 0:
@@ -146,7 +148,7 @@ class IndexFile:
         out: list[int] = []
         key_hash = index_key_hash(key)
         slot_value = self._i32(self._slot_pos(key_hash))
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count or self.index_count <= 1:
+        if slot_value <= INVALID_INDEX or slot_value >= self.index_count or self.index_count <= 1:
             return out
         next_index = slot_value
         steps = 0
@@ -159,7 +161,7 @@ class IndexFile:
             time_read = _to_long(self.begin_timestamp + time_diff * 1000)
             if key_hash == key_hash_read and begin <= time_read <= end:
                 out.append(phy_read)
-            if (prev_index <= INVALID_INDEX or prev_index > self.index_count or prev_index == next_index
+            if (prev_index <= INVALID_INDEX or prev_index >= self.index_count or prev_index == next_index
                     or time_read < begin):
                 break
             next_index = prev_index
