@@ -3,7 +3,8 @@
 ``check_store(root)`` verifies a store directory.
 
 CommitLog: every record parses and its CRC matches, every record's PHYSICALOFFSET is where it
-sits, store timestamps never go back, every file but the last ends with a well-formed
+sits and its QUEUEID is not negative (recovery ends the log at a record failing either, see
+mqstore.recovery.header_problem), store timestamps never go back, every file but the last ends with a well-formed
 END_OF_FILE blank, nothing but zeros follows the end of the log (files after it may exist,
 pre-allocated and empty), queue offsets of each queue are consecutive, and, when a control
 block is present, its positions are ordered (flushed <= committed <= wrote) and agree with the
@@ -34,7 +35,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import struct
+import tempfile
 from array import array
 from collections import Counter
 from collections.abc import Callable
@@ -187,8 +190,12 @@ def _commitlog_dir(root: str) -> str:
 
 def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = False,
                 quiescent: bool = True, max_problems: int = 200, config: StoreConfig | None = None,
-                check_queues_complete: bool | None = None, progress: Progress | None = None) -> CheckReport:
+                check_queues_complete: bool | None = None, progress: Progress | None = None,
+                deep: bool = False) -> CheckReport:
     """Check every invariant of the store at root; see the module docstring.
+
+    Every file is opened read-only (MappedFile.open(readonly=True), the control block
+    attached read-only), so the check works on a read-only mount.
 
     allow_torn_tail: a store that crashed and was not reopened may hold a partly written
     record after its valid end; count it in ``torn_tail_bytes`` instead of failing.
@@ -211,6 +218,15 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     the writer). Existing units are checked either way.
     progress(what, done, total): called as the work goes ("CommitLog" in bytes, then
     "ConsumeQueues" and "index files" by count), at most every few thousand records.
+    deep (``mqstore verify --deep``): read every byte that the default check samples. Files
+    past the end of the log must be all zeros (not only their first bytes), so must the rest
+    of the file where the log ends and of the file where each ConsumeQueue ends (not only the
+    next 16 pages / 64 KiB); and every hash slot of every index file is read, whatever the
+    size of the slot table, and its chain walked: each slot must hold its newest entry, every
+    entry on a chain must hash to that slot, and every entry must be on a chain (an entry no
+    chain reaches is never found by a query). After a crash the slots are checked in the index
+    files the next open keeps (those ending by checkpoint.indexMsgTimestamp), not in the
+    newest ones that it destroys.
     """
     report = CheckReport(root=root)
     problems = report.problems
@@ -227,16 +243,28 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         log = _Log(0)
         try:
             _check_queues_and_index(root, report, problem, log, {}, set(), quiescent=quiescent, config=config,
-                                    check_queues_complete=check_queues_complete, progress=progress)
+                                    check_queues_complete=check_queues_complete, progress=progress, deep=deep)
         finally:
             log.close()
         return report
     sizes = {os.path.getsize(os.path.join(cdir, n)) for n in names}
+    short: dict[str, int] = {}  # short files the next open extends (a cut last file, empty ones after it)
     if len(sizes) != 1:
-        problem("commitlog", 0, f"files have different sizes {sorted(sizes)}")
-        report.notes.append("ConsumeQueues and index files not checked: the CommitLog files differ in size")
-        return report
+        short = _short_files_the_open_extends(cdir, config.mapped_file_size_commit_log if config else max(sizes))
+        if not short:
+            problem("commitlog", 0, f"files have different sizes {sorted(sizes)}")
+            report.notes.append("ConsumeQueues and index files not checked: the CommitLog files differ in size")
+            return report
+        sizes = {config.mapped_file_size_commit_log if config else max(sizes)}
+        for name, size in short.items():
+            what = (f"file {name} is cut short ({size} of {max(sizes)} bytes); the next open extends it with "
+                    f"zeros and ends the log at the cut")
+            if allow_torn_tail:
+                report.notes.append(what)
+            else:
+                problem(name, int(name) + size, what)
     file_size = sizes.pop()
+    scratch = tempfile.TemporaryDirectory(prefix="mqstore-check-") if short else None
     starts = [int(n) for n in names]
     for a, b in zip(starts, starts[1:]):
         if b - a != file_size:
@@ -264,11 +292,14 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     log.min_offset = starts[0]
     try:
         for index, name in enumerate(names):
-            mf = MappedFile.open(os.path.join(cdir, name), file_size)
+            path = os.path.join(cdir, name)
+            if scratch is not None and name in short:  # checked as the open extends it, in a copy
+                path = _extended_copy(path, scratch.name, file_size)
+            mf = MappedFile.open(path, file_size, readonly=True)
             report.files += 1
             base = mf.file_from
             if ended:
-                if mf.read(0, 8) != b"\x00" * 8:
+                if mf.read(0, 8) != b"\x00" * 8 or (deep and _nonzero_extent(mf, 0, None)):
                     if live_wrote is not None and base >= live_wrote:
                         report.in_flight_bytes += _nonzero_extent(mf, 0)  # written since the scan began
                     else:
@@ -282,7 +313,9 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
                 if progress is not None and seen[0] % PROGRESS_EVERY_RECORDS == 0:
                     progress("CommitLog", min(_base - starts[0] + pos, scan_total), scan_total)
                 if phy != _base + pos:
-                    problem(_name, _base + pos, f"PHYSICALOFFSET field says {phy}")
+                    problem(_name, _base + pos, f"PHYSICALOFFSET field says {phy} (the next open ends the log here)")
+                if qid < 0:
+                    problem(_name, _base + pos, f"QUEUEID {qid} is negative (the next open ends the log here)")
                 if ts < last_ts[0]:
                     problem(_name, _base + pos, f"store timestamp {ts} is older than the previous record's {last_ts[0]}")
                 last_ts[0] = ts
@@ -324,12 +357,13 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             # the log ends in this file
             report.valid_end = base + stop
             ended = True
-            if reason == "invalid" and not _is_zero(mf, stop, 8):
+            dirty = not _is_zero(mf, stop, 8)
+            if reason == "invalid" and (dirty or (deep and _nonzero_extent(mf, stop, None))):
                 if live_wrote is not None and base + stop >= live_wrote:
                     report.in_flight_bytes = _nonzero_extent(mf, stop)  # a record being written right now
                     continue
-                why = _why_invalid(mf, stop, check_crc)
-                tail = _nonzero_extent(mf, stop)
+                why = _why_invalid(mf, stop, check_crc) if dirty else "zeros, then non-zero bytes further on"
+                tail = _nonzero_extent(mf, stop, None if deep else 16)
                 if not last_data_file:
                     problem(name, base + stop, f"corrupt record in a file that is not the last: {why}")
                 elif allow_torn_tail:
@@ -348,10 +382,36 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
         _check_control_block(root, report, problem, quiescent, live_positions, blank_end)
         log.end = report.valid_end
         _check_queues_and_index(root, report, problem, log, queue_phys, broken_names, quiescent=quiescent,
-                                config=config, check_queues_complete=check_queues_complete, progress=progress)
+                                config=config, check_queues_complete=check_queues_complete, progress=progress,
+                                deep=deep)
     finally:
         log.close()
+        if scratch is not None:
+            scratch.cleanup()
     return report
+
+
+def _short_files_the_open_extends(cdir: str, file_size: int) -> dict[str, int]:
+    """{name: size} of the short CommitLog files MappedFileQueue.load would extend (a cut last
+    file and all-zero files after it, see MappedFileQueue.plan_load); {} if it would refuse
+    the directory or extend nothing."""
+    from mqstore.mapped_file_queue import MappedFileQueue
+    from mqstore.errors import NotAStoreError
+    from mqstore.recovery import commitlog_file_was_cut
+
+    try:
+        plan = MappedFileQueue.plan_load(cdir, file_size, commitlog_file_was_cut)
+    except (NotAStoreError, OSError):
+        return {}
+    return dict(plan.extend + plan.extend_empty)
+
+
+def _extended_copy(path: str, directory: str, file_size: int) -> str:
+    """A copy of the short file at path in directory, extended (sparse) to file_size."""
+    copy = os.path.join(directory, os.path.basename(path))
+    shutil.copyfile(path, copy)
+    os.truncate(copy, file_size)
+    return copy
 
 
 def _starts_with_data(path: str) -> bool:
@@ -366,7 +426,7 @@ def _read_positions(root: str) -> dict[str, int] | None:
     if not os.path.exists(path):
         return None
     try:
-        ctl = _shm.ControlBlock.attach(path)
+        ctl = _shm.ControlBlock.attach(path, readonly=True)
     except (OSError, ValueError):
         return None  # reported by _check_control_block
     try:
@@ -380,11 +440,12 @@ def _is_zero(mf: MappedFile, pos: int, n: int) -> bool:
     return n <= 0 or mf.read(pos, n) == b"\x00" * n
 
 
-def _nonzero_extent(mf: MappedFile, pos: int) -> int:
-    """Bytes from pos to the last non-zero byte before a run of 16 zero pages."""
+def _nonzero_extent(mf: MappedFile, pos: int, clean_pages: int | None = 16) -> int:
+    """Bytes from pos to the last non-zero byte before a run of clean_pages zero pages (None:
+    before the end of the file)."""
     end, run, page = pos, 0, 4096
     at = pos
-    while at < mf.file_size and run < 16:
+    while at < mf.file_size and (clean_pages is None or run < clean_pages):
         chunk = mf.read(at, min(page - at % page, mf.file_size - at))
         stripped = chunk.rstrip(b"\x00")
         if stripped:
@@ -417,7 +478,7 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
     if not os.path.exists(path):
         return
     try:
-        ctl = _shm.ControlBlock.attach(path)
+        ctl = _shm.ControlBlock.attach(path, readonly=True)
     except (OSError, ValueError) as exc:
         problem("control block", 0, f"cannot attach: {exc}")
         return
@@ -574,7 +635,8 @@ class _Log:
 def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
                             queue_phys: dict[tuple[str, int], array], broken: set[tuple[str, int]], *,
                             quiescent: bool, config: StoreConfig | None,
-                            check_queues_complete: bool | None, progress: Progress | None = None) -> None:
+                            check_queues_complete: bool | None, progress: Progress | None = None,
+                            deep: bool = False) -> None:
     crashed = os.path.exists(os.path.join(root, "abort"))
     complete = (quiescent and not crashed) if check_queues_complete is None else check_queues_complete
     # stable: nothing writes the store now and it was shut down cleanly, so the last units and
@@ -582,10 +644,11 @@ def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink
     stable = quiescent and not crashed
     cq_size = config.mapped_file_size_consume_queue if config is not None else None
     _check_consume_queues(root, report, problem, log, queue_phys, broken, file_size=cq_size, live=not quiescent,
-                          stable=stable, complete=complete, progress=progress)
+                          stable=stable, complete=complete, progress=progress, deep=deep)
     if progress is not None:
         progress("ConsumeQueues", len(report.consume_queues), len(report.consume_queues))
-    _check_index_files(root, report, problem, log, config, live=not quiescent, stable=stable, progress=progress)
+    _check_index_files(root, report, problem, log, config, live=not quiescent, stable=stable, progress=progress,
+                       deep=deep)
     if progress is not None:
         progress("index files", len(report.index_files), len(report.index_files))
 
@@ -594,7 +657,7 @@ def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink
 def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
                           queue_phys: dict[tuple[str, int], array], broken: set[tuple[str, int]], *,
                           file_size: int | None, live: bool, stable: bool, complete: bool,
-                          progress: Progress | None = None) -> None:
+                          progress: Progress | None = None, deep: bool = False) -> None:
     cq_root = os.path.join(root, "consumequeue")
     if not os.path.isdir(cq_root):
         if complete and report.queues:
@@ -652,7 +715,7 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
                                                     f"size {expected}")
         summary = _check_queue(report, problem, log, where, topic, qid, qdir, files, expected,
                                report.queues.get(key), None if key in broken else queue_phys.get(key),
-                               live=live, stable=stable, complete=complete)
+                               live=live, stable=stable, complete=complete, deep=deep)
         report.consume_queues[key] = summary
 
     if complete:
@@ -670,7 +733,8 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
 
 def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: str, topic: str, qid: int,
                  qdir: str, files: list[tuple[int, str, int]], file_size: int, in_log: QueueSummary | None,
-                 phys: array | None, *, live: bool, stable: bool, complete: bool) -> ConsumeQueueSummary:
+                 phys: array | None, *, live: bool, stable: bool, complete: bool,
+                 deep: bool = False) -> ConsumeQueueSummary:
     """Check the units of one queue; returns its summary. Reports missing units when complete."""
     first = in_log.first_offset if in_log is not None else 0
     last = in_log.last_offset if in_log is not None else -1
@@ -700,6 +764,9 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
                 phy, size, _ = _UNIT.unpack_from(mm, 0)
                 if phy >= 0 and size > 0 and not live:
                     problem(where, q0, f"file {name} holds units after the end of the queue at offset {ended_at}")
+                elif deep and stable and mm[:].count(0) != len(mm):
+                    problem(where, q0, f"file {name} follows the end of the queue at offset {ended_at} but is not "
+                                       f"all zeros")
                 continue
             nfiles += 1
             end = scan_units(mm, 0, file_size)[0]
@@ -754,7 +821,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
             if end < file_size:
                 ended_at = max_offset
                 if stable:
-                    tail = mm[end:end + CQ_TAIL_CHECK_BYTES]
+                    tail = mm[end:] if deep else mm[end:end + CQ_TAIL_CHECK_BYTES]
                     if tail.count(0) != len(tail):
                         phy, size, tags = _UNIT.unpack_from(mm, end) if end + CQ_UNIT <= file_size else (0, 0, 0)
                         problem(where, max_offset, f"non-zero bytes follow the end of the queue (the unit there "
@@ -844,10 +911,20 @@ def _report_missing_units(problem: ProblemSink, where: str, summary: ConsumeQueu
 # -- index files (spec §4) -------------------------------------------------------------------
 def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
                        config: StoreConfig | None, *, live: bool, stable: bool,
-                       progress: Progress | None = None) -> None:
+                       progress: Progress | None = None, deep: bool = False) -> None:
     index_dir = os.path.join(root, "index")
     if not os.path.isdir(index_dir):
         return
+    # deep, after a crash: the files the next open keeps (spec §4.4: it destroys those ending
+    # after checkpoint.indexMsgTimestamp) must have sound slots; -1: none is checked
+    kept_until = -1
+    if deep and not live and not stable:
+        from mqstore.checkpoint import read_checkpoint_file
+
+        try:
+            kept_until = read_checkpoint_file(os.path.join(root, "checkpoint"))["index_msg_timestamp"]
+        except (OSError, ValueError):
+            kept_until = 0
     if config is None:
         from mqstore.config import StoreConfig
 
@@ -869,11 +946,12 @@ def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log
             continue  # deleted by retention while we looked
         with fh:
             _check_index_file(report, problem, log, fh.fileno(), name, slots, num, expected, given,
-                              live=live, stable=stable)
+                              live=live, stable=stable, deep=deep, kept_until=kept_until)
 
 
 def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: int, name: str, slots: int,
-                      num: int, expected_size: int, geometry_given: bool, *, live: bool, stable: bool) -> None:
+                      num: int, expected_size: int, geometry_given: bool, *, live: bool, stable: bool,
+                      deep: bool = False, kept_until: int = -1) -> None:
     where = f"index/{name}"
     size = os.fstat(fd).st_size
     if size < INDEX_HEADER_SIZE:
@@ -954,6 +1032,8 @@ def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: 
         if msgs:
             problem(where, n, f"entry {n}: " + "; ".join(msgs))
     report.index_entries += used - 1
+    if deep and not stable and not live and 0 <= end_ts <= kept_until and used > 1:
+        stable = True  # a file the next open keeps after this crash: it was flushed whole
     if not stable or used <= 1:
         return  # a writer may be between the entry, its slot and the header
     if begin_phy != entries[1][1] or end_phy != entries[used - 1][1]:
@@ -961,6 +1041,9 @@ def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: 
                           f"{entries[1][1]}..{entries[used - 1][1]}")
     if slot_count != len(newest):
         problem(where, 0, f"header: hash_slot_count {slot_count}, but the entries use {len(newest)} hash slots")
+    if deep:
+        _check_slot_chains(problem, where, fd, slots, used, entries, newest)
+        return
     if INDEX_SLOT_SIZE * slots <= INDEX_SLOT_TABLE_READ_MAX:
         table = array("i")
         table.frombytes(os.pread(fd, INDEX_SLOT_SIZE * slots, INDEX_HEADER_SIZE))
@@ -979,3 +1062,49 @@ def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: 
         value = slot_value(slot)
         if value != n:
             problem(where, n, f"hash slot {slot} holds entry {value}, but its newest entry is {n}")
+
+
+INDEX_SLOT_CHUNK = 1 << 20  # hash slots read at a time by the deep check
+
+
+def _check_slot_chains(problem: ProblemSink, where: str, fd: int, slots: int, used: int,
+                       entries: list[tuple[int, int, int, int]], newest: dict[int, int]) -> None:
+    """check_store(deep=True): read every hash slot (in chunks) and walk its chain. A slot must
+    hold the newest entry of its hash (0 when none); every entry a chain reaches must exist
+    and hash to that slot, and be reached once; every entry must be reached (queries walk the
+    chains only: an entry no chain reaches is never found)."""
+    reached = bytearray(used)
+    for first in range(0, slots, INDEX_SLOT_CHUNK):
+        n = min(INDEX_SLOT_CHUNK, slots - first)
+        table = array("i")
+        table.frombytes(os.pread(fd, INDEX_SLOT_SIZE * n, INDEX_HEADER_SIZE + INDEX_SLOT_SIZE * first))
+        if len(table) < n:
+            problem(where, 0, f"the hash slot table is cut short at slot {first + len(table)}")
+            return
+        if struct.pack("=i", 1) != struct.pack(">i", 1):
+            table.byteswap()
+        wanted = [(slot - first, entry) for slot, entry in newest.items() if first <= slot < first + n]
+        if table.count(0) == n and not wanted:
+            continue
+        for i, value in enumerate(table):
+            slot = first + i
+            want = newest.get(slot, 0)
+            if value != want:
+                problem(where, value if 0 < value < used else 0,
+                        f"hash slot {slot} holds entry {value}, but its newest entry is {want}"
+                        + (" (the slot is zeroed: its entries cannot be found)" if value == 0 else ""))
+            at = value
+            while 0 < at < used and not reached[at]:
+                key_hash = entries[at][0]
+                if key_hash % slots != slot:
+                    problem(where, at, f"hash slot {slot}: its chain reaches entry {at}, whose keyHash {key_hash} "
+                                       f"belongs to hash slot {key_hash % slots}")
+                    break
+                reached[at] = 1
+                prev = entries[at][3]
+                at = prev if 0 < prev < at else 0
+    lost = reached.count(0, 1)
+    if lost:
+        first_lost = reached.find(0, 1)
+        problem(where, first_lost, f"{lost} entr{'y is' if lost == 1 else 'ies are'} on no hash slot's chain "
+                                   f"(queries cannot find them), the first entry {first_lost}")

@@ -3,7 +3,8 @@
     mqstore node STORE_DIR [--config broker.conf] [--set KEY=VALUE ...]
                                                      own the store and run its service processes
     mqstore node status STORE_DIR [--json]           a running node's processes and positions
-    mqstore verify STORE_DIR [--no-crc] [--json]     every invariant (mqstore.checker.check_store)
+    mqstore verify STORE_DIR [--no-crc] [--deep] [--json]
+                                                     every invariant (mqstore.checker.check_store)
     mqstore info STORE_DIR [--json]                  files, lock/abort state, checkpoint, control block
     mqstore inspect STORE_DIR [--json]               topics and queues, every file with its positions, index
     mqstore dump STORE_DIR (--phy OFFSET | --topic T --queue Q [--from QOFF]) [--count N]
@@ -53,6 +54,7 @@ from mqstore.inspection import (
     inventory,
     plan_recovery,
     queue_records,
+    store_config,
 )
 from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
@@ -128,6 +130,10 @@ def commitlog_files(root: str) -> tuple[list[dict[str, Any]], list[str]]:
 def _verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("store_dir", metavar="STORE_DIR", help="root directory of the store")
     p.add_argument("--no-crc", action="store_true", help="skip body CRCs (faster; still parses every record)")
+    p.add_argument("--deep", action="store_true",
+                   help="read every byte the default check samples: whole tails of files past the end of the log "
+                        "and of the queues, every hash slot of every index file with its chain; with the store's "
+                        "own configuration (mqstore.config.json), so index files of any geometry are checked")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -135,28 +141,48 @@ def run_verify(args: argparse.Namespace) -> int:
     root = require_store(args.store_dir)
     owner = lock_state(root)
     check_crc = not args.no_crc
+    deep = bool(getattr(args, "deep", False))
+    config = store_config(root) if deep else None
     bar = _progress_bar(args, "verify")
     try:
         if owner["status"] == "running":
             # positions are read before the scan; bytes past them may still be being written
-            report = check_store(root, check_crc=check_crc, quiescent=False, allow_torn_tail=True, progress=bar)
+            report = check_store(root, check_crc=check_crc, quiescent=False, allow_torn_tail=True, progress=bar,
+                                 config=config, deep=deep)
         else:
             # A crashed store may end in a torn record; its next open truncates it: not corruption.
             report = check_store(root, check_crc=check_crc, allow_torn_tail=owner["status"] == "crashed",
-                                 progress=bar)
+                                 progress=bar, config=config, deep=deep)
     finally:
         if bar is not None:
             bar.close()
     if args.json:
-        _print_json(_verify_json(report, owner, check_crc=check_crc))
+        _print_json(_verify_json(report, owner, check_crc=check_crc, deep=deep))
     else:
-        _print_verify(report, owner, check_crc=check_crc)
+        _print_verify(report, owner, check_crc=check_crc, deep=deep)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
-def _verify_json(report: CheckReport, owner: dict[str, Any], *, check_crc: bool) -> dict[str, Any]:
+def verify_hints(report: CheckReport) -> list[str]:
+    """What to do about problems found in the index files: they are derived data, rebuilt from
+    the CommitLog without losing anything. (Damage the next open repairs by itself, such as
+    units past the end of a crashed store's log, needs no hint: ``mqstore recover`` says what
+    it will do.)"""
+    hints = []
+    damaged = sorted({p.where.split("/", 1)[1] for p in report.problems if p.where.startswith("index/")})
+    if damaged:
+        hints.append(
+            "the index is derived from the CommitLog: `mqstore-spark rebuild STORE_DIR` rebuilds it (and the "
+            "ConsumeQueues) with Spark; without Spark, cut the damaged file short (`truncate -s 0 STORE_DIR/index/"
+            f"{damaged[0]}`) and open the store: a damaged index file is deleted with every newer one and "
+            "rebuilt from the CommitLog (mqstore.index.plan_index_load)")
+    return hints
+
+
+def _verify_json(report: CheckReport, owner: dict[str, Any], *, check_crc: bool, deep: bool = False
+                 ) -> dict[str, Any]:
     return {
-        "root": report.root, "ok": report.ok, "status": owner["status"], "check_crc": check_crc,
+        "root": report.root, "ok": report.ok, "status": owner["status"], "check_crc": check_crc, "deep": deep,
         "files": report.files, "records": report.records, "valid_end": report.valid_end,
         "torn_tail_bytes": report.torn_tail_bytes, "in_flight_bytes": report.in_flight_bytes,
         "queues": [{"topic": t, "queue_id": q, "first_offset": s.first_offset, "last_offset": s.last_offset,
@@ -170,12 +196,13 @@ def _verify_json(report: CheckReport, owner: dict[str, Any], *, check_crc: bool)
         "control_block": report.control_block,
         "notes": report.notes,
         "problems": [{"where": p.where, "offset": p.offset, "message": p.message} for p in report.problems],
+        "hints": verify_hints(report),
     }
 
 
-def _print_verify(report: CheckReport, owner: dict[str, Any], *, check_crc: bool) -> None:
+def _print_verify(report: CheckReport, owner: dict[str, Any], *, check_crc: bool, deep: bool = False) -> None:
     verdict = "OK" if report.ok else f"{len(report.problems)} PROBLEM(S)"
-    print(f"store {report.root}: {verdict}")
+    print(f"store {report.root}: {verdict}{' (deep check)' if deep else ''}")
     print(f"  status: {_describe_status(owner)}")
     crc = "" if check_crc else " (CRC not checked)"
     print(f"  commitlog: {report.files} file(s), {report.records:,} records{crc}, log ends at {report.valid_end:,}")
@@ -199,6 +226,8 @@ def _print_verify(report: CheckReport, owner: dict[str, Any], *, check_crc: bool
         print(f"  note: {note}")
     for problem in report.problems:
         print(f"  PROBLEM {problem}")
+    for hint in verify_hints(report):
+        print(f"  hint: {hint}")
 
 
 def _print_verify_queues(report: CheckReport) -> None:

@@ -84,66 +84,24 @@ class ConsumeQueue(ConsumeQueueKernel):
         self.files.load()
 
     def _repair_files(self) -> None:
-        """Beyond RocketMQ (which refuses to start): a queue's files are derived from the
-        CommitLog, so a damaged file is cut rather than refused, and the start-up dispatch
-        rebuilds what was cut (recover() reports it).
-
-        * A file shorter than the configured size (a crash while the file system extended it,
-          a copy that stopped, a damaged disk) keeps its whole units and is extended with
-          zeros; the files after it are deleted, so the queue ends at the cut.
-        * A file missing in the middle: the files after the gap are deleted.
-
-        A file is taken as cut when it ends inside a unit, or when another file of the queue
-        has the configured size. Left to MappedFileQueue.load to refuse (NotAStoreError): a
-        file longer than the configured size, short files of whole units with no file of the
-        configured size beside them (the store was written with another
-        mapped_file_size_consume_queue), misaligned names."""
-        if not os.path.isdir(self.store_path):
+        """Carry out ``plan_repair`` (see there) on the queue's directory; what it repaired is
+        kept for recover() to report."""
+        plan = plan_repair(self.store_path, self.file_size)
+        if not plan.what:
             return
-        names = sorted(n for n in os.listdir(self.store_path) if len(n) == 20 and n.isdigit())
-        if not names:
-            return
-        fs = self.file_size
-        sizes = [os.path.getsize(os.path.join(self.store_path, n)) for n in names]
-        starts = [int(n) for n in names]
-        if any(size > fs for size in sizes) or any(start % fs for start in starts):
-            return
-        if not any(size == fs or size % UNIT for size in sizes):
-            return  # files of whole units, none of the configured size: another configured size
-        cut = len(names)  # files from here on are deleted
-        what = ""
-        for i in range(1, len(names)):
-            if starts[i] - starts[i - 1] != fs:
-                cut = i
-                what = f"files between {names[i - 1]} and {names[i]} are missing"
-                break
-        dropped = 0
-        short = next((i for i in range(cut) if sizes[i] < fs), None)
-        if short is not None:
-            path = os.path.join(self.store_path, names[short])
-            size = sizes[short]
-            keep = size - size % UNIT
-            dropped += _nonzero_units(path, keep, None)  # the unit the cut went through
-            with open(path, "r+b") as fh:
+        if plan.cut is not None:
+            name, _, keep = plan.cut
+            with open(os.path.join(self.store_path, name), "r+b") as fh:
                 fh.truncate(keep)
-                fh.truncate(fs)
+                fh.truncate(self.file_size)
                 fh.flush()
                 os.fsync(fh.fileno())
-            cut = short + 1
-            what = f"file {names[short]} was {size} bytes, not {fs}: kept its first {keep // UNIT} units"
-        if not what:
-            return
-        later = names[cut:]
-        for name in later:
-            later_path = os.path.join(self.store_path, name)
-            dropped += _nonzero_units(later_path, 0, None)
-            os.unlink(later_path)
-        if later:
-            what += f"; deleted the {len(later)} file(s) after it"
+        for name in plan.delete:
+            os.unlink(os.path.join(self.store_path, name))
         log.error("ConsumeQueue %s/%d: %s; the missing units are rebuilt from the CommitLog", self.topic,
-                  self.queue_id, what)
-        self.load_damage.append(what)
-        self.load_dropped_units += dropped
+                  self.queue_id, plan.what)
+        self.load_damage.append(plan.what)
+        self.load_dropped_units += plan.dropped_units
 
     def next_file(self, expect: int) -> MappedFile:
         """Called by the kernel when the unit at byte offset expect needs a file: the last
@@ -443,6 +401,80 @@ class ConsumeQueue(ConsumeQueueKernel):
         self.sync_position()
         self.set_current_file(None)
         self.files.close()
+
+
+@dataclass
+class RepairPlan:
+    """What ConsumeQueue.load repairs in a queue's directory before mapping it (plan_repair)."""
+
+    #: (name, size, whole-unit bytes kept) of the short file cut at its last whole unit and
+    #: extended with zeros, None if no file is short
+    cut: tuple[str, int, int] | None = None
+    #: files deleted (after a gap, or after the short file)
+    delete: list[str] = field(default_factory=list)
+    #: non-zero units dropped (the unit the cut went through, the deleted files' units)
+    dropped_units: int = 0
+    #: what was wrong, as the log and the recovery report say it ("" when nothing)
+    what: str = ""
+
+
+def plan_repair(store_path: str, file_size: int) -> RepairPlan:
+    """What ConsumeQueue.load repairs in store_path, decided without changing anything (the
+    recovery dry run, mqstore.inspection, maps the files the same way).
+
+    Beyond RocketMQ (which refuses to start): a queue's files are derived from the CommitLog,
+    so a damaged file is cut rather than refused, and the start-up dispatch rebuilds what was
+    cut (recover() reports it).
+
+    * A file shorter than the configured size (a crash while the file system extended it, a
+      copy that stopped, a damaged disk) keeps its whole units and is extended with zeros; the
+      files after it are deleted, so the queue ends at the cut.
+    * A file missing in the middle: the files after the gap are deleted.
+
+    A file is taken as cut when it ends inside a unit, or when another file of the queue has
+    the configured size. Left to MappedFileQueue.load to refuse (NotAStoreError): a file
+    longer than the configured size, short files of whole units with no file of the
+    configured size beside them (the store was written with another
+    mapped_file_size_consume_queue), misaligned names."""
+    plan = RepairPlan()
+    if not os.path.isdir(store_path):
+        return plan
+    names = sorted(n for n in os.listdir(store_path) if len(n) == 20 and n.isdigit())
+    if not names:
+        return plan
+    fs = file_size
+    sizes = [os.path.getsize(os.path.join(store_path, n)) for n in names]
+    starts = [int(n) for n in names]
+    if any(size > fs for size in sizes) or any(start % fs for start in starts):
+        return plan
+    if not any(size == fs or size % UNIT for size in sizes):
+        return plan  # files of whole units, none of the configured size: another configured size
+    cut = len(names)  # files from here on are deleted
+    what = ""
+    for i in range(1, len(names)):
+        if starts[i] - starts[i - 1] != fs:
+            cut = i
+            what = f"files between {names[i - 1]} and {names[i]} are missing"
+            break
+    dropped = 0
+    short = next((i for i in range(cut) if sizes[i] < fs), None)
+    if short is not None:
+        size = sizes[short]
+        keep = size - size % UNIT
+        dropped += _nonzero_units(os.path.join(store_path, names[short]), keep, None)  # the unit the cut went through
+        plan.cut = (names[short], size, keep)
+        cut = short + 1
+        what = f"file {names[short]} was {size} bytes, not {fs}: kept its first {keep // UNIT} units"
+    if not what:
+        return plan
+    plan.delete = names[cut:]
+    for name in plan.delete:
+        dropped += _nonzero_units(os.path.join(store_path, name), 0, None)
+    if plan.delete:
+        what += f"; deleted the {len(plan.delete)} file(s) after it"
+    plan.what = what
+    plan.dropped_units = dropped
+    return plan
 
 
 def queue_problem(topic: str, queue_id: int) -> str | None:

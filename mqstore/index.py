@@ -43,8 +43,10 @@ import logging
 import os
 import re
 import struct
+import sys
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -211,6 +213,148 @@ def _mapping(f: IndexFile) -> _IndexMapping:
     return mapping
 
 
+@dataclass
+class IndexLoadPlan:
+    """What IndexService.load does to the index directory (plan_index_load)."""
+
+    #: links left by an interrupted _IndexMapping creation, removed
+    staging: list[str] = field(default_factory=list)
+    #: the files mapped, oldest first
+    keep: list[str] = field(default_factory=list)
+    #: (name, end timestamp) of the files destroyed after an abnormal exit (spec §4.4)
+    destroy: list[tuple[str, int]] = field(default_factory=list)
+    #: the damaged file and every newer one, deleted
+    damaged: list[str] = field(default_factory=list)
+    #: what was wrong ("<file>: <why>"), also a newest file without entries
+    damage: list[str] = field(default_factory=list)
+    #: CommitLog offset recovery re-dispatches from to rebuild the index (-1: none)
+    rebuild_from: int = -1
+
+
+def plan_index_load(store_path: str, file_size: int, hash_slot_num: int, index_num: int, *, last_exit_ok: bool,
+                    index_msg_timestamp: int, geometry_vouched: bool) -> IndexLoadPlan:
+    """What IndexService.load does, decided from the file sizes and headers without changing
+    anything (the recovery dry run, mqstore.inspection, reports the same).
+
+    A file is damaged (it and every newer file are deleted, the index is rebuilt from the end
+    of the last file kept) when:
+
+    * its header cannot be right (indexCount outside [1, max_index_num] in a file that is not
+      the newest, counts or offsets out of range, a zeroed header over used hash slots);
+    * its size is not the configured one while another file has that size, or while the
+      store's own mqstore.config.json names this max_hash_slot_num / max_index_num
+      (``geometry_vouched``: the index was written with this geometry, so a file of another
+      size was cut or grown, e.g. a truncated file);
+    * after an abnormal exit, for a file that is kept: its hash slot table does not fit its
+      header (a slot pointing outside the file's entries, or fewer or more slots in use than
+      hashSlotCount says). Zeroed or flipped slots make keys unfindable; the check reads the
+      slot table (4 * max_hash_slot_num bytes, 20 MB at the default geometry) of every file
+      kept, only after a crash. ``mqstore verify --deep`` checks every slot's chain.
+
+    Refused (NotAStoreError) as a geometry change: every file of one other size, unless
+    geometry_vouched and there is only one file (several files cut to one size alike are
+    rather another max_hash_slot_num / max_index_num, even if a config file says otherwise)."""
+    plan = IndexLoadPlan()
+    names = sorted(os.listdir(store_path))
+    plan.staging = [n for n in names if _STAGING_NAME.fullmatch(n)]
+    candidates = [n for n in names if _INDEX_NAME.fullmatch(n) and os.path.isfile(os.path.join(store_path, n))]
+    sizes = {n: os.path.getsize(os.path.join(store_path, n)) for n in candidates}
+    wrong = {size for size in sizes.values() if size != file_size}
+    if candidates and len(wrong) == 1 and all(size != file_size for size in sizes.values()) and (
+            len(candidates) > 1 or not geometry_vouched):
+        name = candidates[0]
+        path = os.path.join(store_path, name)
+        raise NotAStoreError(
+            f"index file {path} is {sizes[name]} bytes, but max_hash_slot_num={hash_slot_num} and "
+            f"max_index_num={index_num} make index files of {file_size} bytes",
+            hint="open the store with the max_hash_slot_num and max_index_num it was written "
+                 "with, or move the index/ directory away (it is then rebuilt from the CommitLog "
+                 "only for messages dispatched again)")
+    kept: list[tuple[int, int]] = []  # (indexCount, endPhyOffset) of the files kept
+    for i, name in enumerate(candidates):
+        path = os.path.join(store_path, name)
+        problem, header = _index_header_problem(path, sizes[name], file_size, hash_slot_num, index_num,
+                                                newest=i == len(candidates) - 1)
+        if not problem and not last_exit_ok and header[1] > index_msg_timestamp:
+            plan.destroy.append((name, header[1]))
+            continue
+        if not problem and not last_exit_ok:
+            problem = _slot_table_problem(path, hash_slot_num, header[5], header[4])
+        if problem:
+            plan.rebuild_from = kept[-1][1] if kept else 0
+            plan.damage.append(f"{name}: {problem}")
+            plan.damaged = candidates[i:]
+            return plan
+        plan.keep.append(name)
+        kept.append((header[5], header[3]))
+    if kept and kept[-1][0] <= 1:
+        plan.rebuild_from = kept[-2][1] if len(kept) > 1 else 0
+        plan.damage.append(f"{plan.keep[-1]} holds no entries: rebuilding from {plan.rebuild_from}")
+    return plan
+
+
+def _geometry_vouched(root: str, hash_slot_num: int, index_num: int) -> bool:
+    """Whether root's mqstore.config.json (what its last owner ran with) names this index
+    geometry: then its index files were written with it."""
+    from mqstore.geometry import saved_sizes
+
+    saved = saved_sizes(root)
+    return saved is not None and (saved["max_hash_slot_num"], saved["max_index_num"]) == (hash_slot_num, index_num)
+
+
+def _index_header_problem(path: str, size: int, file_size: int, hash_slot_num: int, index_num: int, *,
+                          newest: bool) -> tuple[str, tuple[int, int, int, int, int, int]]:
+    """(why the index file at path cannot be loaded as it is or "", its header fields)."""
+    if size != file_size:
+        return f"it is {size} bytes, not {file_size}", (0, 0, 0, 0, 0, 0)
+    with open(path, "rb") as fh:
+        header = _HEADER.unpack(fh.read(HEADER_SIZE))
+    begin_ts, end_ts, begin_phy, end_phy, slot_count, count = header
+    if count == 0 and newest:
+        # created and never written (a RocketMQ file gets its header at its first key),
+        # unless the header alone was zeroed: then its slots still point at entries
+        if _holds_data(path, HEADER_SIZE, HEADER_SIZE + SLOT_SIZE * hash_slot_num):
+            return "its header is zeroed but its hash slots point at entries", header
+        return "", header
+    if not 1 <= count <= index_num:
+        return f"its indexCount is {count}", header
+    if not 0 <= slot_count <= min(hash_slot_num, count - 1):
+        return f"its hashSlotCount is {slot_count} with indexCount {count}", header
+    if count > 1 and (begin_phy < 0 or end_phy < begin_phy or end_ts < begin_ts):
+        return f"its header says phy [{begin_phy}, {end_phy}], timestamps [{begin_ts}, {end_ts}]", header
+    return "", header
+
+
+SLOT_CHECK_CHUNK = 1 << 20  # hash slots read at a time by _slot_table_problem
+
+
+def _slot_table_problem(path: str, hash_slot_num: int, count: int, slot_count: int) -> str:
+    """Why the hash slot table of the index file at path does not fit its header ("" if it
+    does): every slot must be 0 or an entry number below indexCount, and as many slots as
+    hashSlotCount says must be in use. Reads the table in chunks with C-speed array scans."""
+    entries = max(count, 1)  # entries #1 .. #entries-1 exist
+    in_use = 0
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        for first in range(0, hash_slot_num, SLOT_CHECK_CHUNK):
+            n = min(SLOT_CHECK_CHUNK, hash_slot_num - first)
+            table = array("i")
+            table.frombytes(os.pread(fd, SLOT_SIZE * n, HEADER_SIZE + SLOT_SIZE * first))
+            if len(table) < n:
+                return "its hash slot table is cut short"
+            if sys.byteorder == "little":
+                table.byteswap()
+            lo, hi = min(table), max(table)
+            if lo < 0 or hi >= entries:
+                bad = lo if lo < 0 else hi
+                return (f"hash slot {first + table.index(bad)} holds entry {bad}, but the file has entries "
+                        f"1..{entries - 1}")
+            in_use += n - table.count(0)
+    if in_use != slot_count:
+        return f"{in_use} hash slots are in use, but its header counts {slot_count}"
+    return ""
+
+
 class IndexService:
     """The index files of one store (spec §4.4); see the module docstring."""
 
@@ -247,59 +391,51 @@ class IndexService:
         to be flushed) are destroyed; recovery re-dispatches what they held when
         message_index_safe is set.
 
-        Damage (beyond RocketMQ): a file whose header cannot be right (indexCount outside
-        [1, max_index_num] in a file that is not the newest, counts or offsets out of range)
-        or whose size differs while other files have the configured size is deleted with
-        every newer file (entries are only ever added to the newest file), and
-        ``rebuild_from`` tells recovery where to re-dispatch from to rebuild them: the end of
-        the last file kept. So does a newest file without entries (a file is created for a
-        key and gets it at once: an empty one was zeroed, or the creation was interrupted).
-        Files that all have one wrong size are refused (NotAStoreError): the store was
-        written with another max_hash_slot_num / max_index_num."""
+        Damage (beyond RocketMQ, decided by ``plan_index_load``, which the recovery dry run
+        runs too): a damaged file is deleted with every newer file (entries are only ever
+        added to the newest file), and ``rebuild_from`` tells recovery where to re-dispatch
+        from to rebuild them: the end of the last file kept. So does a newest file without
+        entries (a file is created for a key and gets it at once: an empty one was zeroed, or
+        the creation was interrupted). Files that all have one wrong size are refused
+        (NotAStoreError) as a geometry change, see plan_index_load."""
         if not os.path.isdir(self.store_path):
             return
-        names = sorted(os.listdir(self.store_path))
-        for name in names:
-            if _STAGING_NAME.fullmatch(name):
-                log.warning("index: removing %s, left by an interrupted index file creation", name)
+        plan = plan_index_load(self.store_path, self.file_size, self.hash_slot_num, self.index_num,
+                               last_exit_ok=last_exit_ok, index_msg_timestamp=self.checkpoint.index_msg_timestamp,
+                               geometry_vouched=_geometry_vouched(os.path.dirname(self.store_path), self.hash_slot_num,
+                                                                  self.index_num))
+        for name in plan.staging:
+            log.warning("index: removing %s, left by an interrupted index file creation", name)
+            os.unlink(os.path.join(self.store_path, name))
+        for name, end_ts in plan.destroy:
+            log.warning("index: destroying %s after an abnormal exit: it ends at %d, after the last "
+                        "flushed index file (checkpoint.indexMsgTimestamp %d)", name, end_ts,
+                        self.checkpoint.index_msg_timestamp)
+            os.unlink(os.path.join(self.store_path, name))
+        if plan.damaged:
+            log.error("index: %s is damaged (%s): deleting it%s; recovery rebuilds the index from CommitLog "
+                      "offset %d", plan.damaged[0], plan.damage[0].split(": ", 1)[1],
+                      f" and the {len(plan.damaged) - 1} newer file(s)" if len(plan.damaged) > 1 else "",
+                      plan.rebuild_from)
+            for name in plan.damaged:
                 os.unlink(os.path.join(self.store_path, name))
-        candidates = [n for n in names if _INDEX_NAME.fullmatch(n) and os.path.isfile(os.path.join(self.store_path, n))]
-        sizes = {n: os.path.getsize(os.path.join(self.store_path, n)) for n in candidates}
-        if candidates and all(size != self.file_size for size in sizes.values()):
-            name = candidates[0]
-            path = os.path.join(self.store_path, name)
-            raise NotAStoreError(
-                f"index file {path} is {sizes[name]} bytes, but max_hash_slot_num={self.hash_slot_num} and "
-                f"max_index_num={self.index_num} make index files of {self.file_size} bytes",
-                hint="open the store with the max_hash_slot_num and max_index_num it was written "
-                     "with, or move the index/ directory away (it is then rebuilt from the CommitLog "
-                     "only for messages dispatched again)")
+        elif plan.damage:
+            log.warning("index: %s; recovery rebuilds it from CommitLog offset %d", plan.damage[0],
+                        plan.rebuild_from)
+        self.damage.extend(plan.damage)
+        self.damaged_files.extend(plan.damaged)
+        if plan.rebuild_from >= 0:
+            self.rebuild_from = plan.rebuild_from
         loaded: list[IndexFile] = []
         try:
-            for i, name in enumerate(candidates):
+            for name in plan.keep:
                 path = os.path.join(self.store_path, name)
-                problem = self._header_problem(path, sizes[name], newest=i == len(candidates) - 1)
-                if problem:
-                    self._drop_damaged(candidates[i:], problem, loaded)
-                    break
-                f = IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num, self.index_num)
-                if not last_exit_ok and f.end_timestamp > self.checkpoint.index_msg_timestamp:
-                    log.warning("index: destroying %s after an abnormal exit: it ends at %d, after the last "
-                                "flushed index file (checkpoint.indexMsgTimestamp %d)", name, f.end_timestamp,
-                                self.checkpoint.index_msg_timestamp)
-                    f.destroy(0)
-                    continue
-                loaded.append(f)
+                loaded.append(IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num,
+                                             self.index_num))
         except BaseException:
             for f in loaded:
                 _mapping(f).close()
             raise
-        if loaded and loaded[-1].index_count <= 1 and self.rebuild_from < 0:
-            newest = loaded[-1]
-            self.rebuild_from = loaded[-2].end_phy_offset if len(loaded) > 1 else 0
-            self.damage.append(f"{newest.file_name} holds no entries: rebuilding from {self.rebuild_from}")
-            log.warning("index: the newest file %s holds no entries; recovery rebuilds it from CommitLog offset %d",
-                        newest.file_name, self.rebuild_from)
         log.info("index: loaded %d file(s) from %s", len(loaded), self.store_path)
         with self._lock:
             self._files = loaded
@@ -333,38 +469,6 @@ class IndexService:
             self._files = files
         for gone in by_name.values():
             _mapping(gone).close()
-
-    def _header_problem(self, path: str, size: int, *, newest: bool) -> str:
-        """Why the index file at path cannot be loaded as it is ("" if it can)."""
-        if size != self.file_size:
-            return f"it is {size} bytes, not {self.file_size}"
-        with open(path, "rb") as fh:
-            begin_ts, end_ts, begin_phy, end_phy, slot_count, count = _HEADER.unpack(fh.read(HEADER_SIZE))
-        if count == 0 and newest:
-            # created and never written (a RocketMQ file gets its header at its first key),
-            # unless the header alone was zeroed: then its slots still point at entries
-            if _holds_data(path, HEADER_SIZE, HEADER_SIZE + SLOT_SIZE * self.hash_slot_num):
-                return "its header is zeroed but its hash slots point at entries"
-            return ""
-        if not 1 <= count <= self.index_num:
-            return f"its indexCount is {count}"
-        if not 0 <= slot_count <= min(self.hash_slot_num, count - 1):
-            return f"its hashSlotCount is {slot_count} with indexCount {count}"
-        if count > 1 and (begin_phy < 0 or end_phy < begin_phy or end_ts < begin_ts):
-            return f"its header says phy [{begin_phy}, {end_phy}], timestamps [{begin_ts}, {end_ts}]"
-        return ""
-
-    def _drop_damaged(self, names: list[str], problem: str, kept: list[IndexFile]) -> None:
-        """Delete names[0] (damaged) and every newer file; the index is rebuilt from the end of
-        the last kept file."""
-        self.rebuild_from = kept[-1].end_phy_offset if kept else 0
-        self.damage.append(f"{names[0]}: {problem}")
-        log.error("index: %s is damaged (%s): deleting it%s; recovery rebuilds the index from CommitLog offset %d",
-                  names[0], problem, f" and the {len(names) - 1} newer file(s)" if len(names) > 1 else "",
-                  self.rebuild_from)
-        for name in names:
-            os.unlink(os.path.join(self.store_path, name))
-            self.damaged_files.append(name)
 
     # -- recovery -----------------------------------------------------------------------------
     def truncate_dirty(self, phy_offset: int, timestamp_of: Callable[[int], int]) -> tuple[int, list[str]]:

@@ -1,11 +1,13 @@
 """Read-only inspection of a store directory: what ``mqstore inspect``, ``dump`` and ``recover`` show.
 
-Nothing here takes the store's lock or creates, extends, truncates or deletes a file, so it
-may look at a store that another process has open. CommitLog files (and, for the recovery
-dry run, ConsumeQueue files) are mapped with ``MappedFile.open``, so that the store's own
-scanners, decoders and recovery read them in place, and then write-protected with mprotect:
-a stray write faults instead of changing the store. Otherwise ConsumeQueue files are mapped
-read-only, and index headers are read with pread.
+Nothing here takes the store's lock or creates, extends, truncates or deletes a file, or opens
+one for writing, so it may look at a store that another process has open, or one on a
+read-only mount. CommitLog files (and, for the recovery dry run, ConsumeQueue files) are
+mapped with ``MappedFile.open(readonly=True)`` (O_RDONLY, PROT_READ: a stray write faults
+instead of changing the store), so that the store's own scanners, decoders and recovery read
+them in place; otherwise ConsumeQueue files are mapped read-only, and index headers are read
+with pread. What loading would repair first (a cut last CommitLog file, a short ConsumeQueue
+file) is mapped from a repaired copy in a temporary directory.
 
 - ``inventory(root)``: the CommitLog files and where their records end, every ConsumeQueue
   (offsets, physical offsets, files) and the index file headers.
@@ -13,9 +15,12 @@ read-only, and index headers are read with pread.
   field decoded, for ``dump``; a bad offset raises ``OffsetError`` naming why.
 - ``plan_recovery(root)``: what opening the store would do (spec §3 recovery and
   truncateDirtyLogicFiles, §5.2-§5.5): ``mqstore.recovery.recover_store`` itself runs over
-  ``ReadOnlyFileQueue``s, which record what it would zero and delete instead of doing it, so
-  the plan cannot drift from the real recovery. Its ``report`` is the RecoveryReport the open
-  will produce (up to ``elapsed_ms``); the plan adds the details per queue and file.
+  ``ReadOnlyFileQueue``s, which mirror what loading repairs (MappedFileQueue.plan_load,
+  consume_queue.plan_repair) and record what recovery would zero and delete instead of
+  doing it, and over ``DryRunIndex``, which does the same for the index files
+  (index.plan_index_load, IndexService.truncate_dirty), so the plan cannot drift from the
+  real recovery. Its ``report`` is the RecoveryReport the open will produce (up to
+  ``elapsed_ms``); the plan adds the details per queue and file.
 
 A store that is being written may change while it is read: the results are then a snapshot
 of a moving target, never a reason to touch a file.
@@ -23,8 +28,8 @@ of a moving target, never a reason to touch a file.
 
 from __future__ import annotations
 
-import ctypes
 import functools
+import json
 import logging
 import mmap
 import os
@@ -45,11 +50,13 @@ from mqstore._mapped import MappedFile
 from mqstore.checker import IndexFileSummary
 from mqstore.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
-from mqstore.consume_queue import ConsumeQueueTable
+from mqstore.consume_queue import ConsumeQueueTable, RepairPlan, plan_repair
 from mqstore.errors import CorruptRecordError, MQStoreError, NotAStoreError
 from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.geometry import CONFIG_NAME, adopt_store_sizes
+from mqstore.index import IndexLoadPlan, _geometry_vouched, plan_index_load
 from mqstore.record import DecodedRecord
-from mqstore.recovery import RecoveryReport, recover_store
+from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, recover_store
 
 UNIT = CQ_STORE_UNIT_SIZE
 FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
@@ -89,6 +96,19 @@ def dirty_extent(buf: Buffer | MappedFile, start: int, size: int) -> int:
     return end - start
 
 
+def _nonzero_bytes(path: str, start: int = 0) -> int:
+    """Bytes of the file at path from start to its last non-zero byte (0 if only zeros)."""
+    end = last = start
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while block := fh.read(1 << 20):
+            stripped = len(block.rstrip(b"\x00"))
+            if stripped:
+                last = end + stripped
+            end += len(block)
+    return last - start
+
+
 def _map_read(path: str) -> Buffer:
     """path mapped read-only (b"" for an empty file, which cannot be mapped)."""
     with open(path, "rb") as fh:
@@ -111,24 +131,36 @@ def _alloc_leftovers(directory: str) -> list[str]:
     return sorted(n for n in os.listdir(directory) if ".alloc" in n and n.split(".alloc")[0].isdigit())
 
 
-# -- files mapped like the store maps them, write-protected -------------------------------------
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _write_protect(mf: MappedFile) -> None:
-    """Make mf's mapping read-only in this process (mprotect): a write through it, by any code,
-    faults and kills the dry run instead of changing the store."""
-    if _libc.mprotect(ctypes.c_void_p(mf.address), ctypes.c_size_t(mf.file_size), mmap.PROT_READ) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), mf.path)
+# -- files mapped like the store maps them, read-only ---------------------------------------------
+def _copy_extended(src: str, dst: str, keep: int, file_size: int) -> None:
+    """dst = the first keep bytes of src, extended with zeros (sparse) to file_size: what
+    MappedFileQueue.load / ConsumeQueue.load make of a short file, made in a scratch
+    directory so that the dry run maps it at the file size without changing src."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        left = keep
+        while left > 0:
+            block = fin.read(min(left, 1 << 20))
+            if not block:
+                break
+            fout.write(block)
+            left -= len(block)
+        fout.truncate(file_size)
 
 
 class ReadOnlyFileQueue(MappedFileQueue):
     """A MappedFileQueue over a store's real files that never changes them. The files are
-    write-protected; truncation and deletion (what recovery does to them) only change this
-    object's list and positions and record what the real ones would zero and delete, so the
-    real recovery can run over them as a dry run. (Recovery reads files only up to their
-    positions, so it sees the same data as after a real truncation.)"""
+    opened and mapped read-only (``MappedFile.open(readonly=True)``: O_RDONLY, PROT_READ, so
+    this works on a read-only mount and a stray write faults instead of changing the store);
+    truncation and deletion (what recovery does to them) only change this object's list and
+    positions and record what the real ones would zero and delete, so the real recovery can
+    run over them as a dry run. (Recovery reads files only up to their positions, so it sees
+    the same data as after a real truncation.)
+
+    What loading repairs before recovery (a cut last CommitLog file or short empty files after
+    it extended, MappedFileQueue.plan_load; a short ConsumeQueue file cut at its last whole
+    unit and the files after it or after a gap deleted, consume_queue.plan_repair) is done to
+    copies in a scratch directory removed at close(): the repaired files are mapped from
+    there, the deleted ones are listed in ``deleted`` from the start."""
 
     def __init__(self, store_path: str, file_size: int) -> None:
         super().__init__(store_path, file_size)
@@ -137,29 +169,72 @@ class ReadOnlyFileQueue(MappedFileQueue):
         #: names of the files that would be deleted, and the non-zero bytes they hold
         self.deleted: list[str] = []
         self.deleted_data = 0
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+
+    def _scratch_path(self, name: str) -> str:
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="mqstore-readonly-")
+        return os.path.join(self._scratch.name, name)
+
+    def close(self) -> None:
+        super().close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
     @classmethod
-    def of_directory(cls, directory: str, file_size: int, what: str, *, contiguous: bool = True
-                     ) -> ReadOnlyFileQueue:
-        """The 20-digit files of directory as MappedFileQueue.load maps them (positions at the
-        file size, nothing removed or created); NotAStoreError where the open would not map
-        them as they are: a file of another size, and (contiguous) a gap or a misaligned
-        first file."""
-        names = _offset_names(directory)
-        for name in names:
-            size = os.path.getsize(os.path.join(directory, name))
-            if size != file_size:
-                raise NotAStoreError(f"{os.path.join(directory, name)} is {size:,} bytes, not {file_size:,} like "
-                                     f"the other {what} files (opening the store refuses such a file, or cuts the "
-                                     f"queue there)")
+    def of_directory(cls, directory: str, file_size: int, what: str, *, contiguous: bool = True,
+                     last_file_was_cut: Callable[[str], bool] | None = None,
+                     repair: RepairPlan | None = None) -> ReadOnlyFileQueue:
+        """The 20-digit files of directory as loading maps them (positions at the file size,
+        nothing in directory removed, created or changed); NotAStoreError where the open would
+        not map them: a file of another size, and (contiguous) a gap or a misaligned first file.
+
+        last_file_was_cut (the CommitLog's MappedFileQueue.load predicate): the short files
+        plan_load accepts are mapped as load extends them, and listed in ``extended`` and
+        ``extended_empty`` as load lists them. repair (a ConsumeQueue's plan_repair): its
+        short file is mapped as cut and extended, its deleted files are left out."""
+        deleted: list[str] = []
+        copies: dict[str, int] = {}  # name -> bytes of the real file kept in its scratch copy
+        extended: list[tuple[str, int]] = []
+        extended_empty: list[tuple[str, int]] = []
+        if last_file_was_cut is not None and os.path.isdir(directory):
+            plan = MappedFileQueue.plan_load(directory, file_size, last_file_was_cut)
+            names = plan.names
+            extended, extended_empty = plan.extend, plan.extend_empty
+            copies = {name: size for name, size in plan.extend + plan.extend_empty}
+        else:
+            names = _offset_names(directory)
+            if repair is not None:
+                deleted = list(repair.delete)
+                names = [n for n in names if n not in deleted]
+                if repair.cut is not None:
+                    copies[repair.cut[0]] = repair.cut[2]
+            for name in names:
+                size = os.path.getsize(os.path.join(directory, name))
+                if size != file_size and name not in copies:
+                    raise NotAStoreError(f"{os.path.join(directory, name)} is {size:,} bytes, not {file_size:,} like "
+                                         f"the other {what} files (opening the store refuses such a file, or cuts "
+                                         f"the queue there)")
         if contiguous:
             cls._check_contiguous_names(directory, names, file_size)
         queue = cls(directory, file_size)
+        queue.extended, queue.extended_empty = list(extended), list(extended_empty)
         try:
+            for name in deleted:
+                queue.deleted.append(name)
+                queue.deleted_data += _nonzero_bytes(os.path.join(directory, name))
             for name in names:
-                mf = MappedFile.open(os.path.join(directory, name), file_size)
+                path = os.path.join(directory, name)
+                if name in copies:
+                    keep = copies[name]
+                    dropped = _nonzero_bytes(path, keep)
+                    if dropped:
+                        queue.zeroed[name] = dropped
+                    path = queue._scratch_path(name)
+                    _copy_extended(os.path.join(directory, name), path, keep, file_size)
+                mf = MappedFile.open(path, file_size, readonly=True)
                 queue.add(mf)
-                _write_protect(mf)
                 mf.wrote_position = mf.committed_position = mf.flushed_position = file_size
         except BaseException:
             queue.close()
@@ -211,14 +286,35 @@ class ReadOnlyFileQueue(MappedFileQueue):
         mf.close()
 
 
-def open_commitlog(root: str, *, contiguous: bool = True) -> ReadOnlyFileQueue:
-    """The CommitLog files of root, write-protected (``MappedFileQueue.load`` would create the
-    directory and remove leftovers); contiguous=False also maps a log with a missing file
-    (to look at, not to recover). Close it with ``.close()``."""
+def store_config(root: str) -> StoreConfig:
+    """The configuration an open of root most likely runs with: what its last owner wrote to
+    mqstore.config.json (as mqstore.node.read_config reads it), else the defaults, with the file sizes the store
+    was created with (geometry.adopt_store_sizes, as MessageStore adopts them)."""
+    try:
+        with open(os.path.join(root, CONFIG_NAME), encoding="utf-8") as fh:
+            cfg = StoreConfig.from_dict(json.load(fh)).validate()
+    except (OSError, ValueError, TypeError, AttributeError, MQStoreError):
+        cfg = StoreConfig()
+    try:
+        return adopt_store_sizes(root, cfg)
+    except MQStoreError:
+        return cfg
+
+
+def open_commitlog(root: str, *, contiguous: bool = True, file_size: int | None = None) -> ReadOnlyFileQueue:
+    """The CommitLog files of root, read-only, as MappedFileQueue.load maps them (a cut last
+    file and short empty files after it extended, in scratch copies; it would also create the
+    directory and remove leftovers); contiguous=False also maps a log with a missing file (to
+    look at, not to recover). file_size: the CommitLog file size (default: the store's own,
+    store_config). Close it with ``.close()``."""
     cdir = os.path.join(root, "commitlog")
     names = _offset_names(cdir)
-    file_size = os.path.getsize(os.path.join(cdir, names[0])) if names else 0
-    return ReadOnlyFileQueue.of_directory(cdir, file_size, "CommitLog", contiguous=contiguous)
+    if not names:
+        return ReadOnlyFileQueue(cdir, 0)
+    if file_size is None:
+        file_size = store_config(root).mapped_file_size_commit_log
+    return ReadOnlyFileQueue.of_directory(cdir, file_size, "CommitLog", contiguous=contiguous,
+                                          last_file_was_cut=commitlog_file_was_cut)
 
 
 # -- CommitLog -----------------------------------------------------------------------------
@@ -686,32 +782,35 @@ class RecoveryPlan:
 
 
 def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progress | None = None) -> RecoveryPlan:
-    """What opening root with the default configuration would do (check_crc None: as
-    check_crc_on_recover says), found by running mqstore.recovery.recover_store itself over
-    write-protected files (ReadOnlyFileQueue), a copy of the checkpoint and a scratch control
-    block in a temporary directory, which is removed again. Nothing in root is written."""
-    cfg = StoreConfig()
+    """What opening root would do (check_crc None: as check_crc_on_recover says), found by
+    running mqstore.recovery.recover_store itself over read-only files (ReadOnlyFileQueue,
+    which also mirrors what loading repairs first), a model of the index (DryRunIndex: what
+    IndexService.load and truncate_dirty would do), a copy of the checkpoint and a scratch
+    control block in a temporary directory, which is removed again. Nothing in root is
+    written. The configuration is the store's own as far as it is known (store_config: its
+    mqstore.config.json, else the defaults, with its file sizes)."""
+    cfg = store_config(root)
     check = cfg.check_crc_on_recover if check_crc is None else check_crc
     clean = not os.path.exists(os.path.join(root, "abort"))
     index_safe = cfg.message_index_enable and cfg.message_index_safe
     dirs = queue_dirs(root)
     with tempfile.TemporaryDirectory(prefix="mqstore-recover-") as sandbox, ExitStack() as stack:
-        log = open_commitlog(root)
+        log = open_commitlog(root, file_size=cfg.mapped_file_size_commit_log)
         stack.callback(log.close)
         names = [mf.file_name for mf in log.files]
-        table, files = _dry_run_queues(sandbox, dirs, progress)
+        table, files, before = _dry_run_queues(sandbox, dirs, progress, cfg.mapped_file_size_consume_queue)
         stack.callback(table.close)
         checkpoint = _checkpoint_copy(root, sandbox)
         stack.callback(checkpoint.close)
+        index = DryRunIndex(root, cfg, checkpoint.index_msg_timestamp, clean) if cfg.message_index_enable else None
         ctl = _shm.ControlBlock.create(os.path.join(sandbox, "mqstore.shm"), table_slots=cfg.topic_queue_table_slots,
                                        file_size=log.file_size or cfg.mapped_file_size_commit_log,
                                        lock_kind=cfg.put_lock_kind, sync_flush=cfg.is_sync_flush)
         stack.callback(ctl.close)
-        before = {key: _units_end(queue) for key, queue in files.items()}
         scan_progress = None if progress is None else functools.partial(progress, "commitlog")
         with _silenced("mqstore"):
             report = recover_store(log, ctl, table, checkpoint, check_crc=check, clean_shutdown=clean,
-                                   index_safe=index_safe, progress=scan_progress)
+                                   index_safe=index_safe, progress=scan_progress, index=index)
         scan_mf = log.get(int(report.first_file_scanned)) if report.first_file_scanned else None
         report.redispatched_records = _count_records(log, report.dispatch_from, report.valid_end)
         min_ts = 0 if clean else checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
@@ -726,29 +825,92 @@ def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progres
             scan_mf.file_from if scan_mf is not None else 0,
             _first_store_timestamp(scan_mf) if scan_mf is not None else -1,
             log.deleted_data, queues, len(dirs) if not names else 0,
-            [] if clean or not cfg.message_index_enable else _index_files_after(root, checkpoint.index_msg_timestamp),
+            [name for name, _ in index.plan.destroy] if index is not None else [],
             _all_leftovers(root, dirs), report.valid_end - report.dispatch_from)
 
 
-def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Progress | None
-                    ) -> tuple[ConsumeQueueTable, dict[tuple[str, int], ReadOnlyFileQueue]]:
-    """Every ConsumeQueue of the store over ReadOnlyFileQueues, in a table rooted in the sandbox
-    (so a queue destroyed by recovery is removed there, not in the store); and the file queues
-    by (topic, queue id), which record what recovery did to them."""
-    size = queue_file_size(dirs) or StoreConfig().mapped_file_size_consume_queue
+def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Progress | None, size: int
+                    ) -> tuple[ConsumeQueueTable, dict[tuple[str, int], ReadOnlyFileQueue], dict[tuple[str, int], int]]:
+    """Every ConsumeQueue of the store over ReadOnlyFileQueues (of file size ``size``, what the
+    open uses), in a table rooted in the sandbox (so a queue destroyed by recovery is removed
+    there, not in the store), each as ConsumeQueue.load leaves it (plan_repair: what it cut and
+    deleted, and the damage and dropped units it reports to recovery); the file queues by
+    (topic, queue id), which record what recovery did to them; and each queue's next offset as
+    its files hold it now (queue_info)."""
     table = ConsumeQueueTable(os.path.join(sandbox, "consumequeue"), size)
     files = {}
+    before = {}
     try:
         for i, (topic, qid, qdir) in enumerate(dirs):
-            queue = ReadOnlyFileQueue.of_directory(qdir, size, "ConsumeQueue")
-            table.find_or_create(topic, qid).files = queue
+            with QueueFiles(topic, qid, qdir) as qf:
+                before[(topic, qid)] = queue_info(qf, 0).max_offset
+            repair = plan_repair(qdir, size)
+            queue = ReadOnlyFileQueue.of_directory(qdir, size, "ConsumeQueue", repair=repair)
+            cq = table.find_or_create(topic, qid)
+            cq.files = queue
+            if repair.what:
+                cq.load_damage = [repair.what]
+                cq.load_dropped_units = repair.dropped_units
             files[(topic, qid)] = queue
             if progress is not None:
                 progress("consumequeues", i + 1, len(dirs))
     except BaseException:
         table.close()
         raise
-    return table, files
+    return table, files, before
+
+
+class DryRunIndex:
+    """What IndexService does to the index files during an open, without doing it: load
+    (plan_index_load: the files destroyed after a crash, the damaged ones deleted, where the
+    index is rebuilt from) and recovery's truncate_dirty (the entries and files past the valid
+    end), read from the headers and entries with pread. recover_store takes it for the
+    IndexService, so the plan's report has the open's index fields."""
+
+    def __init__(self, root: str, cfg: StoreConfig, index_msg_timestamp: int, last_exit_ok: bool) -> None:
+        self.store_path = os.path.join(root, "index")
+        self.hash_slot_num = int(cfg.max_hash_slot_num)
+        self.index_num = int(cfg.max_index_num)
+        self.file_size = cfg.index_file_size
+        self.plan = IndexLoadPlan()
+        if os.path.isdir(self.store_path):
+            self.plan = plan_index_load(self.store_path, self.file_size, self.hash_slot_num, self.index_num,
+                                        last_exit_ok=last_exit_ok, index_msg_timestamp=index_msg_timestamp,
+                                        geometry_vouched=_geometry_vouched(root, self.hash_slot_num, self.index_num))
+        self.damage = list(self.plan.damage)
+        self.damaged_files = list(self.plan.damaged)
+        self.rebuild_from = self.plan.rebuild_from
+        #: (name, begin phy, end phy, indexCount) of the files the open keeps, oldest first
+        self.files: list[tuple[str, int, int, int]] = []
+        for name in self.plan.keep:
+            with open(os.path.join(self.store_path, name), "rb") as fh:
+                head = os.pread(fh.fileno(), INDEX_HEADER.size, 0)
+            _, _, begin_phy, end_phy, _, count = INDEX_HEADER.unpack(head)
+            self.files.append((name, begin_phy, end_phy, max(1, count)))
+
+    def truncate_dirty(self, phy_offset: int, timestamp_of: Callable[[int], int]) -> tuple[int, list[str]]:
+        """IndexService.truncate_dirty's (entries dropped, files deleted), nothing written."""
+        dropped, deleted = 0, []
+        entries_at = INDEX_HEADER.size + 4 * self.hash_slot_num
+        while self.files:
+            name, begin_phy, end_phy, count = self.files[-1]
+            if end_phy < phy_offset:
+                break
+            if count <= 1 or begin_phy >= phy_offset:
+                self.files.pop()
+                dropped += max(0, count - 1)
+                deleted.append(name)
+                continue
+            keep = count
+            with open(os.path.join(self.store_path, name), "rb") as fh:
+                while keep > 2:
+                    raw = os.pread(fh.fileno(), 8, entries_at + 20 * (keep - 1) + 4)
+                    if int.from_bytes(raw, "big", signed=True) < phy_offset:
+                        break
+                    keep -= 1
+            dropped += count - keep
+            break
+        return dropped, deleted
 
 
 @contextmanager
@@ -774,17 +936,6 @@ def _checkpoint_copy(root: str, sandbox: str) -> StoreCheckpoint:
     return StoreCheckpoint(copy)
 
 
-def _units_end(queue: MappedFileQueue) -> int:
-    """The next queue offset as the files hold it: units read up to the first invalid one."""
-    end = 0
-    for mf in queue.files:
-        valid = scan_units(mf, 0, queue.file_size)[0]
-        end = (mf.file_from + valid) // UNIT
-        if valid < queue.file_size:
-            break
-    return end
-
-
 def _first_store_timestamp(mf: MappedFile) -> int:
     """STORETIMESTAMP of the file's first record (what choose_abnormal_start compares), -1 if
     it does not start with one."""
@@ -806,12 +957,6 @@ def _count_records(queue: MappedFileQueue, start: int, end: int) -> int:
         count += n
         pos = base + stop if reason == "end" else base + fs
     return count
-
-
-def _index_files_after(root: str, index_msg_timestamp: int) -> list[str]:
-    """IndexService.load after an abnormal exit (spec §4.4): files ending after the checkpoint's
-    indexMsgTimestamp are destroyed."""
-    return [f.name for f in index_files(root) if not f.error and f.end_timestamp > index_msg_timestamp]
 
 
 def _all_leftovers(root: str, dirs: list[tuple[str, int, str]]) -> list[str]:

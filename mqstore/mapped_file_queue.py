@@ -7,6 +7,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
@@ -41,6 +42,20 @@ def _all_zeros(path: str, chunk: int = 1 << 20) -> bool:
     return True
 
 
+@dataclass
+class LoadPlan:
+    """What MappedFileQueue.load does to a directory (MappedFileQueue.plan_load)."""
+
+    #: the 20-digit files it maps, in order
+    names: list[str]
+    #: ``<offset>.alloc<pid>`` leftovers of a dead allocation it removes
+    leftovers: list[str]
+    #: (name, size) of the cut last file with data it extends to the file size
+    extend: list[tuple[str, int]] = field(default_factory=list)
+    #: (name, size) of the short all-zero files after it that it extends
+    extend_empty: list[tuple[str, int]] = field(default_factory=list)
+
+
 class MappedFileQueue:
     """Files of one directory keyed by start offset, each exactly ``file_size`` bytes."""
 
@@ -52,6 +67,8 @@ class MappedFileQueue:
         # bumped whenever a file is added, removed or shut down for deletion (readers cache file maps)
         self.version = 0
         self.extended: list[tuple[str, int]] = []  # cut last files extended by load: (name, size before)
+        #: short all-zero files after them (allocated ahead, never written) extended by load
+        self.extended_empty: list[tuple[str, int]] = []
         self._removal_listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
 
     # -- loading -----------------------------------------------------------------------
@@ -61,51 +78,87 @@ class MappedFileQueue:
         Leftovers of an allocation that died half way (``*.alloc<pid>``) are removed: they
         were never renamed into place, so nothing was ever written to them.
 
-        ``last_file_was_cut(path)`` (the CommitLog passes recovery.commitlog_file_was_cut):
-        when the last file written to (only never-written, all-zero files, such as the one
-        the allocation service made ahead, may follow it) is shorter than file_size and the predicate says it was cut (its
-        data runs to its end) rather than written with another file size, it is extended with
-        zeros and listed in ``extended`` as (name, size before); recovery then ends the log at
-        the cut. Any other size mismatch is refused before a file is changed."""
+        ``last_file_was_cut(path)`` (the CommitLog passes recovery.commitlog_file_was_cut)
+        allows two kinds of short files at the end of the log (see ``plan_load``), which are
+        extended with zeros to file_size: the last file written to, when it was cut (listed in
+        ``extended`` as (name, size before); recovery then ends the log at the cut), and files
+        after it that hold nothing but zeros (listed in ``extended_empty``: allocated ahead and
+        never written, cut by a crash before the file system kept their size; recovery deletes
+        them with the other files past the end of the log). Any other size mismatch is
+        refused (NotAStoreError) before a file is changed."""
         os.makedirs(self.store_path, exist_ok=True)
         with self._lock:
-            names = []
-            for name in sorted(os.listdir(self.store_path)):
+            plan = self.plan_load(self.store_path, self.file_size, last_file_was_cut)
+            for name in plan.leftovers:
+                os.unlink(os.path.join(self.store_path, name))
+            for name, _ in plan.extend + plan.extend_empty:
                 path = os.path.join(self.store_path, name)
-                if ".alloc" in name and name.split(".alloc")[0].isdigit():
-                    os.unlink(path)
-                elif len(name) == 20 and name.isdigit():
-                    names.append(name)
-            extend = None
-            for i, name in enumerate(names):
-                path = os.path.join(self.store_path, name)
-                size = os.path.getsize(path)
-                if size == self.file_size:
-                    continue
-                if (extend is None and size < self.file_size and last_file_was_cut is not None
-                        and all(_all_zeros(os.path.join(self.store_path, n)) for n in names[i + 1:])
-                        and last_file_was_cut(path)):
-                    extend = (name, size)
-                    continue
-                raise NotAStoreError(
-                    f"{path} is {size} bytes but the configured file size is {self.file_size}",
-                    hint="open the store with the file size it was created with "
-                    "(mapped_file_size_commit_log / mapped_file_size_consume_queue)"
-                    + ("; only the last file written to may be cut short" if size < self.file_size else ""),
-                )
-            if extend is not None:
-                path = os.path.join(self.store_path, extend[0])
                 with open(path, "r+b") as fh:
                     fh.truncate(self.file_size)
                     fh.flush()
                     os.fsync(fh.fileno())
-                self.extended.append(extend)
-            for name in names:
+            self.extended.extend(plan.extend)
+            self.extended_empty.extend(plan.extend_empty)
+            for name in plan.names:
                 mf = MappedFile.open(os.path.join(self.store_path, name), self.file_size)
                 mf.wrote_position = mf.committed_position = mf.flushed_position = self.file_size
                 self._files[mf.file_from] = mf
             self.version += 1
             self._check_contiguous()
+
+    @staticmethod
+    def plan_load(directory: str, file_size: int, last_file_was_cut: Callable[[str], bool] | None = None
+                  ) -> LoadPlan:
+        """What ``load`` does to directory, decided without changing anything (the recovery dry
+        run, mqstore.inspection, maps the files the same way): the 20-digit files in order, the
+        allocation leftovers it removes, and the short files it extends.
+
+        Every file must be file_size bytes, except, when last_file_was_cut is given (the
+        CommitLog), at the end of the log:
+
+        * files that hold nothing but zeros, of any size up to file_size, followed only by such
+          files: allocated ahead and never written (a crash can leave a renamed file shorter
+          than what posix_fallocate gave it, down to 0 bytes) -> ``extend_empty``;
+        * the last file holding data, if ``last_file_was_cut(path)`` says it was cut (its data
+          runs to its very end) rather than written with another file size, followed only by
+          all-zero files -> ``extend``.
+
+        Anything else (a short file with data before other data, a longer file, a short file
+        that ends like a whole file of another size) raises NotAStoreError."""
+        names, leftovers = [], []
+        for name in sorted(os.listdir(directory)):
+            if ".alloc" in name and name.split(".alloc")[0].isdigit():
+                leftovers.append(name)
+            elif len(name) == 20 and name.isdigit():
+                names.append(name)
+        plan = LoadPlan(names, leftovers)
+        sizes = [os.path.getsize(os.path.join(directory, n)) for n in names]
+        zeros: dict[int, bool] = {}
+
+        def all_zeros(i: int) -> bool:
+            if i not in zeros:
+                zeros[i] = _all_zeros(os.path.join(directory, names[i]))
+            return zeros[i]
+
+        for i, (name, size) in enumerate(zip(names, sizes)):
+            if size == file_size:
+                continue
+            path = os.path.join(directory, name)
+            at_end = size < file_size and last_file_was_cut is not None and all(
+                all_zeros(j) and sizes[j] <= file_size for j in range(i + 1, len(names)))
+            if at_end and all_zeros(i):
+                plan.extend_empty.append((name, size))
+                continue
+            if at_end and not plan.extend and last_file_was_cut is not None and last_file_was_cut(path):
+                plan.extend.append((name, size))
+                continue
+            raise NotAStoreError(
+                f"{path} is {size} bytes but the configured file size is {file_size}",
+                hint="open the store with the file size it was created with "
+                "(mapped_file_size_commit_log / mapped_file_size_consume_queue)"
+                + ("; only the last file written to may be cut short" if size < file_size else ""),
+            )
+        return plan
 
     def map_new_files(self) -> int:
         """Map the files another process created since load (readers and service processes

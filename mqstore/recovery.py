@@ -9,6 +9,19 @@
    newest file whose first record is older than the checkpoint (recoverAbnormally). The
    valid end is where the scan stops; what follows is truncated (later files deleted, the
    torn tail zeroed). The scan also notes each queue's next offset as the log has it.
+   Beyond RocketMQ, the scan cross-checks the header fields no CRC covers (``scan_file``):
+   a record whose PHYSICALOFFSET is not where it sits, or whose QUEUEID is negative, is
+   treated like a record with a bad CRC: the log ends before it and ``stop_detail`` says
+   why. (The bound on QUEUEID is the put path's: it accepts every queue id >= 0, so any
+   non-negative int32 is one a writer could have written, and RocketMQ bounds it no lower:
+   queue ids are ints, topic configs may hold any number of queues.) QUEUEOFFSET is *not*
+   a reason to cut: a record whose queue
+   offset is not the next one of its queue has a valid CRC and sits where it should, and
+   cutting there would drop every later record of every queue. The start-up dispatch
+   handles it as RocketMQ's ConsumeQueue does (an offset already built is a duplicate and
+   gets no unit; a skipped offset gets filler units, logged and counted in
+   ``ConsumeQueue.gaps``), and ``mqstore verify`` reports both as problems ("duplicate
+   offset" / "gap before offset").
 3. ConsumeQueue units pointing at or past the valid end are dropped (truncateDirtyLogicFiles),
    and so is a queue's last unit that does not match its record (size, topic, queue, offset).
    Index entries past the valid end are dropped too (when the store passes its index).
@@ -73,6 +86,9 @@ class RecoveryReport:
     stop_detail: str = ""
     #: CommitLog files found shorter than the file size (cut), extended with zeros at load
     short_files: list[str] = field(default_factory=list)
+    #: short files after them holding only zeros (allocated ahead, never written), extended
+    #: at load and then deleted with the other files past the valid end (not damage)
+    short_empty_files: list[str] = field(default_factory=list)
     dropped_bytes: int = 0
     deleted_files: list[str] = field(default_factory=list)
     #: the deleted files that held data (the others were pre-allocated, still empty)
@@ -117,6 +133,8 @@ class RecoveryReport:
                 f"{self.redispatched_records} records dispatched from {self.dispatch_from}")
         if self.short_files:
             text += f"; CommitLog files cut short: {', '.join(self.short_files)}"
+        if self.short_empty_files:
+            text += f"; empty CommitLog files cut short: {', '.join(self.short_empty_files)}"
         if self.stop_detail:
             text += f"; the CommitLog ends at {self.valid_end}: {self.stop_detail}"
         if self.dropped_bytes:
@@ -149,26 +167,77 @@ class RecoveryReport:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
+class _BadHeader(Exception):
+    """Raised from scan_file's on_record to stop scan_records at a record whose header
+    fields contradict where it is (pos: its position in the file)."""
+
+    def __init__(self, pos: int, why: str) -> None:
+        super().__init__(pos, why)
+        self.pos = pos
+        self.why = why
+
+
+def header_problem(file_from: int, pos: int, queue_id: int, physical_offset: int) -> str:
+    """Why a record that parses (and whose CRC matches) still cannot be trusted, "" if it can:
+    header fields no CRC covers that contradict where it is. PHYSICALOFFSET must be the
+    record's own offset (file_from + pos); QUEUEID must be >= 0 (what the put path accepts:
+    every non-negative int32)."""
+    if physical_offset != file_from + pos:
+        return f"its PHYSICALOFFSET field says {physical_offset}, but the record is at {file_from + pos}"
+    if queue_id < 0:
+        return f"its QUEUEID is {queue_id}, but queue ids are >= 0"
+    return ""
+
+
+def scan_file(mf: Any, start: int, end: int, check_crc: bool, ctl: ControlBlock | None = None
+              ) -> tuple[int, str, int, int, str]:
+    """scan_records over [start, end) of one CommitLog file, plus the header cross-check
+    (header_problem): a record failing it ends the scan there as a bad CRC does. Returns
+    (stop, reason, count, last_store_timestamp, detail); detail names the header field that
+    stopped the scan ("" otherwise, also when the record simply did not parse: _why_invalid
+    says why then).
+
+    With ctl, each queue's next offset in the topic-queue table is raised past every record
+    kept (a second, parse-only pass over [start, stop): the kernel raises the table before it
+    calls on_record, so the first pass cannot raise it for the record it then refuses)."""
+    base = mf.file_from
+
+    def on_record(pos: int, _size: int, _topic: bytes, qid: int, _qoff: int, phy: int, _sf: int, _ts: int) -> None:
+        if phy != base + pos or qid < 0:
+            raise _BadHeader(pos, header_problem(base, pos, qid, phy))
+
+    detail = ""
+    try:
+        stop, reason, count, last_ts = scan_records(mf, base, start, end, check_crc, None, on_record)
+    except _BadHeader as bad:
+        stop, reason, detail = bad.pos, "invalid", bad.why
+        _, _, count, last_ts = scan_records(mf, base, start, bad.pos, False)
+    if ctl is not None and stop > start:
+        scan_records(mf, base, start, stop, False, ctl)
+    return stop, reason, count, last_ts, detail
+
+
 def choose_abnormal_start(queue: MappedFileQueue, min_timestamp: int) -> int:
-    """spec §5.5: index of the newest file whose first record is valid, has a store
-    timestamp and is not newer than the checkpoint's min timestamp; 0 if none."""
+    """spec §5.5: index of the newest file whose first record is valid (its header fields
+    too: header_problem), has a store timestamp and is not newer than the checkpoint's min
+    timestamp; 0 if none."""
     files = queue.files
     for i in range(len(files) - 1, -1, -1):
         mf = files[i]
         size, ok = check_record(mf, 0, check_crc=False, read_body=False)
         if not ok or size <= 0:
             continue
-        ts = scan_records(mf, mf.file_from, 0, size, False)[3]
-        if ts != 0 and ts <= min_timestamp:
+        _, _, count, ts, _ = scan_file(mf, 0, size, False)
+        if count == 1 and ts != 0 and ts <= min_timestamp:
             return i
     return 0
 
 
 def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool, report: RecoveryReport,
                    progress: Callable[[int, int], None] | None = None, ctl: ControlBlock | None = None) -> int:
-    """Scan from file start_index until a record fails or the log ends; returns the valid end.
-    With ctl, each queue's next offset in its topic-queue table is raised past every record
-    scanned."""
+    """Scan from file start_index until a record fails (scan_file: parse, CRC, header fields)
+    or the log ends; returns the valid end. With ctl, each queue's next offset in its
+    topic-queue table is raised past every record kept."""
     files = queue.files
     if not files:
         return 0
@@ -177,7 +246,7 @@ def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool,
     todo = files[start_index:]
     logged = LogProgress(log, "recovery")
     for i, mf in enumerate(todo):
-        stop, reason, count, last_ts = scan_records(mf, mf.file_from, 0, queue.file_size, check_crc, ctl)
+        stop, reason, count, last_ts, detail = scan_file(mf, 0, queue.file_size, check_crc, ctl)
         report.files_scanned += 1
         report.records += count
         report.bytes_scanned += stop
@@ -185,7 +254,9 @@ def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool,
             report.last_store_timestamp = last_ts
         valid_end = mf.file_from + stop
         report.stop_reason = reason
-        if reason == "invalid" and stop < queue.file_size and mf.read(stop, 8) != bytes(8):
+        if detail:
+            report.stop_detail = f"corrupt record in {mf.file_name} at {stop}: {detail}"
+        elif reason == "invalid" and stop < queue.file_size and mf.read(stop, 8) != bytes(8):
             report.stop_detail = _why_invalid(mf, stop, check_crc)
         if progress is not None:
             progress(i + 1, len(todo))
@@ -199,15 +270,18 @@ def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool,
 
 def commitlog_file_was_cut(path: str) -> bool:
     """Whether a CommitLog file shorter than the configured size was cut (its data runs to its
-    very end: the last record is cut off, or the cut fell on a record boundary) rather than
-    written with another file size (its records end with the END_OF_FILE blank, or zeros
-    follow them). For MappedFileQueue.load: a cut last file is extended, recovery keeps what
-    precedes the cut; a file of another size is refused."""
+    very end: the last record is cut off, or the cut fell on a record boundary, or inside the
+    END_OF_FILE blank, whose TOTALSIZE then reaches past the cut) rather than written with
+    another file size (its records end with an END_OF_FILE blank that ends with the file, or
+    zeros follow them). For MappedFileQueue.load (and plan_load, which the recovery dry run
+    uses): a cut last file is extended, recovery keeps what precedes the cut; a file of another
+    size is refused."""
     with open(path, "rb") as fh:
         data = fh.read()
     stop, reason, _, _ = scan_records(data, 0, 0, len(data), False)
     if reason == "blank":
-        return False
+        blank_total = int.from_bytes(data[stop:stop + 4], "big", signed=True)
+        return stop + blank_total > len(data)
     rest = data[stop:]
     if not rest:
         return True
@@ -300,7 +374,10 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
             report.checkpoint_damage = "the checkpoint file was missing"
     report.short_files = [f"{name} ({size} of {queue.file_size} bytes)"
                           for name, size in getattr(queue, "extended", [])]
+    report.short_empty_files = [f"{name} ({size} of {queue.file_size} bytes)"
+                                for name, size in getattr(queue, "extended_empty", [])]
     damaged: dict[tuple[str, int], str] = {}
+    files = queue.files
     if queues is not None:
         for r in queues.recover():
             report.queue_files_deleted += r.deleted_files
@@ -308,7 +385,16 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
                 damaged[(r.topic, r.queue_id)] = "; ".join(r.damage)
             if r.dropped_units:
                 report.queue_units_dropped[f"{r.topic}/{r.queue_id}"] = r.dropped_units
-    files = queue.files
+        if files:
+            # before the CommitLog's truncation can delete the files that show the loss (a
+            # queue whose remaining files all point past a shortened log would otherwise keep
+            # its raised min offset and never get its lost first units back)
+            for cq in queues:
+                problem = _check_first_file(cq, files[0].file_from)
+                if problem:
+                    key = (cq.topic, cq.queue_id)
+                    damaged[key] = f"{damaged[key]}; {problem}" if key in damaged else problem
+                    log.error("ConsumeQueue %s/%d: %s; dropped", cq.topic, cq.queue_id, problem)
     scan_start = 0
     if not files:
         if queues is not None and len(queues):
@@ -351,7 +437,7 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
     if queues is not None:
         if files:
             for cq in queues:
-                problem = _check_first_file(cq, min_phy) or _check_last_units(cq, queue, min_phy)
+                problem = _check_last_units(cq, queue, min_phy)
                 if problem:
                     key = (cq.topic, cq.queue_id)
                     damaged[key] = f"{damaged[key]}; {problem}" if key in damaged else problem
