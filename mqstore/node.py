@@ -30,13 +30,12 @@ from typing import IO, Any
 
 from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError
+from mqstore.services import SERVICE_KINDS
 
 log = logging.getLogger("mqstore.node")
 
 CONFIG_NAME = "mqstore.config.json"
 CONTROL_BLOCK_NAME = "mqstore.shm"
-#: service processes in start order; shutdown goes in reverse
-SERVICE_KINDS = ("allocator", "flusher", "dispatcher", "cleaner")
 READY_TIMEOUT_S = 60.0
 # what a service process runs (``python -m mqstore.node`` would import this module twice)
 _SERVICE_ENTRY = "import sys; from mqstore.node import main; sys.exit(main(sys.argv[1:]))"
@@ -219,32 +218,31 @@ def _read_line(stream: IO[bytes], timeout_s: float) -> bytes:
 
 # -- a service process ------------------------------------------------------------------------
 def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any], list[Any]]:
-    """(services to run, objects to close afterwards) of one service process."""
+    """(services to run, objects to close afterwards) of one service process: the parts its
+    kind needs, mapped in this process, and the services mqstore.services.registry builds
+    over them (the same table the threads-mode owner uses)."""
     from mqstore.checkpoint import StoreCheckpoint
     from mqstore.commitlog import CommitLog
     from mqstore.mapped_file_queue import MappedFileQueue
-    from mqstore.services.allocate import ProcessAllocateService
-    from mqstore.services.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+    from mqstore.services.registry import ServiceParts, build_services
 
+    if kind not in SERVICE_KINDS:
+        raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
+    parts = ServiceParts(root, cfg, ctl)
+    closers: list[Any] = []
     if kind == "allocator":
-        queue = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
-        return [ProcessAllocateService(ctl, queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
-                                       warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file)], [queue]
-    if kind == "flusher":
+        parts.log_files = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
+        closers = [parts.log_files]
+    elif kind == "flusher":
         from mqstore.pool import attach_pool
-        from mqstore.services.flush import CommitRealTimeService
 
-        pool = attach_pool(root, ctl)
-        commitlog = CommitLog(root, cfg, ctl, pool)
-        commitlog.queue.map_new_files()
-        flusher = GroupCommitService(commitlog) if cfg.is_sync_flush else FlushRealTimeService(commitlog)
-        if pool is None:
-            return [flusher], [commitlog]
-        # the transient store pool's commit service runs beside the flush (and stops before it)
-        return [flusher, CommitRealTimeService(commitlog)], [commitlog, pool]
-    if kind == "dispatcher":
+        parts.pool = attach_pool(root, ctl)
+        parts.commitlog = CommitLog(root, cfg, ctl, parts.pool)
+        parts.commitlog.queue.map_new_files()
+        closers = [parts.commitlog] if parts.pool is None else [parts.commitlog, parts.pool]
+    elif kind == "dispatcher":
         from mqstore.consume_queue import ConsumeQueueTable
-        from mqstore.dispatch import Dispatcher, ReputMessageService
+        from mqstore.dispatch import Dispatcher
         from mqstore.index import IndexService
 
         commitlog = CommitLog(root, cfg, ctl)
@@ -266,19 +264,17 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
             index = IndexService(root, cfg, checkpoint)
             index.load(True)
         queues.publish_to(ctl)
-        dispatcher = Dispatcher.from_config(commitlog, queues, index, ctl, cfg)
-        closers: list[Any] = [commitlog, queues, checkpoint]
+        parts.commitlog, parts.consume_queues, parts.index, parts.checkpoint = commitlog, queues, index, checkpoint
+        parts.dispatcher = Dispatcher.from_config(commitlog, queues, index, ctl, cfg)
+        closers = [commitlog, queues, checkpoint]
         if index is not None:
             closers.insert(0, index)
-        return [FlushConsumeQueueService(queues, dispatcher, checkpoint, ctl, cfg), ReputMessageService(dispatcher)], \
-            closers
-    if kind == "cleaner":
+    else:  # the cleaner
         from mqstore.consume_queue import ConsumeQueueTable
         from mqstore.index import IndexService
-        from mqstore.services.clean import CleanService
 
-        queue = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
-        queue.map_new_files()
+        files = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
+        files.map_new_files()
         queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), cfg.mapped_file_size_consume_queue)
         queues.load()
         for cq in queues:  # read-only positions: the dispatcher process appends
@@ -286,12 +282,12 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
             if units is not None:
                 cq.follow(units)
         checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"))
-        index = None
         if cfg.message_index_enable:
-            index = IndexService(root, cfg, checkpoint)
-            index.load(True)
-        return [CleanService(ctl, queue, queues, index, cfg, root, follow=True)], [queue, queues, checkpoint]
-    raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
+            parts.index = IndexService(root, cfg, checkpoint)
+            parts.index.load(True)
+        parts.log_files, parts.consume_queues = files, queues
+        closers = [files, queues, checkpoint]
+    return build_services(kind, parts, own_process=True), closers
 
 
 def service_main(kind: str, root: str) -> int:

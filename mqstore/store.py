@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 from mqstore import _shm
 from mqstore._commitlog import Message, MessageBatch, PutMessageResult
@@ -27,18 +27,19 @@ from mqstore.geometry import adopt_store_sizes, check_root_dir
 from mqstore.procs import stopped
 from mqstore.progress import LogProgress
 from mqstore.consume_queue import ConsumeQueueTable
-from mqstore.dispatch import Dispatcher, ReputMessageService
+from mqstore.dispatch import Dispatcher
 from mqstore.index import IndexService
 from mqstore.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
                            tags_expression)
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
 from mqstore.node import CONFIG_NAME, Supervisor, read_config, write_config
 from mqstore import pool as transient_pool
-from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
+from mqstore.follow import NOT_FOLLOWING, Follower, NotFollowing
+from mqstore.services import SERVICE_KINDS
+from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
-from mqstore.services.flush import (CommitRealTimeService, FlushConsumeQueueService, FlushRealTimeService,
-                                    GroupCommitService)
+from mqstore.services.registry import ServiceParts, build_services
 from mqstore._consumequeue import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
@@ -172,7 +173,336 @@ def release_store_lock(fd: int) -> None:
     os.close(fd)
 
 
-class MessageStore:
+class StoreBase:
+    """What every open store offers, whoever owns it: puts through the compiled put path, the
+    reads of spec §11, long polling, positions and counters. ``MessageStore`` (this process
+    owns the store) and ``AttachedStore`` (another process does) open the parts and decide how
+    reads catch up with what other processes build (``self.follower``, mqstore.follow); nothing
+    here depends on which of them this is.
+    """
+
+    root: str
+    config: StoreConfig
+    ctl: _shm.ControlBlock
+    commitlog: CommitLog
+    consume_queues: ConsumeQueueTable
+    index: IndexService | None
+    dispatcher: Dispatcher
+    reader: MessageReader
+    pool: _shm.TransientStorePool | None
+    cleaner: CleanService | None
+    follower: NotFollowing
+    _closed: bool
+
+    @property
+    def attached(self) -> bool:
+        """True when another process owns the store (AttachedStore), False for its owner."""
+        raise NotImplementedError
+
+    def flush(self) -> bool:
+        """Flush everything written so far; see MessageStore.flush and AttachedStore.flush."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Close the store in this process; see MessageStore.shutdown and AttachedStore.shutdown."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The same as shutdown(): "close" for contextlib.closing and Python habit."""
+        self.shutdown()
+
+    def commit(self, timeout_ms: float = 5000) -> bool:
+        """With the transient store pool: have everything written so far committed to the
+        CommitLog files (readable, flushable) by the commit service of the process that runs
+        it, woken here; waits up to timeout_ms. True when the committed position reached the
+        write position read first (at once without the pool)."""
+        self._check_open()
+        if self.pool is None:
+            return True
+        target = self.ctl.get("wrote")
+        # the request makes the commit service commit whatever the least-pages setting says
+        self.ctl.advance("flush_request_upto", target)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self.ctl.get("committed") < target and time.monotonic() < deadline:
+            self.ctl.notify("commit")
+            time.sleep(0.001)
+        return self.ctl.get("committed") >= target
+
+    # -- puts ----------------------------------------------------------------------------
+    def put_message(self, msg: Message) -> PutMessageResult:
+        """Put one message; the result's status names any failure (spec §9). StoreClosedError
+        after shutdown()."""
+        return self.commitlog.appender.put_message(msg)
+
+    def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
+        """Put a batch of one topic and queue (spec §9.4): a MessageBatch (a client batch
+        body) or a list of Messages. StoreClosedError after shutdown()."""
+        return self.commitlog.appender.put_messages(batch)
+
+    def put(self, topic: str, body: bytes = b"", **fields: Any) -> PutMessageResult:
+        """Convenience: build a Message from keyword fields and put it."""
+        return self.commitlog.appender.put_message(Message(topic, body, **fields))
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once shutdown() ran (every other method then raises StoreClosedError)."""
+        return self._closed
+
+    @property
+    def max_phy_offset(self) -> int:
+        """Same as get_max_phy_offset(), as a property."""
+        return self.get_max_phy_offset()
+
+    @property
+    def min_phy_offset(self) -> int:
+        """Same as get_min_phy_offset(), as a property."""
+        return self.get_min_phy_offset()
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message of topic/queue_id will get."""
+        self._check_open()
+        if type(topic) is not str or type(queue_id) is not int:
+            check_arguments("next_queue_offset", topic=topic, queue_id=queue_id)
+        value = self.ctl.table_get(topic, queue_id)
+        return 0 if value is None else value
+
+    def positions(self) -> dict[str, int]:
+        """The shared positions: wrote, committed, flushed, dispatched, confirmed, min_phy, ...
+        (byte offsets in the CommitLog; docs/node.md)."""
+        self._check_open()
+        return self.ctl.positions()
+
+    def stats(self) -> dict[str, int]:
+        """The control block's counters (puts, bytes, flushes, lock times, ...) and positions:
+        what ``mqstore stats`` shows, as numbers."""
+        self._check_open()
+        return {**self.ctl.stats(), **self.ctl.positions()}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.root} is shut down")
+
+    # -- reads (spec §11) --------------------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
+                    tags: str | Iterable[str] | None = None) -> GetMessageResult:
+        """Up to max_msg_nums messages of a queue from offset, filtered by a tags expression
+        ("*", "TagA", "TagA || TagB", or a list of tags); the status and next_begin_offset
+        follow spec §11.
+
+        With check_crc_on_read every message returned has passed its body CRC check: the
+        messages before a damaged one are returned as usual (the batch ends before it); when
+        the damaged one comes first, the status is MESSAGE_CORRUPTED, the result (a
+        mqstore.reads.CorruptedMessageResult) holds no message, its ``detail`` names the
+        physical and queue offsets, and next_begin_offset stays at the damaged message."""
+        self._check_open()
+        self.follower.queue(topic, queue_id)
+        reader = self.reader
+        try:
+            result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
+        except (TypeError, OverflowError) as exc:
+            if tags is None or isinstance(tags, str):
+                raise argument_error("get_message", exc, group=group, topic=topic, queue_id=queue_id, offset=offset,
+                                     max_msg_nums=max_msg_nums, tags=tags) from None
+            tags = tags_expression(tags)
+            result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
+        if reader.check_crc_on_read:
+            return reader.verified(result, group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
+        return result
+
+    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
+        """The message whose record starts at phy_offset in the CommitLog, or None (spec §11
+        lookMessageByOffset). With check_crc_on_read, CorruptRecordError naming phy_offset
+        when the record's body fails its CRC (or its header does not parse)."""
+        self._check_open()
+        self.follower.log()
+        reader = self.reader
+        try:
+            view = reader.look_message_by_offset(phy_offset)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("look_message_by_offset", exc, phy_offset=phy_offset) from None
+        if view is not None and reader.check_crc_on_read:
+            reader.verify_view(view)
+        return view
+
+    def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
+        """The message at a queue offset (through its ConsumeQueue unit), or None. With
+        check_crc_on_read, CorruptRecordError naming the physical offset when the record's
+        body fails its CRC (or its header does not parse)."""
+        self._check_open()
+        if type(queue_offset) is not int:
+            check_arguments("look_message_by_queue_offset", topic=topic, queue_id=queue_id, queue_offset=queue_offset)
+        self.follower.queue(topic, queue_id)
+        reader = self.reader
+        try:
+            view = reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("look_message_by_queue_offset", exc, topic=topic, queue_id=queue_id,
+                                 queue_offset=queue_offset) from None
+        if view is not None and reader.check_crc_on_read:
+            reader.verify_view(view)
+        return view
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """The store timestamp (ms) of the message at a queue offset, or -1 (spec §11)."""
+        self._check_open()
+        self.follower.queue(topic, queue_id)
+        try:
+            return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_message_store_timestamp", exc, topic=topic, queue_id=queue_id,
+                                 queue_offset=queue_offset) from None
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The queue offset of the first message stored at or after timestamp (ms since the
+        epoch), RocketMQ's getOffsetInQueueByTime (spec §3)."""
+        self._check_open()
+        self.follower.queue(topic, queue_id)
+        try:
+            return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_offset_in_queue_by_time", exc, topic=topic, queue_id=queue_id,
+                                 timestamp=timestamp) from None
+
+    def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
+                                warm_bytes: int | None = None) -> TimeLookup:
+        """get_offset_in_queue_by_time with the pages and probes the search touched."""
+        self._check_open()
+        self.follower.queue(topic, queue_id)
+        try:
+            return self.reader.offset_in_queue_by_time(topic, queue_id, timestamp, warm_bytes)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("offset_in_queue_by_time", exc, topic=topic, queue_id=queue_id,
+                                 timestamp=timestamp) from None
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue offset after the queue's last message (0 for a queue never put to)."""
+        self._check_open()
+        if type(topic) is not str or type(queue_id) is not int:
+            check_arguments("get_max_offset_in_queue", topic=topic, queue_id=queue_id)
+        self.follower.queue(topic, queue_id)
+        try:
+            return self.reader.get_max_offset_in_queue(topic, queue_id)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_max_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The queue offset of the queue's first message still stored (retention moves it)."""
+        self._check_open()
+        if type(topic) is not str or type(queue_id) is not int:
+            check_arguments("get_min_offset_in_queue", topic=topic, queue_id=queue_id)
+        self.follower.queue(topic, queue_id)
+        try:
+            return self.reader.get_min_offset_in_queue(topic, queue_id)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("get_min_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
+
+    def get_max_phy_offset(self) -> int:
+        """The CommitLog position after the last readable byte (RocketMQ getMaxPhyOffset)."""
+        self._check_open()
+        return self.commitlog.max_offset
+
+    def get_min_phy_offset(self) -> int:
+        """The CommitLog position of the first byte still stored (RocketMQ getMinPhyOffset)."""
+        self._check_open()
+        return self.commitlog.min_offset
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """The store timestamp (ms) of the oldest message still stored: of the whole store, or
+        of one queue when topic is given; -1 when there is none."""
+        self._check_open()
+        if (topic is not None and type(topic) is not str) or type(queue_id) is not int:
+            check_arguments("get_earliest_message_time", topic=topic if topic is not None else "", queue_id=queue_id)
+        return self.reader.get_earliest_message_time(topic, queue_id)
+
+    def query_message(self, topic: str, key: str, max_num: int | None = None, begin: int = 0,
+                      end: int = 2**63 - 1) -> QueryMessageResult:
+        """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key;
+        at most max_num (default: the default_query_max_num setting), stored between begin
+        and end (ms since the epoch). A damaged record (its body CRC fails, with
+        check_crc_on_read, or its topic or properties do not decode) is skipped with an error
+        logged, and its physical offset listed in the result's ``corrupt_offsets``."""
+        self._check_open()
+        if max_num is None:
+            max_num = self.config.default_query_max_num
+        if type(topic) is not str or type(key) is not str or type(max_num) is not int:
+            check_arguments("query_message", topic=topic, key=key, max_num=max_num, begin=begin, end=end)
+        self.follower.index()
+        try:
+            return self.reader.query_message(topic, key, max_num, begin, end)
+        except (TypeError, OverflowError) as exc:
+            raise argument_error("query_message", exc, topic=topic, key=key, max_num=max_num, begin=begin,
+                                 end=end) from None
+
+    def execute_delete_files_manually(self) -> None:
+        """RocketMQ executeDeleteFilesManually: the next 20 cleaning runs delete expired files
+        whatever the hour, the first one now. In a node or an attached process the request
+        goes to the cleaner process through the control block."""
+        self._check_open()
+        if self.cleaner is not None:
+            self.cleaner.execute_delete_files_manually()
+        else:
+            self.ctl.advance("manual_delete_request", time.time_ns() // 1_000_000)
+            self.ctl.notify("clean")
+
+    # -- dispatch ------------------------------------------------------------------------
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        """CommitLog bytes written but not yet dispatched into the ConsumeQueues."""
+        self._check_open()
+        return self.dispatcher.behind()
+
+    @property
+    def dispatch_lag_ms(self) -> int:
+        """How old the oldest written-but-not-dispatched message is, in ms (0 when none)."""
+        self._check_open()
+        return self.dispatcher.lag_ms()
+
+    def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_ms: float | None = None) -> bool:
+        """Long polling for a reader in any process (spec §12): block until the queue has a
+        message at ``offset`` or later (its max offset passed offset), or timeout_ms passes;
+        True when there is one.
+
+        With ``long_polling_enable`` the reader sleeps in a futex wait on the queue's slot of
+        the control block, and the dispatcher (a thread, or the node's dispatcher process)
+        wakes it when it publishes a unit of that queue: RocketMQ's notifyMessageArriving per
+        queue, and only queues somebody waits for cost the dispatcher a wake-up. With it off
+        (short polling) nothing is registered: the reader waits on the "dispatched" channel,
+        which the dispatcher broadcasts only when it has caught up. Default timeout: 15 s (a
+        push consumer's suspend time) with long polling, ``short_polling_time_mills`` without."""
+        self._check_open()
+        check_arguments("wait_for_messages", topic=topic, queue_id=queue_id, offset=offset)
+        long_polling = self.config.long_polling_enable
+        if timeout_ms is None:
+            timeout_ms = LONG_POLLING_SUSPEND_MS if long_polling else self.config.short_polling_time_mills
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            seen = self.ctl.channel_seq("dispatched")  # before the check: no wake-up is missed
+            if self.get_max_offset_in_queue(topic, queue_id) > offset:
+                return True
+            left_ms = (deadline - time.monotonic()) * 1000
+            if left_ms <= 0:
+                return False
+            units = self.ctl.wait_queue_units(topic, queue_id, offset, left_ms) if long_polling else None
+            if units is None:
+                # short polling, or a queue nobody has put to yet (no slot to wait on)
+                self.ctl.wait_seq_change("dispatched", seen, left_ms if not long_polling else min(left_ms, 50))
+
+    def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
+        """Wait until everything written (or up to offset) is dispatched; True when it is."""
+        self._check_open()
+        target = self.ctl.get("committed") if offset is None else offset
+        return self.ctl.wait_position("dispatched", target, "dispatched", timeout_ms)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+
+class MessageStore(StoreBase):
     """A store directory opened for writing by this process.
 
     >>> with MessageStore("/tmp/store", mapped_file_size_commit_log=1 << 20) as store:  # doctest: +SKIP
@@ -190,7 +520,7 @@ class MessageStore:
         self._lock_fd = -1
         self.pool: _shm.TransientStorePool | None = None
         self._services: list[ServiceThread] = []
-        self._following = False  # reads follow queues another process builds
+        self.follower: NotFollowing = NOT_FOLLOWING  # a node's owner follows its service processes
         self.supervisor: Supervisor | None = None
         self.cleaner: CleanService | None = None
         self.abort_path = os.path.join(self.root, "abort")
@@ -221,7 +551,7 @@ class MessageStore:
         self._release_lock()
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> MessageStore:
+    def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> StoreBase:
         """Open root as its owner, or, when another running process owns it (a node, or any
         process that opened it with MessageStore(...)), attach to it: puts and reads go
         through the shared control block and the mapped files, with the owner's
@@ -321,24 +651,17 @@ class MessageStore:
         if cfg.service_mode == "processes":
             self._start_service_processes()
             return
-        allocator = AllocateMappedFileService(
-            self.ctl, self.commitlog.queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
-            warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file,
-            wait_timeout_ms=cfg.allocate_wait_timeout_ms)
-        self.commitlog.allocator = allocator
-        flusher: ServiceThread = (GroupCommitService(self.commitlog) if cfg.is_sync_flush
-                                  else FlushRealTimeService(self.commitlog))
-        self.reput = ReputMessageService(self.dispatcher)
-        self.cq_flusher = FlushConsumeQueueService(self.consume_queues, self.dispatcher, self.checkpoint, self.ctl,
-                                                   cfg)
-        cleaner = CleanService(self.ctl, self.commitlog.queue, self.consume_queues, self.index, cfg, self.root)
-        self.cleaner = cleaner
+        parts = ServiceParts(self.root, cfg, self.ctl, log_files=self.commitlog.queue, commitlog=self.commitlog,
+                             consume_queues=self.consume_queues, index=self.index, checkpoint=self.checkpoint,
+                             dispatcher=self.dispatcher, pool=self.pool)
+        built = {kind: build_services(kind, parts, own_process=False) for kind in SERVICE_KINDS}
+        self.commitlog.allocator = built["allocator"][0]  # type: ignore[assignment]
+        self.cq_flusher, self.reput = built["dispatcher"]
+        self.cleaner = built["cleaner"][0]  # type: ignore[assignment]
         # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
-        # log are flushed
-        self._services = [allocator, flusher, self.cq_flusher, self.reput, cleaner]
-        if self.pool is not None:
-            # stopped before the flusher, whose final flush covers what the last commit moved
-            self._services.insert(2, CommitRealTimeService(self.commitlog))
+        # log are flushed (the pool's commit service before the flusher, whose final flush
+        # covers what the last commit moved)
+        self._services = [service for kind in SERVICE_KINDS for service in built[kind]]
         for service in self._services:
             service.start()
 
@@ -352,7 +675,7 @@ class MessageStore:
         self.consume_queues.flush()
         if self.index is not None:
             self.index.flush()
-        self._following = True
+        self.follower = Follower(self.commitlog, self.consume_queues, self.ctl, self.index)
         self.supervisor = Supervisor(self.root)
         try:
             self.supervisor.start()
@@ -360,90 +683,11 @@ class MessageStore:
             self.supervisor.stop()
             raise
 
-    # -- following what processes build (service_mode="processes", attached stores) --------------
-    def _follow_log(self) -> None:
-        """Map the CommitLog files other processes created up to the write position, and drop
-        the ones the cleaner process deleted (below min_phy)."""
-        queue = self.commitlog.queue
-        if queue.mapped_end < self.ctl.get("committed"):
-            queue.map_new_files()
-        first = queue.first()
-        min_phy = self.ctl.get("min_phy")
-        if first is not None and first.file_from + self.commitlog.file_size <= min_phy:
-            queue.drop_below(min_phy)
-
-    def _follow(self, topic: str, queue_id: int) -> None:
-        """Reads in a process other than the dispatcher's: map CommitLog files created since
-        and bring the queue up to the unit count the dispatcher published."""
-        self._follow_log()
-        units = self.ctl.table_get_dispatched(topic, queue_id)
-        if units is None:
-            return
-        cq = self.consume_queues.get(topic, queue_id) or self.consume_queues.open_existing(topic, queue_id)
-        if cq is None:
-            return
-        if units != cq.max_offset_in_queue:
-            cq.follow(units)
-        min_phy = self.ctl.get("min_phy")
-        if min_phy > 0:
-            cq.follow_cleaning(min_phy)  # the cleaner process deleted files below it
-
-    # -- puts ----------------------------------------------------------------------------
-    def put_message(self, msg: Message) -> PutMessageResult:
-        """Put one message; the result's status names any failure (spec §9). StoreClosedError
-        after shutdown()."""
-        return self.commitlog.appender.put_message(msg)
-
-    def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
-        """Put a batch of one topic and queue (spec §9.4): a MessageBatch (a client batch
-        body) or a list of Messages. StoreClosedError after shutdown()."""
-        return self.commitlog.appender.put_messages(batch)
-
-    def put(self, topic: str, body: bytes = b"", **fields: Any) -> PutMessageResult:
-        """Convenience: build a Message from keyword fields and put it."""
-        return self.commitlog.appender.put_message(Message(topic, body, **fields))
-
-    # -- state ---------------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        """True once shutdown() ran (every other method then raises StoreClosedError)."""
-        return self._closed
-
     @property
     def attached(self) -> bool:
         """False: this process owns the store (an AttachedStore, opened by MessageStore.open
         while another process owns it, says True)."""
         return False
-
-    @property
-    def max_phy_offset(self) -> int:
-        """Same as get_max_phy_offset(), as a property."""
-        return self.get_max_phy_offset()
-
-    @property
-    def min_phy_offset(self) -> int:
-        """Same as get_min_phy_offset(), as a property."""
-        return self.get_min_phy_offset()
-
-    def next_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message of topic/queue_id will get."""
-        self._check_open()
-        if type(topic) is not str or type(queue_id) is not int:
-            check_arguments("next_queue_offset", topic=topic, queue_id=queue_id)
-        value = self.ctl.table_get(topic, queue_id)
-        return 0 if value is None else value
-
-    def positions(self) -> dict[str, int]:
-        """The shared positions: wrote, committed, flushed, dispatched, confirmed, min_phy, ...
-        (byte offsets in the CommitLog; docs/node.md)."""
-        self._check_open()
-        return self.ctl.positions()
-
-    def stats(self) -> dict[str, int]:
-        """The control block's counters (puts, bytes, flushes, lock times, ...) and positions:
-        what ``mqstore stats`` shows, as numbers."""
-        self._check_open()
-        return {**self.ctl.stats(), **self.ctl.positions()}
 
     def flush(self) -> bool:
         """Flush everything written so far (with the transient store pool: committed first);
@@ -459,245 +703,12 @@ class MessageStore:
         node the flusher process is the only committer, so this wakes it and waits up to
         timeout_ms (an attached process too). True when the committed position reached the
         write position read first."""
+        if self.supervisor is not None or self.pool is None:
+            return super().commit(timeout_ms)
         self._check_open()
-        if self.pool is None:
-            return True
         target = self.ctl.get("wrote")
-        if not self._following:
-            self.commitlog.commit(0)
-        else:
-            # the request makes the commit service commit whatever the least-pages setting says
-            self.ctl.advance("flush_request_upto", target)
-            deadline = time.monotonic() + timeout_ms / 1000
-            while self.ctl.get("committed") < target and time.monotonic() < deadline:
-                self.ctl.notify("commit")
-                time.sleep(0.001)
+        self.commitlog.commit(0)  # this process runs the commit service
         return self.ctl.get("committed") >= target
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(f"store {self.root} is shut down")
-
-    # -- reads (spec §11) --------------------------------------------------------------------
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int = 32,
-                    tags: str | Iterable[str] | None = None) -> GetMessageResult:
-        """Up to max_msg_nums messages of a queue from offset, filtered by a tags expression
-        ("*", "TagA", "TagA || TagB", or a list of tags); the status and next_begin_offset
-        follow spec §11.
-
-        With check_crc_on_read every message returned has passed its body CRC check: the
-        messages before a damaged one are returned as usual (the batch ends before it); when
-        the damaged one comes first, the status is MESSAGE_CORRUPTED, the result (a
-        mqstore.reads.CorruptedMessageResult) holds no message, its ``detail`` names the
-        physical and queue offsets, and next_begin_offset stays at the damaged message."""
-        self._check_open()
-        if self._following:
-            self._follow(topic, queue_id)
-        reader = self.reader
-        try:
-            result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
-        except (TypeError, OverflowError) as exc:
-            if tags is None or isinstance(tags, str):
-                raise argument_error("get_message", exc, group=group, topic=topic, queue_id=queue_id, offset=offset,
-                                     max_msg_nums=max_msg_nums, tags=tags) from None
-            tags = tags_expression(tags)
-            result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags)
-        if reader.check_crc_on_read:
-            return reader.verified(result, group, topic, queue_id, offset, max_msg_nums, tags)  # type: ignore[arg-type]
-        return result
-
-    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
-        """The message whose record starts at phy_offset in the CommitLog, or None (spec §11
-        lookMessageByOffset). With check_crc_on_read, CorruptRecordError naming phy_offset
-        when the record's body fails its CRC (or its header does not parse)."""
-        self._check_open()
-        if self._following:
-            self._follow_log()
-        reader = self.reader
-        try:
-            view = reader.look_message_by_offset(phy_offset)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("look_message_by_offset", exc, phy_offset=phy_offset) from None
-        if view is not None and reader.check_crc_on_read:
-            reader.verify_view(view)
-        return view
-
-    def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
-        """The message at a queue offset (through its ConsumeQueue unit), or None. With
-        check_crc_on_read, CorruptRecordError naming the physical offset when the record's
-        body fails its CRC (or its header does not parse)."""
-        self._check_open()
-        if type(queue_offset) is not int:
-            check_arguments("look_message_by_queue_offset", topic=topic, queue_id=queue_id, queue_offset=queue_offset)
-        if self._following:
-            self._follow(topic, queue_id)
-        reader = self.reader
-        try:
-            view = reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("look_message_by_queue_offset", exc, topic=topic, queue_id=queue_id,
-                                 queue_offset=queue_offset) from None
-        if view is not None and reader.check_crc_on_read:
-            reader.verify_view(view)
-        return view
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
-        """The store timestamp (ms) of the message at a queue offset, or -1 (spec §11)."""
-        self._check_open()
-        if self._following:
-            self._follow(topic, queue_id)
-        try:
-            return self.reader.get_message_store_timestamp(topic, queue_id, queue_offset)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("get_message_store_timestamp", exc, topic=topic, queue_id=queue_id,
-                                 queue_offset=queue_offset) from None
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """The queue offset of the first message stored at or after timestamp (ms since the
-        epoch), RocketMQ's getOffsetInQueueByTime (spec §3)."""
-        self._check_open()
-        if self._following:
-            self._follow(topic, queue_id)
-        try:
-            return self.reader.get_offset_in_queue_by_time(topic, queue_id, timestamp)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("get_offset_in_queue_by_time", exc, topic=topic, queue_id=queue_id,
-                                 timestamp=timestamp) from None
-
-    def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int,
-                                warm_bytes: int | None = None) -> TimeLookup:
-        """get_offset_in_queue_by_time with the pages and probes the search touched."""
-        self._check_open()
-        if self._following:
-            self._follow(topic, queue_id)
-        try:
-            return self.reader.offset_in_queue_by_time(topic, queue_id, timestamp, warm_bytes)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("offset_in_queue_by_time", exc, topic=topic, queue_id=queue_id,
-                                 timestamp=timestamp) from None
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """The queue offset after the queue's last message (0 for a queue never put to)."""
-        self._check_open()
-        if type(topic) is not str or type(queue_id) is not int:
-            check_arguments("get_max_offset_in_queue", topic=topic, queue_id=queue_id)
-        if self._following:
-            self._follow(topic, queue_id)
-        try:
-            return self.reader.get_max_offset_in_queue(topic, queue_id)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("get_max_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """The queue offset of the queue's first message still stored (retention moves it)."""
-        self._check_open()
-        if type(topic) is not str or type(queue_id) is not int:
-            check_arguments("get_min_offset_in_queue", topic=topic, queue_id=queue_id)
-        if self._following:
-            self._follow(topic, queue_id)
-        try:
-            return self.reader.get_min_offset_in_queue(topic, queue_id)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("get_min_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
-
-    def get_max_phy_offset(self) -> int:
-        """The CommitLog position after the last readable byte (RocketMQ getMaxPhyOffset)."""
-        self._check_open()
-        return self.commitlog.max_offset
-
-    def get_min_phy_offset(self) -> int:
-        """The CommitLog position of the first byte still stored (RocketMQ getMinPhyOffset)."""
-        self._check_open()
-        return self.commitlog.min_offset
-
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
-        """The store timestamp (ms) of the oldest message still stored: of the whole store, or
-        of one queue when topic is given; -1 when there is none."""
-        self._check_open()
-        if (topic is not None and type(topic) is not str) or type(queue_id) is not int:
-            check_arguments("get_earliest_message_time", topic=topic if topic is not None else "", queue_id=queue_id)
-        return self.reader.get_earliest_message_time(topic, queue_id)
-
-    def query_message(self, topic: str, key: str, max_num: int | None = None, begin: int = 0,
-                      end: int = 2**63 - 1) -> QueryMessageResult:
-        """Messages whose KEYS or UNIQ_KEY is key (spec §4.4), each checked against its key;
-        at most max_num (default: the default_query_max_num setting), stored between begin
-        and end (ms since the epoch). A damaged record (its body CRC fails, with
-        check_crc_on_read, or its topic or properties do not decode) is skipped with an error
-        logged, and its physical offset listed in the result's ``corrupt_offsets``."""
-        self._check_open()
-        if max_num is None:
-            max_num = self.config.default_query_max_num
-        if type(topic) is not str or type(key) is not str or type(max_num) is not int:
-            check_arguments("query_message", topic=topic, key=key, max_num=max_num, begin=begin, end=end)
-        if self._following and self.index is not None:
-            self.index.follow()
-            self._follow_log()
-        try:
-            return self.reader.query_message(topic, key, max_num, begin, end)
-        except (TypeError, OverflowError) as exc:
-            raise argument_error("query_message", exc, topic=topic, key=key, max_num=max_num, begin=begin,
-                                 end=end) from None
-
-    def execute_delete_files_manually(self) -> None:
-        """RocketMQ executeDeleteFilesManually: the next 20 cleaning runs delete expired files
-        whatever the hour, the first one now. In a node or an attached process the request
-        goes to the cleaner process through the control block."""
-        self._check_open()
-        if self.cleaner is not None:
-            self.cleaner.execute_delete_files_manually()
-        else:
-            self.ctl.advance("manual_delete_request", time.time_ns() // 1_000_000)
-            self.ctl.notify("clean")
-
-    # -- dispatch ------------------------------------------------------------------------
-    @property
-    def dispatch_behind_bytes(self) -> int:
-        """CommitLog bytes written but not yet dispatched into the ConsumeQueues."""
-        self._check_open()
-        return self.dispatcher.behind()
-
-    @property
-    def dispatch_lag_ms(self) -> int:
-        """How old the oldest written-but-not-dispatched message is, in ms (0 when none)."""
-        self._check_open()
-        return self.dispatcher.lag_ms()
-
-    def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_ms: float | None = None) -> bool:
-        """Long polling for a reader in any process (spec §12): block until the queue has a
-        message at ``offset`` or later (its max offset passed offset), or timeout_ms passes;
-        True when there is one.
-
-        With ``long_polling_enable`` the reader sleeps in a futex wait on the queue's slot of
-        the control block, and the dispatcher (a thread, or the node's dispatcher process)
-        wakes it when it publishes a unit of that queue: RocketMQ's notifyMessageArriving per
-        queue, and only queues somebody waits for cost the dispatcher a wake-up. With it off
-        (short polling) nothing is registered: the reader waits on the "dispatched" channel,
-        which the dispatcher broadcasts only when it has caught up. Default timeout: 15 s (a
-        push consumer's suspend time) with long polling, ``short_polling_time_mills`` without."""
-        self._check_open()
-        check_arguments("wait_for_messages", topic=topic, queue_id=queue_id, offset=offset)
-        long_polling = self.config.long_polling_enable
-        if timeout_ms is None:
-            timeout_ms = LONG_POLLING_SUSPEND_MS if long_polling else self.config.short_polling_time_mills
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            seen = self.ctl.channel_seq("dispatched")  # before the check: no wake-up is missed
-            if self.get_max_offset_in_queue(topic, queue_id) > offset:
-                return True
-            left_ms = (deadline - time.monotonic()) * 1000
-            if left_ms <= 0:
-                return False
-            units = self.ctl.wait_queue_units(topic, queue_id, offset, left_ms) if long_polling else None
-            if units is None:
-                # short polling, or a queue nobody has put to yet (no slot to wait on)
-                self.ctl.wait_seq_change("dispatched", seen, left_ms if not long_polling else min(left_ms, 50))
-
-    def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
-        """Wait until everything written (or up to offset) is dispatched; True when it is."""
-        self._check_open()
-        target = self.ctl.get("committed") if offset is None else offset
-        return self.ctl.wait_position("dispatched", target, "dispatched", timeout_ms)
 
     # -- closing -------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -747,21 +758,14 @@ class MessageStore:
 
     close = shutdown  # the same method: "close" for contextlib.closing and Python habit
 
-    def __enter__(self) -> MessageStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     def __del__(self) -> None:
         if getattr(self, "_closed", True) is False and self._lock_fd >= 0:
             log.warning("MessageStore(%s) was garbage-collected without shutdown()", self.root)
 
-
 ATTACH_WAIT_S = 60.0
 
 
-class AttachedStore(MessageStore):
+class AttachedStore(StoreBase):
     """A store that another running process owns (a node, or a process that opened it with
     MessageStore(...)), opened from this process by MessageStore.open.
 
@@ -776,9 +780,6 @@ class AttachedStore(MessageStore):
         self.root = os.path.abspath(os.fspath(root))
         self._closed = True
         self._lock_fd = -1
-        self._services = []
-        self._following = True
-        self.supervisor = None
         self.cleaner = None
         self.ctl = self._attach_control_block()
         self.pool = None
@@ -799,6 +800,7 @@ class AttachedStore(MessageStore):
             self.index = IndexService(self.root, cfg, None) if cfg.message_index_enable else None  # type: ignore[arg-type]
             self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, None, self.ctl)
             self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
+            self.follower = Follower(self.commitlog, self.consume_queues, self.ctl, self.index)
         except BaseException:
             if self.pool is not None:
                 self.pool.close()

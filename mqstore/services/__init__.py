@@ -1,4 +1,7 @@
 """Store services: each a run loop over the control block (wait with timeout, wake-up, stop).
 
-They run as threads inside the store's process; the same loops are meant to run as separate
-processes of a node (see design.md)."""
+They run as threads of the store's owner, or one kind per process in a node; which loops run
+over which parts is decided in one place, ``mqstore.services.registry``."""
+
+#: the kinds of services, in start order (shutdown goes in reverse); a node runs one process each
+SERVICE_KINDS = ("allocator", "flusher", "dispatcher", "cleaner")

@@ -63,7 +63,7 @@ from mqstore._commitlog import Message
 from mqstore.errors import MQStoreError
 from mqstore.snapshot import StoreSnapshot
 from mqstore.spark.source import SCHEMA, OptionError, _int_option, record_batch
-from mqstore.store import AttachedStore, MessageStore, lock_state, require_store
+from mqstore.store import AttachedStore, MessageStore, StoreBase, lock_state, require_store
 
 log = logging.getLogger("mqstore.spark")
 
@@ -305,7 +305,7 @@ def _write_json(path: str, value: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def count_marked(store: MessageStore, start: int, marker: str, wait_s: float = 30.0) -> int:
+def count_marked(store: StoreBase, start: int, marker: str, wait_s: float = 30.0) -> int:
     """Messages at CommitLog offsets >= start whose SINK_PROPERTY is marker, once the store has
     dispatched everything written when this is called (so none is missed)."""
     target = store.max_phy_offset

@@ -1,0 +1,79 @@
+"""Following what other processes build: the one place a store's reads catch up with files and
+queues created, extended or deleted by another process.
+
+A store whose dispatcher, allocator and cleaner run in this process (the threads-mode owner)
+sees every change as it happens: its reads use ``NOT_FOLLOWING``, whose methods do nothing.
+A node's owner (service processes) and an attached store read what other processes wrote, so
+before a read they bring their mappings up to what the control block publishes: ``Follower``.
+The store picks one when it opens, and no read branches on the mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqstore._shm import ControlBlock
+from mqstore.commitlog import CommitLog
+from mqstore.consume_queue import ConsumeQueueTable
+
+__all__ = ["Follower", "NOT_FOLLOWING", "NotFollowing"]
+
+
+class NotFollowing:
+    """This process builds everything it reads: nothing to catch up with."""
+
+    def log(self) -> None:
+        """Nothing to map or drop."""
+
+    def queue(self, topic: str, queue_id: int) -> None:
+        """Nothing to follow."""
+
+    def index(self) -> None:
+        """Nothing to follow."""
+
+
+NOT_FOLLOWING = NotFollowing()
+
+
+class Follower(NotFollowing):
+    """Reads in a process other than the dispatcher's, the allocator's and the cleaner's."""
+
+    def __init__(self, commitlog: CommitLog, consume_queues: ConsumeQueueTable, ctl: ControlBlock,
+                 index: Any | None = None) -> None:
+        self.commitlog = commitlog
+        self.consume_queues = consume_queues
+        self.ctl = ctl
+        self.index_service = index
+
+    def log(self) -> None:
+        """Map the CommitLog files other processes created up to the committed position, and
+        drop the ones the cleaner deleted (below min_phy)."""
+        queue = self.commitlog.queue
+        if queue.mapped_end < self.ctl.get("committed"):
+            queue.map_new_files()
+        first = queue.first()
+        min_phy = self.ctl.get("min_phy")
+        if first is not None and first.file_from + self.commitlog.file_size <= min_phy:
+            queue.drop_below(min_phy)
+
+    def queue(self, topic: str, queue_id: int) -> None:
+        """The log, then the queue up to the unit count the dispatcher published and its min
+        offset past what the cleaner deleted."""
+        self.log()
+        units = self.ctl.table_get_dispatched(topic, queue_id)
+        if units is None:
+            return
+        cq = self.consume_queues.get(topic, queue_id) or self.consume_queues.open_existing(topic, queue_id)
+        if cq is None:
+            return
+        if units != cq.max_offset_in_queue:
+            cq.follow(units)
+        min_phy = self.ctl.get("min_phy")
+        if min_phy > 0:
+            cq.follow_cleaning(min_phy)
+
+    def index(self) -> None:
+        """The index files the dispatcher created or the cleaner deleted, then the log."""
+        if self.index_service is not None:
+            self.index_service.follow()
+            self.log()

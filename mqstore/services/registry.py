@@ -1,0 +1,94 @@
+"""The composition root of a store's services: which service loops run over which parts.
+
+One table, ``build_services(kind, parts, own_process=...)``, is used by both places that start
+services: the threads-mode owner (``MessageStore``: every kind, as threads of the opening
+process) and a node's service process (``mqstore.node``: one kind per process). What differs
+between the two is decided here and only here:
+
+============  =========================================  =========================================
+kind          threads of the owner                       a service process of a node
+============  =========================================  =========================================
+allocator     AllocateMappedFileService (waits for a     ProcessAllocateService (serves requests
+              file a put asked for in this process)      from every process via the control block)
+flusher       GroupCommitService (SYNC_FLUSH) or         the same, plus CommitRealTimeService when
+              FlushRealTimeService, plus                 the transient store pool is on
+              CommitRealTimeService with the pool
+dispatcher    FlushConsumeQueueService, then             the same
+              ReputMessageService
+cleaner       CleanService                               CleanService(follow=True): maps what the
+                                                         other processes created before cleaning
+============  =========================================  =========================================
+
+Services start in SERVICE_KINDS order (and within a kind in list order) and shut down in
+reverse: the cleaner stops, dispatch catches up, the ConsumeQueues and the CommitLog are flushed,
+the allocator goes last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mqstore._shm import ControlBlock
+from mqstore.config import StoreConfig
+from mqstore.dispatch import ReputMessageService
+from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.services import SERVICE_KINDS
+from mqstore.services.allocate import AllocateMappedFileService, ProcessAllocateService
+from mqstore.services.base import ServiceThread
+from mqstore.services.clean import CleanService
+from mqstore.services.flush import (CommitRealTimeService, FlushConsumeQueueService, FlushRealTimeService,
+                                    GroupCommitService)
+
+__all__ = ["SERVICE_KINDS", "ServiceParts", "build_services"]
+
+@dataclass
+class ServiceParts:
+    """What services are built over. A service process fills in only what its kind needs:
+    the allocator and the cleaner a CommitLog file queue (``log_files``), the flusher a
+    CommitLog, the dispatcher a Dispatcher with its queues and checkpoint."""
+
+    root: str
+    config: StoreConfig
+    ctl: ControlBlock
+    log_files: MappedFileQueue | None = None
+    commitlog: Any | None = None           # mqstore.commitlog.CommitLog
+    consume_queues: Any | None = None      # mqstore.consume_queue.ConsumeQueueTable
+    index: Any | None = None               # mqstore.index.IndexService
+    checkpoint: Any | None = None          # mqstore.checkpoint.StoreCheckpoint
+    dispatcher: Any | None = None          # mqstore.dispatch.Dispatcher
+    pool: Any | None = None                # the transient store pool, when enabled
+
+
+def _need(parts: ServiceParts, kind: str, *names: str) -> list[Any]:
+    missing = [n for n in names if getattr(parts, n) is None]
+    if missing:
+        raise ValueError(f"the {kind} service needs {', '.join(missing)}")
+    return [getattr(parts, n) for n in names]
+
+
+def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list[ServiceThread]:
+    """The service loops of one kind, in start order (see the module docstring).
+
+    own_process: True in a node's service process, False for the threads of an owner."""
+    cfg = parts.config
+    if kind == "allocator":
+        (files,) = _need(parts, kind, "log_files")
+        warm = dict(warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
+                    warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file)
+        if own_process:
+            return [ProcessAllocateService(parts.ctl, files, **warm)]
+        return [AllocateMappedFileService(parts.ctl, files, wait_timeout_ms=cfg.allocate_wait_timeout_ms, **warm)]
+    if kind == "flusher":
+        (commitlog,) = _need(parts, kind, "commitlog")
+        flusher: ServiceThread = GroupCommitService(commitlog) if cfg.is_sync_flush else FlushRealTimeService(commitlog)
+        # the transient store pool's commit service runs beside the flush (and stops before it)
+        return [flusher] if parts.pool is None else [flusher, CommitRealTimeService(commitlog)]
+    if kind == "dispatcher":
+        queues, dispatcher, checkpoint = _need(parts, kind, "consume_queues", "dispatcher", "checkpoint")
+        return [FlushConsumeQueueService(queues, dispatcher, checkpoint, parts.ctl, cfg),
+                ReputMessageService(dispatcher)]
+    if kind == "cleaner":
+        files, queues = _need(parts, kind, "log_files", "consume_queues")
+        return [CleanService(parts.ctl, files, queues, parts.index, cfg, parts.root, follow=own_process)]
+    raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
