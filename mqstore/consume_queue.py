@@ -26,7 +26,8 @@ from mqstore._consumequeue import (
 )
 from mqstore._commitlog import topic_problem_of
 from mqstore._mapped import MappedFile
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.errors import NotAStoreError
+from mqstore.mapped_file_queue import MappedFileQueue, mapped_file_names
 
 log = logging.getLogger("mqstore.consumequeue")
 
@@ -37,6 +38,7 @@ CQ_DESTROY_INTERVAL_FORCIBLY_MS = 60_000  # RocketMQ deleteExpiredFileByOffset: 
 #: the longest topic a ConsumeQueue directory is made for (a file name holds at most 255 bytes;
 #: topics are ASCII by TopicValidator's rule)
 MAX_TOPIC_DIR_CHARS = 255
+MAX_QUEUE_ID = 2**31 - 1  # a Java int
 FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 _UNIT_STRUCT = struct.Struct(">qiq")
 
@@ -439,7 +441,7 @@ def plan_repair(store_path: str, file_size: int) -> RepairPlan:
     plan = RepairPlan()
     if not os.path.isdir(store_path):
         return plan
-    names = sorted(n for n in os.listdir(store_path) if len(n) == 20 and n.isdigit())
+    names = mapped_file_names(store_path)
     if not names:
         return plan
     fs = file_size
@@ -505,8 +507,22 @@ class ConsumeQueueTable:
             if not os.path.isdir(topic_dir):
                 continue
             for qid in sorted(os.listdir(topic_dir)):
-                if not qid.isdigit() or not os.path.isdir(os.path.join(topic_dir, qid)):
+                if not qid.isdigit():
                     continue
+                try:
+                    why = queue_problem(topic, int(qid)) if int(qid) <= MAX_QUEUE_ID else f"queue id {qid} is not an int"
+                except UnicodeEncodeError:
+                    why = "the topic directory's name is not UTF-8"
+                if why is None and qid != str(int(qid)):
+                    why = f"{qid} is not how a queue id is written (another name of queue {int(qid)})"
+                path = os.path.join(topic_dir, qid)
+                if why is not None:
+                    # RocketMQ skips what does not parse as a queue id; no queue can be here
+                    log.warning("ConsumeQueue: ignoring %s: %s", path, why)
+                    continue
+                if not os.path.isdir(path):
+                    raise NotAStoreError(f"{path} is not a directory (where queue {qid} of {topic} keeps its files)",
+                                         hint="move it out of the store")
                 cq = ConsumeQueue(self.root, topic, int(qid), self.file_size)
                 cq.load()
                 self._queues[(topic, int(qid))] = cq

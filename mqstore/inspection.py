@@ -464,13 +464,16 @@ def queue_info(queue: QueueFiles, log_min: int) -> QueueInfo:
     files = []
     max_offset = queue.files[0][0] // UNIT if queue.files else 0
     ended = False
+    expect = queue.files[0][0] if queue.files else 0
     for start, name, buf in queue.files:
         size = len(buf)
         wrote = scan_units(buf, 0, size)[0] if size else 0
         files.append(QueueFile(name, start, size, wrote, dirty_extent(buf, wrote, size)))
+        ended = ended or start != expect  # a missing file ends the queue too
         if not ended:
             max_offset = (start + wrote) // UNIT
-            ended = wrote < size
+            ended = wrote < size or size == 0  # an empty (truncated) file holds no unit
+        expect = start + size
     min_offset, min_phy = _first_unit_in_log(queue, files, log_min, max_offset)
     return QueueInfo(queue.topic, queue.queue_id, files, min_offset, max_offset, min_phy,
                      _last_unit_phy(queue, min_offset, max_offset))

@@ -56,6 +56,29 @@ class LoadPlan:
     extend_empty: list[tuple[str, int]] = field(default_factory=list)
 
 
+MAX_FILE_START = 2**63 - 1  # a start offset is a Java long
+
+
+def mapped_file_names(directory: str) -> list[str]:
+    """The 20-digit file names (start offsets) of a CommitLog or ConsumeQueue directory, in
+    order. NotAStoreError for one that is not a regular file (a directory, a socket) or whose
+    start offset does not fit a Java long: nothing the store wrote looks like that, and
+    neither can be mapped or deleted safely."""
+    names = []
+    for name in sorted(os.listdir(directory)):
+        if len(name) != 20 or not name.isdigit():
+            continue
+        path = os.path.join(directory, name)
+        if int(name) > MAX_FILE_START:
+            raise NotAStoreError(f"{path}: a file name is its start offset, and {name} is past 2^63 - 1",
+                                 hint="move the file out of the store")
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise NotAStoreError(f"{path} is not a regular file (where the store keeps a mapped file)",
+                                 hint="move it out of the store")
+        names.append(name)
+    return names
+
+
 class MappedFileQueue:
     """Files of one directory keyed by start offset, each exactly ``file_size`` bytes."""
 
@@ -125,12 +148,8 @@ class MappedFileQueue:
 
         Anything else (a short file with data before other data, a longer file, a short file
         that ends like a whole file of another size) raises NotAStoreError."""
-        names, leftovers = [], []
-        for name in sorted(os.listdir(directory)):
-            if ".alloc" in name and name.split(".alloc")[0].isdigit():
-                leftovers.append(name)
-            elif len(name) == 20 and name.isdigit():
-                names.append(name)
+        names = mapped_file_names(directory)
+        leftovers = [n for n in sorted(os.listdir(directory)) if ".alloc" in n and n.split(".alloc")[0].isdigit()]
         plan = LoadPlan(names, leftovers)
         sizes = [os.path.getsize(os.path.join(directory, n)) for n in names]
         zeros: dict[int, bool] = {}

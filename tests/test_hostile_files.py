@@ -29,8 +29,7 @@ run; a per-case watchdog turns a hang into a failure naming the case):
    physical offset and by time, query_message by key), shut down and checked again.
 
 Any exception other than an MQStoreError is a failure too (for the fields of a view a damaged
-unit points at, ValueError and its kin are the documented refusal). Cases that still fail in
-code owned elsewhere are listed in KNOWN_ISSUES and run by a strict xfail test instead.
+unit points at, ValueError and its kin are the documented refusal).
 
 The CLI runs in the child process itself (``mqstore.cli.main``: one interpreter per command
 would cost a quarter of a second each); a sample of the cases also runs ``python -m mqstore``
@@ -38,7 +37,7 @@ in real processes, which must end with 0, 1 or 2 and never a signal.
 
 The mutations are drawn from a seeded random generator (SEED), so a failure reproduces; the
 child prints each case before running it, so a crash names the mutation. To rerun a kind by
-hand: ``python tests/test_hostile_files.py {consumequeue|index} SRC WORK {main|known}`` with SRC
+hand: ``python tests/test_hostile_files.py {consumequeue|index} SRC WORK`` with SRC
 a store made by build_source (and SRC.json its result).
 """
 
@@ -73,33 +72,6 @@ REAL_CLI_EVERY = 40       # every so many cases, the CLI also runs as `python -m
 I32 = [0, -1, 1, 2**31 - 1, -(2**31), 2**31 - 2]
 I64 = [0, -1, 2**63 - 1, -(2**63), 2**31, 2**32]
 FILLER = struct.pack(">qiq", 0, 0x7FFFFFFF, 0)
-
-#: cases that still fail in code owned elsewhere (not a crash: a Python exception where an
-#: MQStoreError or an exit code with a message is due); run by the strict xfail test below, so a
-#: fix shows up as XPASS and its entry goes
-KNOWN_ISSUES = {  # case -> (the exception it still raises, where)
-    **{f"consumequeue/T0/0/{n * CQ_FS:020d} replaced by a directory":
-       ("IsADirectoryError", "MessageStore.open: mqstore/consume_queue.py ConsumeQueue._repair_files (load)")
-       for n in range(3)},
-    f"consumequeue/T0/0/{CQ_FS:020d} truncated to 0":
-        ("AssertionError", "mqstore dump --topic T0 --queue 0 --from 1022: mqstore/inspection.py queue_records"),
-    "an extra file T0/0/99999999999999999999 of 00":
-        ("OverflowError", "MessageStore.open: MappedFileQueue.load -> ext/_mapped.pyx MappedFile.open (the name)"),
-    "a queue directory T0/2147483648":
-        ("OverflowError", "MessageStore.open: mqstore/consume_queue.py ConsumeQueueTable.load (not an int32 id)"),
-    "a queue directory T0/99999999999999999999":
-        ("OverflowError", "MessageStore.open: mqstore/consume_queue.py ConsumeQueueTable.load"),
-    "a topic directory with non-UTF-8 bytes":
-        ("UnicodeEncodeError", "MessageStore.open: mqstore/consume_queue.py ConsumeQueueTable.load"),
-    "a queue directory that is a file":
-        ("FileExistsError", "MessageStore.open: the load skips it, the start-up dispatch's MappedFileQueue.create "
-                            "fails"),
-}
-
-
-class KnownIssues(Exception):
-    """The cases of KNOWN_ISSUES still fail as reported."""
-
 
 Op = tuple  # ("w", rel, pos, bytes) | ("t", rel, size) | ("rm", rel) | ("new", rel, bytes) | ("mkdir", rel)
 Case = tuple  # (description, [Op, ...], {"queue": (topic, qid, offset)?, "keys": [...]})
@@ -677,7 +649,7 @@ class Child:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def child_main(kind: str, src: str, work: str, which: str) -> None:
+def child_main(kind: str, src: str, work: str) -> None:
     import logging
     import warnings
 
@@ -687,16 +659,15 @@ def child_main(kind: str, src: str, work: str, which: str) -> None:
     meta = json.load(open(src + ".json"))
     rng = random.Random(f"{SEED}-{kind}")
     cases = (cq_mutations if kind == "consumequeue" else index_mutations)(src, meta, rng)
-    cases = [c for c in cases if (c[0] in KNOWN_ISSUES) == (which == "known")]
     child = Child(kind, src, work, meta)
     child.run(cases)
     print(json.dumps({"cases": len(cases), "opened": child.opened, "refused": child.refused,
                       "failures": child.failures}), flush=True)
 
 
-def run_child(kind: str, src: str, work: str, which: str = "main") -> dict[str, Any]:
+def run_child(kind: str, src: str, work: str) -> dict[str, Any]:
     """Run the cases of one kind in a child process; its summary (a crash or a hang fails)."""
-    proc = subprocess.run([sys.executable, __file__, kind, src, work, which], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, __file__, kind, src, work], capture_output=True, text=True,
                           timeout=600)
     lines = proc.stdout.strip().splitlines() or ["(nothing)"]
     assert proc.returncode == 0, (f"the child died ({proc.returncode}) at {lines[-1]}:\n{proc.stderr[-4000:]}")
@@ -864,21 +835,5 @@ def test_hostile_files_never_crash_open_reads_checker_or_cli(source_store: str, 
     assert summary["opened"] > summary["cases"] // 2, summary  # most damage is repaired, not refused
 
 
-@pytest.mark.xfail(raises=KnownIssues, strict=True, reason="reported to the owners of the files named in "
-                                                             "KNOWN_ISSUES; a crash or a new failure still fails")
-def test_known_issues_owned_elsewhere(source_store: str, tmp_path: Any) -> None:
-    summary = run_child("consumequeue", source_store, str(tmp_path / "work"), "known")
-    assert summary["cases"] == len(KNOWN_ISSUES)
-    still = set()
-    for failure in summary["failures"]:
-        what = next((w for w in KNOWN_ISSUES if f" ({w}): " in failure.split("\n", 1)[0]), None)
-        assert what is not None, failure
-        error, where = KNOWN_ISSUES[what]
-        assert failure.strip().splitlines()[-1].startswith(error), failure  # another failure than the one known
-        still.add(f"{what}: {error} in {where}")
-    if still:
-        raise KnownIssues("\n".join(sorted(still)))
-
-
 if __name__ == "__main__":
-    child_main(*sys.argv[1:5])
+    child_main(*sys.argv[1:4])
