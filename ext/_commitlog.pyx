@@ -1061,12 +1061,15 @@ cdef class CommitLogAppender:
 # -- record scanning (recovery, checker, table rebuild) ------------------------------------------
 
 def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint check_crc, control_block=None,
-                 on_record=None):
+                 on_record=None, bint check_header=False):
     """Walk the records of one file from start while they are valid (spec §5.3/§5.4).
 
     Returns (stop_position, reason, count, last_store_timestamp) with reason one of
     "blank" (end-of-file record: continue with the next file), "end" (reached `end`),
-    "invalid" (bad magic, CRC, length or a record running past `end`).
+    "invalid" (bad magic, CRC, length or a record running past `end`), and with check_header
+    "header": a record that parses (and whose CRC matches) but whose PHYSICALOFFSET is not
+    file_from + its position or whose QUEUEID is negative, fields no CRC covers (recovery
+    stops trusting the log there; mqstore.recovery.header_problem says which).
     With control_block, raises each queue's next offset in its topic-queue table to
     queue_offset + 1. on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
     sys_flag, store_timestamp) is called per valid record if given.
@@ -1102,6 +1105,9 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
         qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
         phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
         ts = mq_get_i64(p + store_timestamp_pos(sf))
+        if check_header and (phy != file_from + pos or qid < 0):
+            reason = "header"
+            break
         if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
                 (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
             slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)

@@ -167,14 +167,8 @@ class RecoveryReport:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-class _BadHeader(Exception):
-    """Raised from scan_file's on_record to stop scan_records at a record whose header
-    fields contradict where it is (pos: its position in the file)."""
-
-    def __init__(self, pos: int, why: str) -> None:
-        super().__init__(pos, why)
-        self.pos = pos
-        self.why = why
+_HEAD_FIELDS_AT = 12  # QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET (spec §1.1)
+_HEAD_FIELDS = struct.Struct(">iiqq")
 
 
 def header_problem(file_from: int, pos: int, queue_id: int, physical_offset: int) -> str:
@@ -191,29 +185,19 @@ def header_problem(file_from: int, pos: int, queue_id: int, physical_offset: int
 
 def scan_file(mf: Any, start: int, end: int, check_crc: bool, ctl: ControlBlock | None = None
               ) -> tuple[int, str, int, int, str]:
-    """scan_records over [start, end) of one CommitLog file, plus the header cross-check
-    (header_problem): a record failing it ends the scan there as a bad CRC does. Returns
-    (stop, reason, count, last_store_timestamp, detail); detail names the header field that
-    stopped the scan ("" otherwise, also when the record simply did not parse: _why_invalid
-    says why then).
-
-    With ctl, each queue's next offset in the topic-queue table is raised past every record
-    kept (a second, parse-only pass over [start, stop): the kernel raises the table before it
-    calls on_record, so the first pass cannot raise it for the record it then refuses)."""
+    """scan_records over [start, end) of one CommitLog file with the header cross-check
+    (header_problem, done by the kernel: check_header): a record failing it ends the scan
+    there as a bad CRC does. Returns (stop, reason, count, last_store_timestamp, detail);
+    reason is scan_records' ("invalid" for a failed cross-check); detail names the header
+    field that stopped the scan ("" otherwise, also when the record simply did not parse:
+    _why_invalid says why then). With ctl, each queue's next offset in the topic-queue table
+    is raised past every record kept (never for the record refused)."""
     base = mf.file_from
-
-    def on_record(pos: int, _size: int, _topic: bytes, qid: int, _qoff: int, phy: int, _sf: int, _ts: int) -> None:
-        if phy != base + pos or qid < 0:
-            raise _BadHeader(pos, header_problem(base, pos, qid, phy))
-
+    stop, reason, count, last_ts = scan_records(mf, base, start, end, check_crc, ctl, None, True)
     detail = ""
-    try:
-        stop, reason, count, last_ts = scan_records(mf, base, start, end, check_crc, None, on_record)
-    except _BadHeader as bad:
-        stop, reason, detail = bad.pos, "invalid", bad.why
-        _, _, count, last_ts = scan_records(mf, base, start, bad.pos, False)
-    if ctl is not None and stop > start:
-        scan_records(mf, base, start, stop, False, ctl)
+    if reason == "header":
+        qid, _, _, phy = _HEAD_FIELDS.unpack_from(mf.read(stop + _HEAD_FIELDS_AT, _HEAD_FIELDS.size))
+        reason, detail = "invalid", header_problem(base, stop, qid, phy)
     return stop, reason, count, last_ts, detail
 
 
