@@ -900,7 +900,8 @@ cdef class MessageView:
 
     @property
     def body_crc(self) -> int:
-        """The CRC32 of the body as stored (BODYCRC; not checked on read)."""
+        """The CRC32 of the body as stored (BODYCRC). A store's reads compared it with the body
+        before returning the message when check_crc_on_read is on (the default)."""
         self._fixed()
         return mq_get_i32(self.p + MQ_POS_BODYCRC)
 
