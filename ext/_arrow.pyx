@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Arrow column buffers of CommitLog records (issue 5: the Spark reader builds its record
+"""Arrow column buffers of CommitLog records (the Spark reader builds its record
 batches from these). Bytes only: the buffers follow Arrow's columnar layout (little-endian
 fixed-width values, int32 offsets + data for strings and binaries, validity bitmaps for the
 nullable columns, list offsets for the properties map) and ``mqstore.spark`` wraps them into

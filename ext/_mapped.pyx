@@ -309,7 +309,7 @@ cdef class MappedFile:
     # -- durability -----------------------------------------------------------------------
     def flush_range(self, int64_t start, int64_t end):
         """msync(MS_SYNC) the pages covering [start, end). Raises OSError on failure: a failed
-        flush must never be reported as success (spec §8, issue 2 item 7)."""
+        flush must never be reported as success (spec §8)."""
         global _fail_flush_count
         if end <= start:
             return
@@ -358,7 +358,7 @@ cdef class MappedFile:
                 self.release()
         return self.flushed_position
 
-    # -- warm-up (spec §6.3 warmMappedFile, seed 000) --------------------------------------
+    # -- warm-up (spec §6.3 warmMappedFile) --------------------------------------
     def warm(self, bint sync_flush, int64_t flush_least_pages, bint lock_memory=True) -> dict:
         """Touch one byte per 4 KiB page; under sync flush force every flush_least_pages pages;
         then mlock + madvise(WILLNEED). Returns timings and whether mlock succeeded."""

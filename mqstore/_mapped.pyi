@@ -98,7 +98,7 @@ class MappedFile:
     # -- durability
     def flush_range(self, start: int, end: int) -> None:
         """msync(MS_SYNC) the pages covering [start, end). Raises OSError on failure: a failed
-        flush must never be reported as success (spec §8, issue 2 item 7)."""
+        flush must never be reported as success (spec §8)."""
 
     def is_able_to_flush(self, least_pages: int) -> bool:
         """spec §6.1 isAbleToFlush on this file's own positions."""
@@ -106,7 +106,7 @@ class MappedFile:
     def flush(self, least_pages: int = 0) -> int:
         """Flush this file's own dirty range if able (spec §6.1); returns flushed_position."""
 
-    # -- warm-up (spec §6.3 warmMappedFile, seed 000)
+    # -- warm-up (spec §6.3 warmMappedFile)
     def warm(self, sync_flush: bool, flush_least_pages: int, lock_memory: bool = True) -> dict[str, int]:
         """Touch one byte per 4 KiB page; under sync flush force every flush_least_pages pages;
         then mlock + madvise(WILLNEED). Returns timings and whether mlock succeeded:

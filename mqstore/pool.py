@@ -1,4 +1,4 @@
-"""The transient store pool of a store (spec §7, seed 000): where it lives, how the owner
+"""The transient store pool of a store (spec §7): where it lives, how the owner
 creates it, how other processes attach to it, and what a new owner does with the pool of an
 owner that died.
 

@@ -1,5 +1,5 @@
 """Fault injection on a running node: SIGKILL a random process at a random moment, again and
-again, and check the store after every kill (issue 4; design.md "What every part must do
+again, and check the store after every kill (design.md "What every part must do
 under stress").
 
 The node runs as ``mqstore node`` in its own process; writers are separate processes that

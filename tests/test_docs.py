@@ -122,3 +122,15 @@ OUTSIDE = re.compile(r"\.\./shared|/work/|\bseed \d|\bseeds/|\bissue \d+\b", re.
 def test_no_reference_to_documents_outside_the_repository(page):
     hits = [line.strip() for line in page.read_text(encoding="utf-8").splitlines() if OUTSIDE.search(line)]
     assert hits == []
+
+
+SOURCES = sorted(p for pattern in ("mqstore/**/*.py", "mqstore/**/*.pyi", "ext/*.pyx", "ext/*.pxd", "ext/include/*.h")
+                 for p in ROOT.glob(pattern))
+
+
+def test_the_code_refers_to_nothing_outside_the_repository():
+    """Docstrings and comments cite docs/ (the spec, the design), never a document a reader of
+    the repository cannot open."""
+    hits = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in SOURCES
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if OUTSIDE.search(line)]
+    assert len(SOURCES) > 50 and hits == []

@@ -88,7 +88,7 @@ def files(path: str, ctl_path: str) -> None:
     view = memoryview(mf)  # MappedFile is a buffer
     stop, reason, count, last_ts = scan_records(mf, mf.file_from, 0, mf.file_size, True, ControlBlock.attach(ctl_path))
     assert_type(stop + count + last_ts, int)
-    assert_type(reason, Literal["blank", "end", "invalid"])
+    assert_type(reason, Literal["blank", "end", "invalid", "header"])
     ctl = ControlBlock.attach(ctl_path)
     assert_type(ctl.table_items(), list[tuple[str, int, int]])
     assert_type(ctl.lock_holder, tuple[int, int] | None)

@@ -1,4 +1,4 @@
-"""AllocateMappedFileService (spec §6.3, seed 001): pre-create the next and next-next
+"""AllocateMappedFileService (spec §6.3): pre-create the next and next-next
 CommitLog files so a roll never waits for file creation; optional warm-up."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CommitLog flush services (spec §8, seed 000).
+"""CommitLog flush services (spec §8).
 
 FlushRealTimeService: async flush, timed (sleep flush_interval_commit_log) or real-time
 (woken by puts), at least flush_commit_log_least_pages dirty pages, everything every

@@ -1,4 +1,4 @@
-"""mqstore topics in Spark (issue 5): ``spark.read.format("mqstore").load(store_dir)``.
+"""mqstore topics in Spark: ``spark.read.format("mqstore").load(store_dir)``.
 
 Install with the extra: ``pip install "mqstore[spark]"`` (pyspark 4.3, pyarrow). Then either
 ``mqstore.spark.session()`` (a local session set up for it, the source registered) or, in a

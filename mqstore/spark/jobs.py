@@ -1,4 +1,4 @@
-"""Bulk jobs on Spark (issue 5), as functions and as a command:
+"""Bulk jobs on Spark, as functions and as a command:
 
     python -m mqstore.spark.jobs export STORE OUT [--topics T,..] [--mode overwrite]
     python -m mqstore.spark.jobs stats STORE [--topics T,..] [--json]

@@ -1,4 +1,4 @@
-"""The "mqstore" PySpark data source: batch reads of a store directory (issue 5).
+"""The "mqstore" PySpark data source: batch reads of a store directory.
 
     spark.read.format("mqstore").load("/data/store")
     spark.read.format("mqstore").option("topics", "orders,payments").load(path)

@@ -1,4 +1,4 @@
-"""Streaming reads of an mqstore store (issue 5): ``spark.readStream.format("mqstore").load(dir)``.
+"""Streaming reads of an mqstore store: ``spark.readStream.format("mqstore").load(dir)``.
 
 Offsets are the queue offsets of each (topic, queue): ``{"topic/queueId": next offset}``, the
 form Spark keeps in its checkpoint, so a query restarted from its checkpoint goes on where

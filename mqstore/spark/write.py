@@ -1,4 +1,4 @@
-"""Writing DataFrames into an mqstore store (issue 5).
+"""Writing DataFrames into an mqstore store.
 
     df.write.format("mqstore").mode("append").save("/data/store")
     (df.writeStream.format("mqstore").option("sinkId", "orders-etl")

@@ -2,7 +2,7 @@
 
 Each module here re-implements, slowly and plainly, the same API as a Cython
 extension module, following the RocketMQ 4.9.7 semantics of
-``/work/shared/rocketmq-store-spec.md`` as literally as possible. The twins are
+``docs/rocketmq-store-spec.md`` as literally as possible. The twins are
 test oracles: hypothesis tests feed the same inputs to a twin and to its Cython
 counterpart and require identical results (return values, bytes and raised
 exception types). They are not meant to be fast and are not used by the store.

@@ -1,7 +1,7 @@
 """Pure-Python twin (test oracle) of the CommitLog record codec.
 
 Follows spec §1 (record format), §5.3 (``checkMessageAndReturnSize``) and
-Appendix B (Java semantics) of ``/work/shared/rocketmq-store-spec.md``, i.e.
+Appendix B (Java semantics) of ``docs/rocketmq-store-spec.md``, i.e.
 Apache RocketMQ 4.9.7 ``CommitLog`` / ``MessageDecoder``. The reader also
 accepts the 5.x V2 magic (2-byte topic length), as 5.x readers do.
 

@@ -1,6 +1,6 @@
 """Pure-Python twin (test oracle) of the IndexFile kernel ``mqstore._index``.
 
-Follows spec §4.1-§4.3 of ``/work/shared/rocketmq-store-spec.md``, i.e. Apache RocketMQ 4.9.7
+Follows spec §4.1-§4.3 of ``docs/rocketmq-store-spec.md``, i.e. Apache RocketMQ 4.9.7
 ``IndexFile`` / ``IndexHeader``, line by line, over a ``bytearray`` with the same layout:
 a 40-byte header (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount,
 indexCount), ``hash_slot_num`` 4-byte slots, ``index_num`` 20-byte entries (keyHash,

@@ -1,6 +1,6 @@
 """Pure-Python twin (test oracle) of the getMessage path of ``mqstore._consumequeue.ReadKernel``.
 
-Follows spec §11 (``DefaultMessageStore.getMessage``) of ``/work/shared/rocketmq-store-spec.md``:
+Follows spec §11 (``DefaultMessageStore.getMessage``) of ``docs/rocketmq-store-spec.md``:
 the status table on the queue's min/max offsets, the slice of units from the requested offset
 to the end of its ConsumeQueue file (never crossing a file), and the scan with the tag filter,
 the in-memory / on-disk transfer caps and the skip of a removed CommitLog file. The kernel

@@ -1,7 +1,7 @@
 """Pure-Python twin (test oracle) of ``mqstore._search``: time -> queue offset over a ConsumeQueue.
 
 Follows spec §3 (``getOffsetInQueueByTime``) and §15 (Kafka's hot/cold "warm section" lookup) of
-``/work/shared/rocketmq-store-spec.md``, with the deterministic result rules documented (as a
+``docs/rocketmq-store-spec.md``, with the deterministic result rules documented (as a
 QUIRK decision) in ``ext/_search.pyx``. In short, over the 20-byte units ``low..high`` with
 key(u) = -inf for a removed unit, else its store time, and r = the first unit with
 key(r) >= ts:
