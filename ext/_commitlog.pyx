@@ -20,6 +20,7 @@ from libc.string cimport memcpy
 from mq_bytes cimport *
 from mq_ctl cimport *
 from mq_record cimport *
+from mq_status cimport *
 
 from mqstore.errors import PutMessageError, StoreClosedError
 from mqstore.record import encode_host
@@ -33,17 +34,6 @@ cdef extern from "<pthread.h>" nogil:
     pthread_t pthread_self()
 
 mq_crc32_init()
-
-# PutMessageStatus codes (mirrors mqstore.status.PutMessageStatus)
-cdef enum:
-    PUT_OK = 0
-    FLUSH_DISK_TIMEOUT = 1
-    SERVICE_NOT_AVAILABLE = 4
-    CREATE_MAPEDFILE_FAILED = 5
-    MESSAGE_ILLEGAL = 6
-    PROPERTIES_SIZE_EXCEEDED = 7
-    OS_PAGECACHE_BUSY = 8
-    UNKNOWN_ERROR = 9
 
 # internal results of one locked append
 cdef enum:
@@ -68,6 +58,28 @@ cdef tuple _RUNNING_FLAG_WHY = (
     ("DISK_FULL (the disk is above disk_space_warning_level_ratio)", MQ_DISK_FULL),
 )
 cdef tuple _STATUSES = tuple(PutMessageStatus)
+
+
+cdef dict _status_list(const char *(*entry)(int, int *) noexcept nogil):
+    cdef dict codes = {}
+    cdef int i = 0, value = 0
+    cdef const char *name = entry(0, &value)
+    while name != NULL:
+        codes[name.decode("ascii")] = value
+        i += 1
+        name = entry(i, &value)
+    return codes
+
+
+#: The status codes as compiled from mq_status.h (the one definition of their numbers), by
+#: mqstore.status enum name: {enum name: {member name: value}}. tests/test_status_codes.py
+#: checks that mqstore.status agrees with it.
+_C_STATUS_CODES = {
+    "PutMessageStatus": _status_list(mq_put_status_entry),
+    "GetMessageStatus": _status_list(mq_get_status_entry),
+    "AppendMessageStatus": _status_list(mq_append_status_entry),
+}
+
 cdef int64_t _pid = os.getpid()
 
 
@@ -270,7 +282,7 @@ cdef class PutMessageResult:
     @property
     def ok(self) -> bool:
         """True for PUT_OK (stored and, under SYNC_FLUSH, flushed)."""
-        return self.c_status == PUT_OK
+        return self.c_status == MQ_PUT_OK
 
     @property
     def msg_id(self):
@@ -288,7 +300,7 @@ cdef class PutMessageResult:
 
     def check(self):
         """Return self if PUT_OK, else raise PutMessageError naming the status and its cause."""
-        if self.c_status == PUT_OK:
+        if self.c_status == MQ_PUT_OK:
             return self
         st = self.status
         raise PutMessageError(f"put failed: {st.name}" + (f": {self.c_detail}" if self.c_detail else ""),
@@ -356,7 +368,7 @@ cdef class BatchPlan:
         for i in range(n):
             m = <Message?>msgs[i]
             if (m.topic is not topic and m.topic != topic) or m.queue_id != queue_id:
-                return MESSAGE_ILLEGAL, ("a batch holds messages of one topic and one queue "
+                return MQ_PUT_MESSAGE_ILLEGAL, ("a batch holds messages of one topic and one queue "
                                          f"(got {m.topic!r}/{m.queue_id} after {topic!r}/{queue_id})")
             body = m.body
             self.keep.append(body)
@@ -368,10 +380,10 @@ cdef class BatchPlan:
                 try:
                     pb = checked_properties_string(m._properties).encode("utf-8")
                 except ValueError as exc:
-                    return MESSAGE_ILLEGAL, f"message {i} of the batch: {exc}"
+                    return MQ_PUT_MESSAGE_ILLEGAL, f"message {i} of the batch: {exc}"
                 plen = PyBytes_GET_SIZE(pb)
                 if plen > MQ_MAX_PROPERTIES_BYTES:
-                    return PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
+                    return MQ_PUT_PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
                                                       f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
                 self.keep.append(pb)
                 self.props_p[i] = PyBytes_AS_STRING(pb)
@@ -381,7 +393,7 @@ cdef class BatchPlan:
             self.sizes[i] = mq_record_length(self.body_len[i], topic_len, plen, sys_flag, False)
             self.total += self.sizes[i]
         if size > max_message_size:
-            return MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={max_message_size}"
+            return MQ_PUT_MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={max_message_size}"
         return None
 
     cdef object from_body(self, bytes body, bytes batch_b, Py_ssize_t topic_len, int sys_flag):
@@ -406,11 +418,11 @@ cdef class BatchPlan:
                     except UnicodeDecodeError as exc:
                         problem = batch_properties_not_utf8(pos, exc)
             if problem is not None:
-                return MESSAGE_ILLEGAL, f"batch body does not parse: {problem}"
+                return MQ_PUT_MESSAGE_ILLEGAL, f"batch body does not parse: {problem}"
             pos += 22 + blen + ilen
             n += 1
         if n == 0:
-            return MESSAGE_ILLEGAL, "the batch is empty"
+            return MQ_PUT_MESSAGE_ILLEGAL, "the batch is empty"
         self._alloc(n)
         self.keep.append(body)
         pos = 0
@@ -434,7 +446,7 @@ cdef class BatchPlan:
                 self.props_p[i] = PyBytes_AS_STRING(merged)
                 plen = PyBytes_GET_SIZE(merged)
             if plen > MQ_MAX_PROPERTIES_BYTES:
-                return PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
+                return MQ_PUT_PROPERTIES_SIZE_EXCEEDED, (f"message {i} of the batch has properties of {plen} UTF-8 "
                                                   f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
             self.props_len[i] = <int32_t>plen
             self.sizes[i] = mq_record_length(blen, topic_len, plen, sys_flag, False)
@@ -578,19 +590,19 @@ cdef class CommitLogAppender:
         if self.closed:
             raise StoreClosedError("the store is shut down: this process called shutdown() (open it again to put)")
         if self.slave:
-            return SERVICE_NOT_AVAILABLE
+            return MQ_PUT_SERVICE_NOT_AVAILABLE
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
-            return SERVICE_NOT_AVAILABLE
+            return MQ_PUT_SERVICE_NOT_AVAILABLE
         if mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms:
-            return SERVICE_NOT_AVAILABLE
+            return MQ_PUT_SERVICE_NOT_AVAILABLE
         if mq_page_cache_busy(self.ctl, now, self.busy_timeout_ms):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
-            return OS_PAGECACHE_BUSY
+            return MQ_PUT_OS_PAGECACHE_BUSY
         if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_POOL_EXHAUSTED), 1)
-            return OS_PAGECACHE_BUSY
-        return PUT_OK
+            return MQ_PUT_OS_PAGECACHE_BUSY
+        return MQ_PUT_OK
 
     cdef inline bint _pool_has_room(self, int64_t wrote) noexcept:
         """The buffer of the file holding `wrote` is free: the file that used it before (the
@@ -602,18 +614,18 @@ cdef class CommitLogAppender:
     cdef PutMessageResult _fail(self, int status, object detail):
         if self.closed:
             pass  # the control block may be unmapped already: no statistics
-        elif status == MESSAGE_ILLEGAL:
+        elif status == MQ_PUT_MESSAGE_ILLEGAL:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_MESSAGE_ILLEGAL), 1)
-        elif status == PROPERTIES_SIZE_EXCEEDED:
+        elif status == MQ_PUT_PROPERTIES_SIZE_EXCEEDED:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PROPERTIES_SIZE_EXCEEDED), 1)
-        elif status == SERVICE_NOT_AVAILABLE:
+        elif status == MQ_PUT_SERVICE_NOT_AVAILABLE:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_SERVICE_NOT_AVAILABLE), 1)
-        elif status == CREATE_MAPEDFILE_FAILED:
+        elif status == MQ_PUT_CREATE_MAPEDFILE_FAILED:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_CREATE_MAPPED_FILE_FAILED), 1)
         return _result(status, detail)
 
     cdef object _service_detail(self, int status):
-        if status == OS_PAGECACHE_BUSY:
+        if status == MQ_PUT_OS_PAGECACHE_BUSY:
             if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))):
                 return self._pool_detail()
             return f"a put has held the lock longer than {self.busy_timeout_ms} ms"
@@ -673,7 +685,7 @@ cdef class CommitLogAppender:
         bad message (the status names the cause). StoreClosedError after this process shut
         the store down (a store whose owner shut down answers SERVICE_NOT_AVAILABLE)."""
         cdef int status = self._check_service(mq_now_ms_coarse())
-        if status != PUT_OK:
+        if status != MQ_PUT_OK:
             return self._fail(status, self._service_detail(status))
         mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
         cdef str topic = msg.topic
@@ -692,29 +704,29 @@ cdef class CommitLogAppender:
             try:
                 props_s = checked_properties_string(props)
             except ValueError as exc:
-                return self._fail(MESSAGE_ILLEGAL, str(exc))
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, str(exc))
             props_chars = utf16_length(props_s)
             if props_chars > 32767:
-                return self._fail(MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
             props_b = props_s.encode("utf-8")
             if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
-                return self._fail(PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 "
+                return self._fail(MQ_PUT_PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 "
                                   f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
         cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
-            return self._fail(MESSAGE_ILLEGAL, problem)
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, problem)
         cdef bytes body = msg.body
         cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
         if body_len > self.max_message_size:
-            return self._fail(MESSAGE_ILLEGAL, f"body is {body_len} bytes, more than max_message_size={self.max_message_size}")
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"body is {body_len} bytes, more than max_message_size={self.max_message_size}")
         cdef bytes born_b = self._host_bytes(msg.born_host)
         sys_flag = with_host_flags(sys_flag, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
         cdef int total = mq_record_length(body_len, PyBytes_GET_SIZE(topic_b), PyBytes_GET_SIZE(props_b), sys_flag, False)
         if total > self.max_message_size + 65536:
-            return self._fail(MESSAGE_ILLEGAL, f"record is {total} bytes, more than max_message_size + 64 KiB")
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"record is {total} bytes, more than max_message_size + 64 KiB")
         if total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            return self._fail(MESSAGE_ILLEGAL, f"record of {total} bytes can never fit in a CommitLog file of "
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"record of {total} bytes can never fit in a CommitLog file of "
                               f"{self.file_size} bytes (it needs 8 spare bytes for the end-of-file blank)")
         cdef char stack_buf[STACK_RECORD]
         cdef char *rec = &stack_buf[0]
@@ -759,7 +771,7 @@ cdef class CommitLogAppender:
         queue. All records get consecutive queue and physical offsets and one store timestamp.
         StoreClosedError after this process shut the store down."""
         cdef int status = self._check_service(mq_now_ms_coarse())
-        if status != PUT_OK:
+        if status != MQ_PUT_OK:
             return self._fail(status, self._service_detail(status))
         mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
         cdef list msgs = None
@@ -775,12 +787,12 @@ cdef class CommitLogAppender:
                 mb.topic, mb.queue_id, mb.sys_flag, mb.born_timestamp, mb.born_host, mb.reconsume_times)
             batch_props = mb.properties
             if mb.body is None or PyBytes_GET_SIZE(mb.body) > self.max_message_size:
-                return self._fail(MESSAGE_ILLEGAL, f"batch body is {0 if mb.body is None else len(mb.body)} bytes, "
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch body is {0 if mb.body is None else len(mb.body)} bytes, "
                                   f"more than max_message_size={self.max_message_size}")
         else:
             msgs = batch if type(batch) is list else list(batch)
             if not msgs:
-                return self._fail(MESSAGE_ILLEGAL, "the batch is empty")
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, "the batch is empty")
             first = <Message?>msgs[0]
             topic, queue_id, sys_flag, born_ts, born_host, reconsume = (
                 first.topic, first.queue_id, first.sys_flag, first.born_timestamp, first.born_host,
@@ -789,21 +801,21 @@ cdef class CommitLogAppender:
         cdef bint wait = wait_store_msg_ok(batch_props)
         if batch_props:
             if int(batch_props.get("DELAY", "0") or 0) > 0:
-                return self._fail(MESSAGE_ILLEGAL, "batch messages cannot be delay messages")
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, "batch messages cannot be delay messages")
         if sys_flag & MQ_TRANSACTION_TYPE_MASK:
-            return self._fail(MESSAGE_ILLEGAL, "batch messages cannot be transaction messages")
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, "batch messages cannot be transaction messages")
         cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
-            return self._fail(MESSAGE_ILLEGAL, problem)
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, problem)
         cdef bytes batch_b = b""
         if batch_props:
             try:
                 batch_b = checked_properties_string(batch_props).encode("utf-8")
             except ValueError as exc:
-                return self._fail(MESSAGE_ILLEGAL, f"batch properties: {exc}")
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch properties: {exc}")
         if PyBytes_GET_SIZE(batch_b) > MQ_MAX_PROPERTIES_BYTES:
-            return self._fail(PROPERTIES_SIZE_EXCEEDED, "batch properties are more than 32767 UTF-8 bytes")
+            return self._fail(MQ_PUT_PROPERTIES_SIZE_EXCEEDED, "batch properties are more than 32767 UTF-8 bytes")
         cdef bytes born_b = self._host_bytes(born_host)
         sys_flag = with_host_flags(sys_flag, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
         cdef BatchPlan plan = BatchPlan()
@@ -817,12 +829,12 @@ cdef class CommitLogAppender:
             if problem is not None:
                 return self._fail(problem[0], problem[1])
             if plan.total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                return self._fail(MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
                                   f"of {self.file_size} bytes")
             plan.encode(topic_b, queue_id, sys_flag, born_ts, born_b, self.store_host_b, reconsume)
             status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag,
                                   born_ts == 0, &out_holder)
-            record_sizes = plan.size_list() if status == PUT_OK or status == FLUSH_DISK_TIMEOUT else None
+            record_sizes = plan.size_list() if status == MQ_PUT_OK or status == MQ_PUT_FLUSH_DISK_TIMEOUT else None
             return self._finish(status, &out_holder, plan.n, record_sizes, wait)
         finally:
             plan.release()
@@ -837,28 +849,28 @@ cdef class CommitLogAppender:
         while True:
             r = self._append_locked(rec, total, n, sizes, topic_b, queue_id, sys_flag, born_now, out)
             if r == APPEND_OK:
-                return PUT_OK
+                return MQ_PUT_OK
             if r == APPEND_TABLE_FULL:
                 self._detail = (f"topic-queue table is full ({mq_cell(self.ctl, MQ_CTL_TABLE_SLOTS)[0]} slots); "
                                 "raise topic_queue_table_slots")
-                return UNKNOWN_ERROR
+                return MQ_PUT_UNKNOWN_ERROR
             if r == APPEND_NOT_WRITEABLE:
-                self._detail = self._service_detail(SERVICE_NOT_AVAILABLE)
-                return SERVICE_NOT_AVAILABLE
+                self._detail = self._service_detail(MQ_PUT_SERVICE_NOT_AVAILABLE)
+                return MQ_PUT_SERVICE_NOT_AVAILABLE
             if r == APPEND_POOL_EXHAUSTED:
                 mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_POOL_EXHAUSTED), 1)
                 self._detail = self._pool_detail()
-                return OS_PAGECACHE_BUSY
+                return MQ_PUT_OS_PAGECACHE_BUSY
             attempts += 1
             if attempts > 64:
                 self._detail = "could not reach a CommitLog file with room after 64 attempts"
-                return UNKNOWN_ERROR
+                return MQ_PUT_UNKNOWN_ERROR
             # END_OF_FILE (the blank is written, the file is full) or NEED_FILE: map the file
             # that holds the write position, outside the lock
             detail = self.file_provider(out.need_offset)
             if detail is not None:
                 self._detail = detail
-                return CREATE_MAPEDFILE_FAILED
+                return MQ_PUT_CREATE_MAPEDFILE_FAILED
 
     cdef object _detail
 
@@ -994,12 +1006,12 @@ cdef class CommitLogAppender:
 
     # -- after the lock: flush handling (spec §8.2) -------------------------------------------------
     cdef PutMessageResult _finish(self, int status, AppendOut *out, int n, object record_sizes, bint wait):
-        if status != PUT_OK:
+        if status != MQ_PUT_OK:
             detail = self._detail
             self._detail = None
             return self._fail(status, detail)
         cdef PutMessageResult res = PutMessageResult.__new__(PutMessageResult)
-        res.c_status = PUT_OK
+        res.c_status = MQ_PUT_OK
         res.c_wrote_offset = out.wrote_offset
         res.c_wrote_bytes = out.wrote_bytes
         res.c_queue_offset = out.queue_offset
@@ -1050,7 +1062,7 @@ cdef class CommitLogAppender:
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_WAIT_NS_TOTAL), mq_mono_ns() - t0)
         if mq_load(flushed) < end:
             mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_TIMEOUTS), 1)
-            res.c_status = FLUSH_DISK_TIMEOUT
+            res.c_status = MQ_PUT_FLUSH_DISK_TIMEOUT
             if failed:
                 err = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_LAST_ERRNO))
                 res.c_detail = f"the flush failed: {os.strerror(err)} (errno {err})"

@@ -34,6 +34,7 @@ from mq_bytes cimport *
 from mq_ctl cimport *
 from mq_dispatch cimport *
 from mq_record cimport *
+from mq_status cimport *
 
 from mqstore._reput import ParsedBatch as _ParsedBatch
 
@@ -310,6 +311,20 @@ cdef class ConsumeQueueKernel:
 
 # -- the dispatch kernel -----------------------------------------------------------------------
 
+# Test hook of DispatchKernel._grow (tests/test_status_codes.py): 1 or 2 makes the first
+# (hashes) or the second (queues) allocation of the next table growth fail; 0 = none.
+cdef int _grow_fault = 0
+
+
+def _fail_next_grow_allocation(int which) -> None:
+    """Test hook: the next DispatchKernel table growth (any kernel's, including the first in
+    __init__) sees its allocation number which (1: hashes, 2: queues) fail; 0 disarms."""
+    global _grow_fault
+    if which < 0 or which > 2:
+        raise ValueError(f"which must be 0, 1 or 2, not {which}")
+    _grow_fault = which
+
+
 cdef class DispatchKernel:
     """Parses CommitLog records (no body) and appends their ConsumeQueue units (spec §10.1).
 
@@ -364,23 +379,35 @@ cdef class DispatchKernel:
             free(self.hashes)
 
     cdef int _grow(self, int64_t cap) except -1:
-        cdef uint64_t *old_h = self.hashes
-        cdef PyObject **old_q = self.queues
-        cdef int64_t old_cap = self.cap, i, at
-        self.hashes = <uint64_t *>calloc(cap, sizeof(uint64_t))
-        self.queues = <PyObject **>calloc(cap, sizeof(PyObject *))
-        if self.hashes == NULL or self.queues == NULL:
+        """Rehash the queue cache into tables of cap slots (a power of two). When an allocation
+        fails, only what was allocated here is freed and MemoryError raised: the old tables,
+        cap and used stay as they were, so the cache keeps working at its old size."""
+        global _grow_fault
+        cdef int fault = _grow_fault
+        _grow_fault = 0
+        cdef uint64_t *new_h = NULL
+        cdef PyObject **new_q = NULL
+        cdef int64_t i, at
+        if fault != 1:
+            new_h = <uint64_t *>calloc(cap, sizeof(uint64_t))
+        if fault != 2:
+            new_q = <PyObject **>calloc(cap, sizeof(PyObject *))
+        if new_h == NULL or new_q == NULL:
+            free(new_h)
+            free(new_q)
             raise MemoryError()
-        self.cap = cap
-        for i in range(old_cap):
-            if old_h[i] != 0:
-                at = <int64_t>(old_h[i] & <uint64_t>(cap - 1))
-                while self.hashes[at] != 0:
+        for i in range(self.cap):
+            if self.hashes[i] != 0:
+                at = <int64_t>(self.hashes[i] & <uint64_t>(cap - 1))
+                while new_h[at] != 0:
                     at = (at + 1) & (cap - 1)
-                self.hashes[at] = old_h[i]
-                self.queues[at] = old_q[i]
-        free(old_h)
-        free(old_q)
+                new_h[at] = self.hashes[i]
+                new_q[at] = self.queues[i]
+        free(self.hashes)
+        free(self.queues)
+        self.hashes = new_h
+        self.queues = new_q
+        self.cap = cap
         return 0
 
     def forget(self):
@@ -661,13 +688,6 @@ cdef class LogMap:
         if r == NULL:
             return -1
         return mq_get_i64(r + store_timestamp_pos(mq_get_i32(r + MQ_POS_SYSFLAG)))
-
-
-# GetMessageStatus codes (mirrors mqstore.status.GetMessageStatus)
-cdef enum:
-    GS_FOUND = 0
-    GS_NO_MATCHED_MESSAGE = 1
-    GS_MESSAGE_WAS_REMOVING = 2
 
 
 @cython.freelist(64)
@@ -990,12 +1010,12 @@ cdef struct ScanLimits:
 cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b, int64_t pos, int64_t end,
                          const ScanLimits *lim, tag_codes, int64_t *consumed) except -1:
     """The getMessage scan (spec §11) over units [pos, end) at b; fills result and returns
-    the status code (GS_*), the number of units consumed in *consumed."""
+    the status code (MQ_GET_*), the number of units consumed in *consumed."""
     if pos + lim.scan_bytes_max < end:
         end = pos + lim.scan_bytes_max
     cdef int64_t start = pos, phy, tags, total = 0, next_file_start = -1, last_phy = -1
     cdef int32_t size
-    cdef int count = 0, status = GS_NO_MATCHED_MESSAGE, i, ntags = 0
+    cdef int count = 0, status = MQ_GET_NO_MATCHED_MESSAGE, i, ntags = 0
     cdef int max_msg_nums = lim.max_msg_nums
     cdef bint in_disk, match
     cdef int64_t codes[32]
@@ -1043,7 +1063,7 @@ cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b,
                 continue
         if phy < lim.min_phy or size <= 0 or size == FILLER_SIZE or log_map.at(phy, size) == NULL:
             if count == 0:
-                status = GS_MESSAGE_WAS_REMOVING
+                status = MQ_GET_MESSAGE_WAS_REMOVING
             if phy >= 0:
                 next_file_start = phy - phy % log_map.file_size + log_map.file_size
             pos += CQ_UNIT
@@ -1054,7 +1074,7 @@ cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b,
         result.sizes[count] = size
         total += size
         count += 1
-        status = GS_FOUND
+        status = MQ_GET_FOUND
         pos += CQ_UNIT
     result.count = count
     result.buffer_total_size = total
@@ -1066,11 +1086,6 @@ cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b,
 # -- the read kernel: getMessage and lookups by queue offset in one C call ---------------------------
 
 cdef enum:
-    GS_OFFSET_FOUND_NULL = 3
-    GS_OFFSET_OVERFLOW_BADLY = 4
-    GS_OFFSET_OVERFLOW_ONE = 5
-    GS_OFFSET_TOO_SMALL = 6
-    GS_NO_MESSAGE_IN_QUEUE = 8
     TAG_CACHE_MAX = 1024
 
 from mqstore.status import GetMessageStatus as _GetMessageStatus
@@ -1184,21 +1199,21 @@ cdef class ReadKernel:
         """getMessage (spec §11): up to max_msg_nums messages of a queue from offset."""
         cq_obj = self.k_queues.get((topic, queue_id))
         if cq_obj is None:
-            return self._result(GS_NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+            return self._result(MQ_GET_NO_MESSAGE_IN_QUEUE, 0, 0, 0)
         cdef ConsumeQueueKernel cq = <ConsumeQueueKernel>cq_obj
         cdef int64_t min_offset = cq.min_logic_offset // CQ_UNIT
         cdef int64_t max_offset = cq.c_max_logic() // CQ_UNIT
         if max_offset == 0:
-            return self._result(GS_NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+            return self._result(MQ_GET_NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
         if offset < min_offset:
-            return self._result(GS_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+            return self._result(MQ_GET_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
         if offset == max_offset:
-            return self._result(GS_OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+            return self._result(MQ_GET_OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         if offset > max_offset:
-            return self._result(GS_OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+            return self._result(MQ_GET_OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         codes = self.tag_codes(tags)
         cdef LogMap lmap = self.log_map()
-        cdef GetMessageResult r = self._result(GS_NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        cdef GetMessageResult r = self._result(MQ_GET_NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
         cdef int64_t logic = offset * CQ_UNIT, consumed = 0, end, per_file
         cdef int status
         cdef const unsigned char[::1] view
@@ -1224,16 +1239,16 @@ cdef class ReadKernel:
                 # the queue's min offset past it meanwhile, say so
                 min_offset = cq.min_logic_offset // CQ_UNIT
                 if offset < min_offset:
-                    return self._result(GS_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+                    return self._result(MQ_GET_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
                 per_file = cq.file_size // CQ_UNIT
-                r.status = _STATUSES[GS_OFFSET_FOUND_NULL]
+                r.status = _STATUSES[MQ_GET_OFFSET_FOUND_NULL]
                 r.next_begin_offset = offset + per_file - offset % per_file
                 return r
             view = pinned
             if end > view.shape[0]:
                 end = view.shape[0]
             r.log_map = lmap
-            status = GS_NO_MATCHED_MESSAGE
+            status = MQ_GET_NO_MATCHED_MESSAGE
             if pos < end:
                 status = scan_units_into(r, lmap, <const char *>&view[0], pos, end, &self.k_lim, codes, &consumed)
         r.status = _STATUSES[status]

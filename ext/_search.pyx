@@ -1,7 +1,7 @@
 # cython: language_level=3
 # cython: autotestdict=False
 """Time -> queue-offset search over one mapped ConsumeQueue file (spec §3 getOffsetInQueueByTime),
-with Kafka's hot/cold ("warm section") split (spec §15, seed 003) and a count of what it touches.
+with Kafka's hot/cold ("warm section") split (spec §15) and a count of what it touches.
 
 A ConsumeQueue file is a run of 20-byte units ``long commitLogOffset | int msgSize | long
 tagsCode`` (big-endian); a unit's time is the STORETIMESTAMP of its CommitLog record, read at
@@ -225,7 +225,7 @@ def store_time_at(int64_t phy_offset, const int64_t[::1] cl_bases, int64_t cl_fi
     return t if live else None
 
 
-# -- body CRC on read (issue 15 item 3) -----------------------------------------------------------
+# -- body CRC on read -----------------------------------------------------------
 #
 # A read that returns a record can check its BODYCRC (spec §1.5: UtilAll.crc32 of the body, masked
 # to 31 bits, as recovery checks it, spec §5.3) where the check costs least: here, in one C call
