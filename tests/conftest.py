@@ -53,3 +53,10 @@ def spark():
     spark.sparkContext.setLogLevel("FATAL")
     yield spark
     spark.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the Spark session is marked ``spark`` (the fast subset leaves it out)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

@@ -15,6 +15,8 @@ import pytest
 from mqstore import MessageStore
 from mqstore.soak import freeze, thaw
 
+pytestmark = pytest.mark.multiprocess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 

@@ -23,6 +23,8 @@ from mqstore._codec import decode_record
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 
+pytestmark = pytest.mark.multiprocess
+
 WRITER = textwrap.dedent("""
     import sys
     from mqstore import MessageStore, Message

@@ -29,7 +29,13 @@ def page_id(page: Path) -> str:
 PYTHON_PAGES = [p for p in PAGES if blocks(p, "python")]
 
 
-@pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
+def _needs_spark(page: Path) -> bool:
+    source = "".join(blocks(page, "python"))
+    return "pyspark" in source or "mqstore.spark" in source
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=[pytest.mark.spark] if _needs_spark(p) else [])
+                                  for p in PYTHON_PAGES], ids=page_id)
 def test_python_snippets_run_as_written(page, tmp_path, monkeypatch, request):
     source = "".join(blocks(page, "python"))
     if "pyspark" in source or "mqstore.spark" in source:

@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
@@ -47,6 +49,7 @@ def _run_example(name: str, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.spark
 def test_the_spark_examples_run_and_report_what_they_did(tmp_path):
     out = _run_example("spark_read.py", "--store", str(tmp_path / "r"), "--messages", "2000")
     assert "batch read, per topic:" in out and "'Orders': 2000" in out and "'Payments': 2000" in out

@@ -11,8 +11,8 @@ import pytest
 
 from helpers_fs import run_in_tmpfs, tmpfs_supported
 
-pytestmark = pytest.mark.skipif(not tmpfs_supported(),
-                                reason="needs a tmpfs in a private mount namespace (root + unshare)")
+pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(not tmpfs_supported(),
+                                reason="needs a tmpfs in a private mount namespace (root + unshare)")]
 
 
 def test_default_retention_frees_a_disk_filled_by_puts(tmp_path):

@@ -19,6 +19,8 @@ import pytest
 from mqstore import Message, MessageBatch, MessageStore
 from mqstore._codec import encode_batch_body
 
+pytestmark = pytest.mark.multiprocess
+
 FS = 64 * 1024
 CFG = {"mapped_file_size_commit_log": FS, "mapped_file_size_consume_queue": 20 * 64, "max_message_size": 8192,
        "max_hash_slot_num": 64, "max_index_num": 256}

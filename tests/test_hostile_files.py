@@ -58,6 +58,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.multiprocess
+
 SEED = 151  # issue 15 item 1
 FS = 64 * 1024
 CQ_UNITS = 1024

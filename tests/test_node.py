@@ -24,6 +24,8 @@ from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.store import AttachedStore
 
+pytestmark = pytest.mark.multiprocess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 FS = 256 * 1024  # CommitLog file size: every test rolls files, so the allocator process works

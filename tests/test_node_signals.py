@@ -19,6 +19,8 @@ import pytest
 from mqstore import Message, MessageStore
 from mqstore.checker import check_store
 
+pytestmark = pytest.mark.multiprocess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 SETTINGS = ["--set=mapped_file_size_commit_log=1048576", "--set=mapped_file_size_consume_queue=20000",
@@ -157,6 +159,7 @@ import os, signal, sys, threading
 sys.path.insert(0, {ROOT!r})
 from mqstore import MessageStore
 import mqstore.node as node
+
 real_spawn = node.Supervisor._spawn
 def spawn(self, sp):
     real_spawn(self, sp)

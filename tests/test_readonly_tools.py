@@ -51,7 +51,7 @@ def ro_bind_supported() -> str:
         os.rmdir(dst)
 
 
-pytestmark = pytest.mark.skipif(ro_bind_supported() != "", reason=ro_bind_supported() or "supported")
+pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(ro_bind_supported() != "", reason=ro_bind_supported() or "supported")]
 
 
 def run_rw(root: str, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,8 @@ from mqstore import Message, MessageStore
 from mqstore.spark.source import SCHEMA, OptionError, QueueSlice, plan_queue_slices
 from mqstore.snapshot import QueueRange
 
+pytestmark = pytest.mark.spark
+
 CFG = {"mapped_file_size_commit_log": 256 * 1024, "mapped_file_size_consume_queue": 20 * 200}
 # timestamps as epoch milliseconds, so rows compare with the store's values exactly
 COLUMNS = [f"unix_millis({c}) as {c}" if c.endswith("_timestamp") else c for c in SCHEMA.fieldNames()]
@@ -247,6 +249,7 @@ def test_a_stream_reads_every_message_once_in_micro_batches(spark, store, tmp_pa
 KILLED_QUERY = """
 import sys, time
 from mqstore.spark import session
+
 spark = session("local[1]")
 q = (spark.readStream.format("mqstore").option("maxRecordsPerTrigger", 300).load(sys.argv[1])
      .select("topic", "queue_id", "queue_offset", "body").writeStream.format("parquet")

@@ -17,6 +17,8 @@ from mqstore import Message, MessageStore, StoreLockedError
 from mqstore.checker import check_store
 from mqstore.spark.jobs import export_parquet, queue_stats, rebuild_queues
 
+pytestmark = pytest.mark.spark
+
 CFG = {"mapped_file_size_commit_log": 256 * 1024, "mapped_file_size_consume_queue": 20 * 200,
        "max_hash_slot_num": 512, "max_index_num": 2048}
 

@@ -14,6 +14,8 @@ import pytest
 
 from mqstore import Message, MessageStore
 
+pytestmark = pytest.mark.spark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # a JVM with 128 MiB of direct memory: one batch of this store's 30,000 x 4 KiB bodies (120 MB,
 # what 65,536-row batches gave) does not fit in it; 16 MiB batches do (measured: 48 MiB is too

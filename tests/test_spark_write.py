@@ -29,6 +29,8 @@ from mqstore.spark.write import (
     write_columns,
 )
 
+pytestmark = pytest.mark.spark
+
 CFG = {"mapped_file_size_commit_log": 256 * 1024, "mapped_file_size_consume_queue": 20 * 200}
 
 
@@ -217,6 +219,7 @@ def test_a_replayed_micro_batch_is_not_written_twice(spark, tmp_path):
 APPLY_AND_DIE = """
 import os, signal, sys
 from mqstore.spark.write import SinkLog
+
 root, files, after = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 
 def die(put):

@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 TOPICS = ("TA", "TB")
 QUEUES = 2
