@@ -33,6 +33,7 @@ from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError
 from mqstore.status import GetMessageStatus
+from helpers_store import read_queue
 
 UNIT = 20
 CQ_UNITS = 20  # units per ConsumeQueue file: each queue has 50 units in 3 files (20, 20, 10)
@@ -155,19 +156,6 @@ def queue_acks(acks: list[Ack], topic: str, qid: int) -> list[Ack]:
 
 
 # -- the verification --------------------------------------------------------------------------
-
-def read_queue(store: MessageStore, topic: str, qid: int) -> list:
-    """Every message of a queue through get_message, min to max offset."""
-    lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
-    got, offset = [], lo
-    while offset < hi:
-        r = store.get_message("g", topic, qid, offset, 32)
-        assert r.status == GetMessageStatus.FOUND, f"{topic}/{qid} @ {offset}: {r.status}"
-        got.extend(r)
-        assert r.next_begin_offset == offset + len(r)
-        offset = r.next_begin_offset
-    return got
-
 
 def reopen_and_verify(root: str, acks: list[Ack], *, lost: set[int] = frozenset(), cfg: dict = CFG,
                       keys: bool = False, **overrides):

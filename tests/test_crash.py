@@ -22,6 +22,7 @@ from mqstore import Message, MessageStore
 from mqstore._codec import decode_record
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
+from helpers_store import read_queue as read_all_of_queue
 
 pytestmark = pytest.mark.multiprocess
 
@@ -286,21 +287,14 @@ def units_on_disk(root: str) -> dict[tuple[str, int], int]:
 
 
 def read_queue(store: MessageStore, topic: str, qid: int) -> list:
-    """Every message of a queue through get_message, from its min to its max offset, with the
-    queue offsets checked: consecutive (no gap, no duplicate), each equal to its position."""
+    """Every message of a queue (helpers_store.read_queue) with the queue offsets checked:
+    from 0, consecutive (no gap, no duplicate), each in its queue, nothing after the last."""
     from mqstore.status import GetMessageStatus
-    lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
-    assert lo == 0, f"{topic}/{qid} starts at {lo}"
-    got, offset = [], lo
-    while offset < hi:
-        r = store.get_message("g", topic, qid, offset, 32)
-        assert r.status == GetMessageStatus.FOUND, f"{topic}/{qid} @ {offset}: {r.status}"
-        for m in r:
-            assert (m.topic, m.queue_id) == (topic, qid)
-            got.append(m)
-        assert r.next_begin_offset == offset + len(r)
-        offset = r.next_begin_offset
-    assert [m.queue_offset for m in got] == list(range(lo, hi)), f"{topic}/{qid}: offsets not consecutive"
+    assert store.get_min_offset_in_queue(topic, qid) == 0, f"{topic}/{qid} starts late"
+    got = read_all_of_queue(store, topic, qid)
+    assert all((m.topic, m.queue_id) == (topic, qid) for m in got)
+    hi = store.get_max_offset_in_queue(topic, qid)
+    assert [m.queue_offset for m in got] == list(range(hi)), f"{topic}/{qid}: offsets not consecutive"
     assert store.get_message("g", topic, qid, hi, 32).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
     return got
 

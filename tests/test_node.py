@@ -23,6 +23,7 @@ from mqstore._shm import ControlBlock
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.store import AttachedStore
+from helpers_store import read_bodies
 
 pytestmark = pytest.mark.multiprocess
 
@@ -85,16 +86,7 @@ def start_py(code: str, *args: object) -> subprocess.Popen[str]:
 
 
 def drain(store: MessageStore, topic: str = "T") -> dict[int, list[bytes]]:
-    out: dict[int, list[bytes]] = {}
-    for q in range(QUEUES):
-        off = 0
-        while True:
-            r = store.get_message("g", topic, q, off, 64)
-            if r.status.name != "FOUND":
-                break
-            out.setdefault(q, []).extend(bytes(m.body) for m in r)
-            off = r.next_begin_offset
-    return out
+    return read_bodies(store, topic, QUEUES)
 
 
 def alive(pid: int) -> bool:

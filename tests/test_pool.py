@@ -26,6 +26,7 @@ from mqstore.errors import ConfigError
 from mqstore.pool import pool_path
 from mqstore.services.flush import CommitRealTimeService
 from mqstore.soak import freeze, thaw
+from helpers_store import read_bodies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -62,16 +63,7 @@ def body(i: int) -> bytes:
 
 
 def read_all(store: MessageStore, topic: str = "T", queues: int = 2) -> dict[int, list[bytes]]:
-    out: dict[int, list[bytes]] = {}
-    for q in range(queues):
-        off = 0
-        while True:
-            r = store.get_message("g", topic, q, off, 64)
-            if r.status.name != "FOUND":
-                break
-            out.setdefault(q, []).extend(bytes(m.body) for m in r)
-            off = r.next_begin_offset
-    return out
+    return read_bodies(store, topic, queues)
 
 
 def put_n(store: MessageStore, n: int, start: int = 0) -> list[int]:

@@ -28,6 +28,7 @@ from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.inspection import plan_recovery
 from mqstore.status import GetMessageStatus
+from helpers_store import read_queue as read_all_of_queue
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNIT = 20
@@ -152,14 +153,7 @@ def dry_run(root: str, cfg: dict) -> dict:
 
 
 def read_queue(store: MessageStore, topic: str, qid: int) -> list[tuple[int, int, bytes]]:
-    lo, hi = store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid)
-    got, offset = [], lo
-    while offset < hi:
-        r = store.get_message("g", topic, qid, offset, 32)
-        assert r.status == GetMessageStatus.FOUND, f"{topic}/{qid} @ {offset}: {r.status}"
-        got += [(m.queue_offset, m.physical_offset, bytes(m.body)) for m in r]
-        offset = r.next_begin_offset
-    return got
+    return [(m.queue_offset, m.physical_offset, bytes(m.body)) for m in read_all_of_queue(store, topic, qid, consecutive=False)]
 
 
 def open_and_compare(root: str, plan: dict, acks: list[Ack], lost: set[int], cfg: dict = CFG, *,
