@@ -44,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mqstore.layout import (BLANK_MAGIC_CODE, CONTROL_BLOCK_NAME, CQ_STORE_UNIT_SIZE, FILLER_SIZE, MESSAGE_MAGIC_CODE,
+                            MESSAGE_MAGIC_CODE_V2)
 from mqstore._codec import decode_record, java_string_hash, string_to_properties
 from mqstore._index import index_key_hash
 from mqstore._commitlog import scan_records
@@ -59,15 +61,10 @@ TX_MASK = 0xC
 TX_PREPARED = 0x4
 TX_ROLLBACK = 0xC
 
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
-BLANK_MAGIC = -875286124  # 0xCBD43194
 BORNHOST_V6_FLAG = 0x10
 STOREHOST_V6_FLAG = 0x20
 MIN_RECORD_SIZE = 91
 
-CQ_UNIT = 20
-FILLER_SIZE = 0x7FFFFFFF  # Integer.MAX_VALUE: the size of a filler unit (spec §3 step 3)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 CQ_TAIL_CHECK_BYTES = 16 * 4096  # zeros checked after a queue's end (what truncation zeroes)
 MISSING_RUNS_SHOWN = 10  # completeness problems reported per queue
@@ -422,7 +419,7 @@ def _starts_with_data(path: str) -> bool:
 def _read_positions(root: str) -> dict[str, int] | None:
     from mqstore import _shm
 
-    path = os.path.join(root, "mqstore.shm")
+    path = os.path.join(root, CONTROL_BLOCK_NAME)
     if not os.path.exists(path):
         return None
     try:
@@ -474,7 +471,7 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
     that a kill may have kept from being created; recovery ends the log at the blank."""
     from mqstore import _shm
 
-    path = os.path.join(root, "mqstore.shm")
+    path = os.path.join(root, CONTROL_BLOCK_NAME)
     if not os.path.exists(path):
         return
     try:
@@ -597,9 +594,9 @@ class _Log:
         if pos + 40 > fs:
             return "no record starts there (too close to the end of its file)"
         total, magic, _crc, qid, _flag, qoff, phy_field, sf = _HEAD.unpack_from(view, pos)
-        if magic == BLANK_MAGIC:
+        if magic == BLANK_MAGIC_CODE:
             return "an END_OF_FILE blank is there, not a record"
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
+        if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
             return f"no record starts there (magic 0x{magic & 0xFFFFFFFF:08X})"
         if phy_field != phy:
             return f"no record starts there (the bytes there say PHYSICALOFFSET {phy_field})"
@@ -614,7 +611,7 @@ class _Log:
         at += 4 + body_len
         if body_len < 0 or at + 3 > end:
             return f"the record there is malformed (BODYLENGTH {body_len})"
-        if magic == MAGIC_V2:
+        if magic == MESSAGE_MAGIC_CODE_V2:
             topic_len = _I16.unpack_from(view, at)[0]
             at += 2
         else:
@@ -689,9 +686,9 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
         expected = max(sizes, key=lambda s: (sizes[s], s))
         source = "the size of the other ConsumeQueue files"
     else:
-        expected, source = CQ_UNIT, ""
-    if expected <= 0 or expected % CQ_UNIT:
-        problem("consumequeue", 0, f"ConsumeQueue files are {expected} bytes, not a multiple of the {CQ_UNIT}-byte unit")
+        expected, source = CQ_STORE_UNIT_SIZE, ""
+    if expected <= 0 or expected % CQ_STORE_UNIT_SIZE:
+        problem("consumequeue", 0, f"ConsumeQueue files are {expected} bytes, not a multiple of the {CQ_STORE_UNIT_SIZE}-byte unit")
         return
     report.queues_complete_checked = complete
 
@@ -702,16 +699,16 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
         key = (topic, qid)
         wrong = [(start, name, size) for start, name, size in files if size != expected]
         for start, name, size in wrong:
-            problem(where, start // CQ_UNIT, f"file {name} is {size} bytes; {source} is {expected}")
+            problem(where, start // CQ_STORE_UNIT_SIZE, f"file {name} is {size} bytes; {source} is {expected}")
         if wrong:
-            q0 = files[0][0] // CQ_UNIT
+            q0 = files[0][0] // CQ_STORE_UNIT_SIZE
             report.consume_queues[key] = ConsumeQueueSummary(q0, q0, files=len(files))
             continue  # units not read (and no completeness verdict): the file size is reported
         for (a, an, _), (b, bn, _) in zip(files, files[1:]):
             if b - a != expected:
-                problem(where, b // CQ_UNIT, f"file {bn} does not follow {an} (file size {expected})")
+                problem(where, b // CQ_STORE_UNIT_SIZE, f"file {bn} does not follow {an} (file size {expected})")
         if files and files[0][0] % expected:
-            problem(where, files[0][0] // CQ_UNIT, f"first file {files[0][1]} is not at a multiple of the file "
+            problem(where, files[0][0] // CQ_STORE_UNIT_SIZE, f"first file {files[0][1]} is not at a multiple of the file "
                                                     f"size {expected}")
         summary = _check_queue(report, problem, log, where, topic, qid, qdir, files, expected,
                                report.queues.get(key), None if key in broken else queue_phys.get(key),
@@ -741,7 +738,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
     units = fillers = gaps = removed = nfiles = 0
     first_in_log = -1
     last_phy = -1
-    max_offset = files[0][0] // CQ_UNIT if files else 0
+    max_offset = files[0][0] // CQ_STORE_UNIT_SIZE if files else 0
     ended_at = -1  # queue offset where the queue ended (a file that is not full), -1: not yet
     covered: list[tuple[int, int]] = []  # [from, to) queue offset ranges of units read
     filler_offsets: list[int] = []  # fillers standing where the log has a record
@@ -751,7 +748,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
     pending: tuple[int, str, int, str, bytes] | None = None
     log_min, log_end = log.min_offset, log.end
     for start, name, _ in files:
-        q0 = start // CQ_UNIT
+        q0 = start // CQ_STORE_UNIT_SIZE
         path = os.path.join(qdir, name)
         try:
             fh = open(path, "rb")
@@ -814,16 +811,16 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
                                 msgs.append(f"unit (phy {phy}, size {size}, tags {tags}) does not match the record "
                                             f"there: " + "; ".join(why))
                     if msgs:
-                        pos = i * CQ_UNIT
-                        pending = (q, "; ".join(msgs), pos, path, bytes(view[pos:pos + CQ_UNIT]))
-            covered.append((q0, q0 + end // CQ_UNIT))
-            max_offset = q0 + end // CQ_UNIT
+                        pos = i * CQ_STORE_UNIT_SIZE
+                        pending = (q, "; ".join(msgs), pos, path, bytes(view[pos:pos + CQ_STORE_UNIT_SIZE]))
+            covered.append((q0, q0 + end // CQ_STORE_UNIT_SIZE))
+            max_offset = q0 + end // CQ_STORE_UNIT_SIZE
             if end < file_size:
                 ended_at = max_offset
                 if stable:
                     tail = mm[end:] if deep else mm[end:end + CQ_TAIL_CHECK_BYTES]
                     if tail.count(0) != len(tail):
-                        phy, size, tags = _UNIT.unpack_from(mm, end) if end + CQ_UNIT <= file_size else (0, 0, 0)
+                        phy, size, tags = _UNIT.unpack_from(mm, end) if end + CQ_STORE_UNIT_SIZE <= file_size else (0, 0, 0)
                         problem(where, max_offset, f"non-zero bytes follow the end of the queue (the unit there "
                                                    f"reads phy {phy}, size {size}, tags {tags})")
         finally:
@@ -868,7 +865,7 @@ def _read_unit(path: str, pos: int) -> bytes | None:
     check read it: a torn unit), None if the file is gone."""
     try:
         with open(path, "rb") as fh:
-            return os.pread(fh.fileno(), CQ_UNIT, pos)
+            return os.pread(fh.fileno(), CQ_STORE_UNIT_SIZE, pos)
     except OSError:
         return None
 

@@ -60,7 +60,8 @@ from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
 from mqstore.launch import EXIT_INTERRUPTED
 from mqstore.progress import describe
-from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
+from mqstore.store import lock_state, require_store
+from mqstore.layout import CONTROL_BLOCK_NAME
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1

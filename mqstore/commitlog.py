@@ -13,6 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from mqstore.layout import OS_PAGE_SIZE
 from mqstore._commitlog import CommitLogAppender
 from mqstore.mapped_file_queue import MappedFileQueue
 from mqstore.pool import commit_range
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mqstore.commitlog")
 
-OS_PAGE_SIZE = 4096
 MUNLOCK_DELAY_S = 6.0  # spec §6.3: a warmed file is munlock'ed 6 s after the put path leaves it
 
 

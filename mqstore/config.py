@@ -13,6 +13,8 @@ checks combinations of keys and is what a store calls when it opens.
 
 from __future__ import annotations
 
+from mqstore.layout import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE
+
 import difflib
 import ipaddress
 import os
@@ -41,8 +43,6 @@ __all__ = [
     "render_config_doc",
 ]
 
-OS_PAGE_SIZE = 4096  # spec §6.1: flush/commit page arithmetic and msync ranges
-CQ_STORE_UNIT_SIZE = 20  # spec §3: one consume-queue entry
 RECORD_HEADROOM = 65536  # spec §1.1: a whole record may be max_message_size + 64 KiB
 _INDEX_HEADER_SIZE, _INDEX_SLOT_SIZE, _INDEX_ENTRY_SIZE = 40, 4, 20  # spec §4.1
 _HA_SLAVE_READ_BUFFER, _HA_FRAME_HEADER = 4 * 1024 * 1024, 12  # spec §13.1

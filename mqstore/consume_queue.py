@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqstore.layout import FILLER_SIZE, OS_PAGE_SIZE
 from mqstore._consumequeue import (
     CQ_STORE_UNIT_SIZE,
     ConsumeQueueKernel,
@@ -33,13 +34,11 @@ log = logging.getLogger("mqstore.consumequeue")
 
 UNIT = CQ_STORE_UNIT_SIZE
 RECOVER_LAST_FILES = 3
-OS_PAGE_SIZE = 4096
 CQ_DESTROY_INTERVAL_FORCIBLY_MS = 60_000  # RocketMQ deleteExpiredFileByOffset: destroy(1000 * 60)
 #: the longest topic a ConsumeQueue directory is made for (a file name holds at most 255 bytes;
 #: topics are ASCII by TopicValidator's rule)
 MAX_TOPIC_DIR_CHARS = 255
 MAX_QUEUE_ID = 2**31 - 1  # a Java int
-FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 _UNIT_STRUCT = struct.Struct(">qiq")
 
 

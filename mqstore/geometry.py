@@ -17,11 +17,11 @@ import json
 import os
 from typing import Any
 
+from mqstore.layout import CONFIG_NAME
 from mqstore.config import DEFINITIONS, StoreConfig
 from mqstore.errors import ConfigError
 
 #: the name mqstore.node writes the owner's configuration under (kept in sync by a test)
-CONFIG_NAME = "mqstore.config.json"
 GEOMETRY_KEYS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_hash_slot_num",
                  "max_index_num")
 _CQ_UNIT = 20

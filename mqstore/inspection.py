@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
+from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, FILLER_SIZE
 from mqstore import _shm
 from mqstore._codec import check_record, crc32, decode_record
 from mqstore._commitlog import scan_records
@@ -53,13 +54,12 @@ from mqstore.config import StoreConfig
 from mqstore.consume_queue import ConsumeQueueTable, RepairPlan, plan_repair
 from mqstore.errors import CorruptRecordError, MQStoreError, NotAStoreError
 from mqstore.mapped_file_queue import MappedFileQueue
-from mqstore.geometry import CONFIG_NAME, adopt_store_sizes
+from mqstore.geometry import adopt_store_sizes
 from mqstore.index import IndexLoadPlan, _geometry_vouched, plan_index_load
 from mqstore.record import DecodedRecord
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, recover_store
 
 UNIT = CQ_STORE_UNIT_SIZE
-FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 PAGE = 4096
 CLEAN_PAGES = 16  # MappedFile.zero_dirty_tail stops after this many all-zero pages
@@ -806,7 +806,7 @@ def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progres
         checkpoint = _checkpoint_copy(root, sandbox)
         stack.callback(checkpoint.close)
         index = DryRunIndex(root, cfg, checkpoint.index_msg_timestamp, clean) if cfg.message_index_enable else None
-        ctl = _shm.ControlBlock.create(os.path.join(sandbox, "mqstore.shm"), table_slots=cfg.topic_queue_table_slots,
+        ctl = _shm.ControlBlock.create(os.path.join(sandbox, CONTROL_BLOCK_NAME), table_slots=cfg.topic_queue_table_slots,
                                        file_size=log.file_size or cfg.mapped_file_size_commit_log,
                                        lock_kind=cfg.put_lock_kind, sync_flush=cfg.is_sync_flush)
         stack.callback(ctl.close)

@@ -28,14 +28,13 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME
 from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError
 from mqstore.services import SERVICE_KINDS
 
 log = logging.getLogger("mqstore.node")
 
-CONFIG_NAME = "mqstore.config.json"
-CONTROL_BLOCK_NAME = "mqstore.shm"
 READY_TIMEOUT_S = 60.0
 # what a service process runs (``python -m mqstore.node`` would import this module twice)
 _SERVICE_ENTRY = "import sys; from mqstore.node import main; sys.exit(main(sys.argv[1:]))"

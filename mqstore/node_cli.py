@@ -23,9 +23,9 @@ import sys
 import threading
 from typing import Any
 
+from mqstore.layout import NODE_INFO_NAME
 from mqstore.errors import ConfigError
 
-NODE_INFO_NAME = "mqstore.node.json"
 
 log = logging.getLogger("mqstore.node")
 

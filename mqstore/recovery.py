@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mqstore.layout import FILLER_SIZE
 from mqstore._codec import check_record, decode_record
 from mqstore._commitlog import scan_records
 from mqstore.errors import CorruptRecordError
@@ -66,7 +67,6 @@ log = logging.getLogger("mqstore.recovery")
 
 NORMAL_RECOVERY_FILES = 3  # spec §5.4: recoverNormally starts at the third-last file
 LAST_UNIT_CHECKS = 8  # a queue's last units checked against their records, at most
-FILLER_SIZE = 0x7FFFFFFF  # spec §3 step 3: a pre-fill / skipped-offset unit is (0, Integer.MAX_VALUE, 0)
 _UNIT = struct.Struct(">qiq")  # ConsumeQueue unit: commitLogOffset, size, tagsCode
 
 

@@ -35,7 +35,7 @@ from mqstore.inspection import (
     queue_dirs,
     queue_info,
 )
-from mqstore.node import CONTROL_BLOCK_NAME
+from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.reads import offset_by_time_in_files
 from mqstore.store import lock_state, require_store
 

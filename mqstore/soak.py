@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mqstore.layout import CONTROL_BLOCK_NAME, NODE_INFO_NAME
 from mqstore.checker import check_store
 from mqstore.procs import stopped
 
@@ -130,7 +131,7 @@ class Soak:
     def refresh_services(self) -> None:
         """The service pids the node wrote (a restarted service has a new pid)."""
         try:
-            with open(os.path.join(self.root, "mqstore.node.json"), encoding="utf-8") as fh:
+            with open(os.path.join(self.root, NODE_INFO_NAME), encoding="utf-8") as fh:
                 self.services = json.load(fh)["services"]
         except (FileNotFoundError, ValueError, KeyError):
             pass
@@ -183,7 +184,7 @@ class Soak:
 
         name = self.rng.choice(sorted(self.procs))
         p = self.procs.pop(name)
-        ctl = ControlBlock.attach(os.path.join(self.root, "mqstore.shm"), readonly=True)
+        ctl = ControlBlock.attach(os.path.join(self.root, CONTROL_BLOCK_NAME), readonly=True)
 
         def holds_lock() -> bool:
             return ctl.get("lock_owner_pid") == p.pid and ctl.get("lock_begin_time_ms") != 0

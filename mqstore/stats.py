@@ -38,7 +38,8 @@ from typing import Any, TextIO
 
 from mqstore import _shm
 from mqstore.errors import MQStoreError
-from mqstore.store import CONTROL_BLOCK_NAME, lock_state, require_store
+from mqstore.store import lock_state, require_store
+from mqstore.layout import CONTROL_BLOCK_NAME
 
 STATE_NAMES = {_shm.STATE_BUILDING: "BUILDING", _shm.STATE_READY: "READY", _shm.STATE_CLOSED: "CLOSED"}
 POSITION_NAMES = ("wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy")

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Self
 
+from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, STORE_ENTRIES
 from mqstore import _shm
 from mqstore._commitlog import Message, MessageBatch, PutMessageResult
 from mqstore.checkpoint import StoreCheckpoint
@@ -32,7 +33,7 @@ from mqstore.index import IndexService
 from mqstore.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
                            tags_expression)
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
-from mqstore.node import CONFIG_NAME, Supervisor, read_config, write_config
+from mqstore.node import Supervisor, read_config, write_config
 from mqstore import pool as transient_pool
 from mqstore.follow import NOT_FOLLOWING, Follower, NotFollowing
 from mqstore.services import SERVICE_KINDS
@@ -44,11 +45,8 @@ from mqstore._consumequeue import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
 
-CONTROL_BLOCK_NAME = "mqstore.shm"
 #: how long wait_for_messages holds by default with long polling (a push consumer's suspend time)
 LONG_POLLING_SUSPEND_MS = 15_000
-STORE_ENTRIES = frozenset({"commitlog", "consumequeue", "consumequeue_ext", "index", "checkpoint", "abort", "lock",
-                           "config", CONTROL_BLOCK_NAME, CONFIG_NAME, "mqstore.node.json"})
 
 
 def check_store_dir(root: str) -> None:

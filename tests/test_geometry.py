@@ -11,8 +11,8 @@ import pytest
 
 from mqstore import ConfigError, Message, MessageStore, StoreConfig
 from mqstore.checker import check_store
-from mqstore.geometry import CONFIG_NAME, adopt_store_sizes, sizes_on_disk
-from mqstore.node import CONFIG_NAME as NODE_CONFIG_NAME
+from mqstore.geometry import adopt_store_sizes, sizes_on_disk
+from mqstore.layout import CONFIG_NAME
 
 SIZES = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 50,
          "max_hash_slot_num": 64, "max_index_num": 256}
@@ -23,10 +23,6 @@ def fill(root: str, n: int = 300, **config) -> None:
         for i in range(n):
             store.put_message(Message("T", b"m%04d" % i + b"." * 400, queue_id=i % 2, keys=[f"k{i}"])).check()
         assert store.wait_dispatched()
-
-
-def test_the_config_file_name_is_the_nodes():
-    assert CONFIG_NAME == NODE_CONFIG_NAME
 
 
 def test_a_store_reopened_without_its_sizes_reuses_them(tmp_path):

@@ -54,7 +54,8 @@ from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.errors import MQStoreError, StoreLockedError
 from mqstore.index import IndexService
 from mqstore.inspection import open_commitlog
-from mqstore.node import CONFIG_NAME, read_config
+from mqstore.node import read_config
+from mqstore.layout import CONFIG_NAME
 from mqstore.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.spark.source import LogSlice
 from mqstore.store import lock_state, release_store_lock, require_store, take_store_lock
