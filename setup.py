@@ -39,7 +39,7 @@ class build_ext(_build_ext):
             "boundscheck": _flag("MQSTORE_DEBUG"),
             "wraparound": False,
             "cdivision": True,
-            "initializedcheck": False,
+            "initializedcheck": _flag("MQSTORE_DEBUG"),
             "embedsignature": True,
         }
         if _flag("MQSTORE_CYTHON_TRACE"):

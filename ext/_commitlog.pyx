@@ -1089,7 +1089,7 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
     if end > view.shape[0]:
         end = view.shape[0]
-    cdef const char *b = <const char *>&view[0]
+    cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
     cdef char *ctl = NULL
     if control_block is not None:
         ctl = <char *><size_t>control_block.address

@@ -508,7 +508,7 @@ cdef class DispatchKernel:
         cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
         if end > view.shape[0]:
             end = view.shape[0]
-        cdef const char *b = <const char *>&view[0]
+        cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
         cdef int64_t pos = start, records = 0, units = 0, last_ts = -1
         cdef int r
         cdef DispatchEntry e
