@@ -58,14 +58,10 @@ from mqstore.inspection import (
 )
 from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
-from mqstore.launch import EXIT_INTERRUPTED
+from mqstore.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from mqstore.progress import describe
 from mqstore.store import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
-
-EXIT_OK = 0
-EXIT_PROBLEMS = 1
-EXIT_USAGE = 2
 
 LIST_LIMIT = 20  # text output lists at most this many files / queues; --json lists all
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
+from mqstore.exit_codes import EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,8 +183,3 @@ def status(root: str, *, as_json: bool = False) -> int:
         print("  " + ", ".join(f"{k} {v:,}" for k, v in shown.items()))
     return 0 if running else 1
 
-
-if __name__ == "__main__":
-    from mqstore.cli import main
-
-    sys.exit(main(["node", *sys.argv[1:]]))

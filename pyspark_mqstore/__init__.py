@@ -3,6 +3,6 @@
 ``register`` call when mqstore is installed (not in editable mode, whose import hook hides
 the module from that lookup)."""
 
-from mqstore.spark.source import MQStoreDataSource as DefaultSource
+from mqstore.spark.datasource import MQStoreDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

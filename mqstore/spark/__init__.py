@@ -19,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'mqstore[spark]'") from exc
 
 from mqstore.spark.session import register, session
-from mqstore.spark.source import SCHEMA, MQStoreDataSource
+from mqstore.spark.datasource import MQStoreDataSource
+from mqstore.spark.source import SCHEMA
 
 __all__ = ["SCHEMA", "MQStoreDataSource", "register", "session"]

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 def register(spark: SparkSession) -> None:
     """Register the "mqstore" data source in spark (every session of its JVM sees it)."""
-    from mqstore.spark.source import MQStoreDataSource
+    from mqstore.spark.datasource import MQStoreDataSource
 
     spark.dataSource.register(MQStoreDataSource)
 

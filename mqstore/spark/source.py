@@ -49,14 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-    InputPartition,
-)
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -71,7 +64,7 @@ from pyspark.sql.types import (
 
 from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
-from mqstore.inspection import UNIT
+from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
 from mqstore.snapshot import QueueRange, StoreSnapshot
 
 SCHEMA = StructType([
@@ -127,7 +120,7 @@ class LogSlice(InputPartition):
 
 
 # -- options --------------------------------------------------------------------------------
-def _int_option(options: dict[str, str], name: str, default: int, low: int = 1) -> int:
+def int_option(options: dict[str, str], name: str, default: int, low: int = 1) -> int:
     raw = options.get(name.lower())
     if raw is None:
         return default
@@ -178,7 +171,7 @@ def _times(options: dict[str, str]) -> dict[str, int]:
         if name.lower() in options:
             if offsets_name.lower() in options:
                 raise OptionError(f"options {name} and {offsets_name} both say where to {name[:-9]}; give one")
-            times[name] = _int_option(options, name, 0, low=0)
+            times[name] = int_option(options, name, 0, low=0)
     return times
 
 
@@ -230,7 +223,7 @@ def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
     ending = _offsets(options, "endingOffsets", "latest")
     _check_named(queues, "endingOffsets", ending)
     times = _times(options)
-    per_partition = _int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
+    per_partition = int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
     starts = starting_offsets(chosen, options, offset_by_time, known=queues)
     out = []
     for q in chosen:
@@ -288,37 +281,7 @@ def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-# -- the source -----------------------------------------------------------------------------
-class MQStoreDataSource(DataSource):
-    """``format("mqstore")``: a store directory as a table of messages."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "mqstore"
-
-    def schema(self) -> StructType:
-        return SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return MQStoreBatchReader(dict(self.options), schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from mqstore.spark.stream import MQStoreStreamReader
-
-        return MQStoreStreamReader(dict(self.options), schema)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from mqstore.spark.write import MQStoreBatchWriter
-
-        return MQStoreBatchWriter(dict(self.options), schema, overwrite)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from mqstore.spark.write import MQStoreStreamWriter
-
-        return MQStoreStreamWriter(dict(self.options), schema, overwrite)
-
-
-class _Reading:
+class Reading:
     """What batch and stream readers share: the store, the columns and how a partition is read."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
@@ -329,8 +292,8 @@ class _Reading:
         self.root: str = root
         self.columns = _columns(schema)
         self.schema = schema
-        self.batch_rows = _int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
-        self.batch_bytes = _int_option(self.options, "maxBatchBytes", DEFAULT_BATCH_BYTES, low=1024)
+        self.batch_rows = int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
+        self.batch_bytes = int_option(self.options, "maxBatchBytes", DEFAULT_BATCH_BYTES, low=1024)
         self.fail_on_data_loss = self.options.get("failondataloss", "true").lower() != "false"
 
     def read_slices(self, partition: InputPartition) -> Iterator[Any]:
@@ -376,7 +339,7 @@ class DataLossError(MQStoreError, RuntimeError):
     hint = "read from the queue's earliest offset, or set option failOnDataLoss=false to skip them (reported)"
 
 
-class MQStoreBatchReader(_Reading, DataSourceReader):
+class MQStoreBatchReader(Reading, DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
         self.mode = self.options.get("mode", "queues")

@@ -40,8 +40,8 @@ from mqstore.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.source import (
     DEFAULT_MAX_ROWS_PER_PARTITION,
     DataLossError,
-    _int_option,
-    _Reading,
+    int_option,
+    Reading,
     select_queues,
     slices,
     starting_offsets,
@@ -71,11 +71,11 @@ def share_rows(start: dict[str, int], latest: dict[str, int], max_rows: int) -> 
     return {k: start[k] + grant[k] for k in latest}
 
 
-class MQStoreStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
-        self.per_partition = _int_option(self.options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
-        self.max_per_trigger = (_int_option(self.options, "maxRecordsPerTrigger", 0)
+        self.per_partition = int_option(self.options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
+        self.max_per_trigger = (int_option(self.options, "maxRecordsPerTrigger", 0)
                                 if "maxrecordspertrigger" in self.options else None)
         self._target: dict[str, int] | None = None
         #: (queue key, first, end) of every range skipped because retention deleted it

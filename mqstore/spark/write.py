@@ -62,8 +62,8 @@ from mqstore._codec import java_string_hash
 from mqstore._commitlog import Message
 from mqstore.errors import MQStoreError
 from mqstore.snapshot import StoreSnapshot
-from mqstore.spark.source import SCHEMA, OptionError, _int_option, record_batch
-from mqstore.store import AttachedStore, MessageStore, StoreBase, lock_state, require_store
+from mqstore.spark.source import SCHEMA, OptionError, int_option, record_batch
+from mqstore.store import AttachedStore, StoreBase, lock_state, require_store
 
 log = logging.getLogger("mqstore.spark")
 
@@ -263,7 +263,7 @@ class MQStoreBatchWriter(DataSourceArrowWriter):
         _refuse_overwrite(overwrite)
         self.options = {k.lower(): v for k, v in options.items()}
         write_columns(schema)  # refuses a missing, unknown or mistyped column
-        self.queue_count = _int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
+        self.queue_count = int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
         self.root = require_owner(_root(self.options))  # fail at planning, not in every task
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
@@ -409,7 +409,7 @@ class MQStoreStreamWriter(DataSourceStreamArrowWriter):
         self.options = {k.lower(): v for k, v in options.items()}
         self.root = _root(self.options)
         write_columns(schema)  # refuses a missing, unknown or mistyped column
-        self.queue_count = _int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
+        self.queue_count = int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
         sink_id = self.options.get("sinkid")
         if not sink_id:
             raise OptionError("a streaming write needs option sinkId: a name for the sink, under which the store "
