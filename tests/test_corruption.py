@@ -14,15 +14,9 @@ index files are derived data: they are rebuilt from the CommitLog, nothing is lo
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import struct
-import subprocess
-import sys
-import textwrap
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -32,82 +26,29 @@ from mqstore import Message, MessageStore
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError
-from mqstore.status import GetMessageStatus
-from helpers_store import read_queue
+from helpers_store import TEMPLATE_QUEUES as QUEUES, TEMPLATE_TOPICS as TOPICS, Ack, copy_store, read_queue, template_stores
 
 UNIT = 20
 CQ_UNITS = 20  # units per ConsumeQueue file: each queue has 50 units in 3 files (20, 20, 10)
 FS = 16 * 1024  # CommitLog file size: the 300 messages fill three files
 N = 300
-TOPICS = ("A", "B")
-QUEUES = 3
 BODY_POS = 88  # spec §1.2: the body of a V1 record with IPv4 hosts starts after 84 fixed bytes + BODYLEN
 CFG = {"mapped_file_size_commit_log": FS, "max_message_size": 4096, "mapped_file_size_consume_queue": CQ_UNITS * UNIT,
        "message_index_enable": False}
 CFG_INDEX = {**CFG, "message_index_enable": True, "max_hash_slot_num": 64, "max_index_num": 200}
 
 
-WRITER = textwrap.dedent("""
-    import json, os, signal, sys
-    from mqstore import Message, MessageStore
-    root, how, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    store = MessageStore(root, **cfg)
-    acks = []
-    for i in range(%d):
-        topic, qid = %r[i %% 2], (i // 2) %% %d
-        body = b"m%%d-" %% i + b"x" * (i %% 97)
-        r = store.put_message(Message(topic, body, queue_id=qid, keys=["k%%d" %% i])).check()
-        acks.append((i, topic, qid, r.queue_offset, r.wrote_offset, r.wrote_bytes))
-    assert store.wait_dispatched()
-    store.consume_queues.flush()
-    if how == "clean":
-        store.shutdown()
-    print(json.dumps(acks)); sys.stdout.flush()
-    if how == "killed":
-        os.kill(os.getpid(), signal.SIGKILL)
-""" % (N, TOPICS, QUEUES))
-
-
-@dataclass(frozen=True)
-class Ack:
-    i: int
-    topic: str
-    qid: int
-    qoff: int
-    phy: int
-    size: int
-
-    @property
-    def body(self) -> bytes:
-        return b"m%d-" % self.i + b"x" * (self.i % 97)
-
-
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory):
     """Template stores by (how, index): written once per module by a child process."""
-    base = tmp_path_factory.mktemp("templates")
-    made: dict[tuple[str, bool], tuple[str, list[Ack]]] = {}
-
-    def get(how: str, index: bool = False) -> tuple[str, list[Ack]]:
-        if (how, index) not in made:
-            root = str(base / f"{how}-{index}")
-            cfg = CFG_INDEX if index else CFG
-            proc = subprocess.run([sys.executable, "-c", WRITER, root, how, json.dumps(cfg)], capture_output=True,
-                                  text=True, timeout=60)
-            assert proc.returncode == (-signal.SIGKILL if how == "killed" else 0), proc.stderr
-            made[(how, index)] = root, [Ack(*a) for a in json.loads(proc.stdout)]
-        return made[(how, index)]
-
-    return get
+    return template_stores(tmp_path_factory.mktemp("templates"), {False: CFG, True: CFG_INDEX}, N)
 
 
 @pytest.fixture
 def store_copy(templates, tmp_path):
     def copy(how: str = "clean", index: bool = False) -> tuple[str, list[Ack]]:
         src, acks = templates(how, index)
-        root = str(tmp_path / "store")
-        shutil.rmtree(root, ignore_errors=True)  # hypothesis runs several examples in one test
-        shutil.copytree(src, root)
+        root = copy_store(src, str(tmp_path / "store"))
         assert os.path.exists(os.path.join(root, "abort")) == (how == "killed")
         return root, acks
     return copy

@@ -14,20 +14,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
-import textwrap
-from dataclasses import dataclass
 
 import pytest
 
-from mqstore import Message, MessageStore
+from mqstore import MessageStore
 from mqstore.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.inspection import plan_recovery
-from mqstore.status import GetMessageStatus
+from helpers_store import TEMPLATE_QUEUES as QUEUES, TEMPLATE_TOPICS as TOPICS, Ack, copy_store, template_stores
 from helpers_store import read_queue as read_all_of_queue
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,8 +32,6 @@ UNIT = 20
 FS = 16 * 1024  # CommitLog file size: 300 messages fill about three files
 CQ_UNITS = 20
 N = 300
-TOPICS = ("A", "B")
-QUEUES = 3
 CFG = {"mapped_file_size_commit_log": FS, "max_message_size": 4096, "mapped_file_size_consume_queue": CQ_UNITS * UNIT,
        "message_index_enable": False}
 CFG_INDEX = {**CFG, "message_index_enable": True, "max_hash_slot_num": 64, "max_index_num": 400}
@@ -44,69 +39,17 @@ CFG_SMALL_INDEX = {**CFG_INDEX, "max_index_num": 40}  # 39 keys per index file: 
 CONFIGS = {False: CFG, True: CFG_INDEX, "small": CFG_SMALL_INDEX}
 POS_QUEUEID, POS_QUEUEOFFSET, POS_PHYSICALOFFSET = 12, 20, 28  # spec §1.2
 
-WRITER = textwrap.dedent("""
-    import json, os, signal, sys
-    from mqstore import Message, MessageStore
-    root, how, cfg, n = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
-    store = MessageStore(root, **cfg)
-    acks = []
-    for i in range(n):
-        topic, qid = "AB"[i % 2], (i // 2) % 3
-        body = b"m%d-" % i + b"x" * (i % 97)
-        r = store.put_message(Message(topic, body, queue_id=qid, keys=["k%d" % i])).check()
-        acks.append((i, topic, qid, r.queue_offset, r.wrote_offset, r.wrote_bytes))
-    assert store.wait_dispatched()
-    store.consume_queues.flush()
-    if store.index is not None:
-        store.index.flush()
-    if how == "clean":
-        store.shutdown()
-    print(json.dumps(acks)); sys.stdout.flush()
-    if how == "killed":
-        os.kill(os.getpid(), signal.SIGKILL)
-""")
-
-
-@dataclass(frozen=True)
-class Ack:
-    i: int
-    topic: str
-    qid: int
-    qoff: int
-    phy: int
-    size: int
-
-    @property
-    def body(self) -> bytes:
-        return b"m%d-" % self.i + b"x" * (self.i % 97)
-
-
 @pytest.fixture(scope="module")
 def templates(tmp_path_factory):
     """Template stores by (how, index), written once per module by a child process."""
-    base = tmp_path_factory.mktemp("templates")
-    made: dict[tuple[str, bool | str], tuple[str, list[Ack]]] = {}
-
-    def get(how: str, index: bool | str = False) -> tuple[str, list[Ack]]:
-        if (how, index) not in made:
-            root = str(base / f"{how}-{index}")
-            proc = subprocess.run([sys.executable, "-c", WRITER, root, how, json.dumps(CONFIGS[index]),
-                                   str(N)], capture_output=True, text=True, timeout=120, cwd=REPO)
-            assert proc.returncode == (-signal.SIGKILL if how == "killed" else 0), proc.stderr
-            made[(how, index)] = root, [Ack(*a) for a in json.loads(proc.stdout)]
-        return made[(how, index)]
-
-    return get
+    return template_stores(tmp_path_factory.mktemp("templates"), CONFIGS, N, flush_index=True)
 
 
 @pytest.fixture
 def store_copy(templates, tmp_path):
     def copy(how: str = "clean", index: bool | str = False) -> tuple[str, list[Ack]]:
         src, acks = templates(how, index)
-        root = str(tmp_path / "store")
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(src, root)
-        return root, acks
+        return copy_store(src, str(tmp_path / "store")), acks
     return copy
 
 
