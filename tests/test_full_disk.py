@@ -7,9 +7,41 @@ Each child ends with the invariant checker on the store it wrote."""
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from helpers_fs import run_in_tmpfs, tmpfs_supported
+
+#: prepended to every child: a ballast file that takes every free block, and polling
+CHILD_HELPERS = r"""
+import time
+
+
+def fill(path):
+    # zeros appended until the disk refuses a single byte; returns the free blocks left
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for chunk in (1 << 20, 1 << 16, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return os.statvfs(TMPFS).f_bavail
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+"""
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(not tmpfs_supported(),
                                 reason="needs a tmpfs in a private mount namespace (root + unshare)")]
@@ -20,7 +52,7 @@ def test_default_retention_frees_a_disk_filled_by_puts(tmp_path):
     created; with RocketMQ's default retention (72 h, 04:00, forcibly above 85 %) the cleaner
     deletes the oldest files within seconds and puts resume: the newest message is readable,
     the oldest are gone below the queue's new min offset."""
-    out = run_in_tmpfs(r'''
+    out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import time
         from mqstore import Message, MessageStore
         from mqstore.checker import check_store
@@ -65,7 +97,7 @@ def test_default_retention_frees_a_disk_filled_by_puts(tmp_path):
         rep = check_store(root)
         out["check"] = [rep.ok, [str(p) for p in rep.problems][:5]]
         emit(out)
-    ''', tmp_path / "mnt", size="24m", timeout=120)
+    '''), tmp_path / "mnt", size="24m", timeout=120)
     assert out["acked"] > 10_000
     assert out["refusal"][0] in ("CREATE_MAPEDFILE_FAILED", "SERVICE_NOT_AVAILABLE"), out["refusal"]
     assert out["healed_after_s"] is not None and out["healed_after_s"] < 30, out
@@ -80,7 +112,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
     that cannot be allocated WRITE_INDEX_FILE_ERROR, each refusing puts with a detail naming it;
     once the ballast file is deleted both clear by themselves and the held-up message is
     dispatched, a key put afterwards is found."""
-    out = run_in_tmpfs(r'''
+    out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import time
         import mqstore.index as ix
         from mqstore import Message, MessageStore
@@ -93,19 +125,6 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
                    max_hash_slot_num=1024, max_index_num=100000)
         ballast = os.path.join(TMPFS, "ballast")
 
-        def fill():
-            fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                for chunk in (1 << 20, 1 << 16, 4096, 512, 1):
-                    try:
-                        while True:
-                            os.write(fd, b"\0" * chunk)
-                    except OSError:
-                        pass
-            finally:
-                os.close(fd)
-            return os.statvfs(TMPFS).f_bavail
-
         def flags(s):
             return s.ctl.running_flags()
 
@@ -115,20 +134,12 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
             rep = check_store(root, quiescent=False, config=s.config)
             live_checks.append([str(p) for p in rep.problems][:3])
 
-        def wait_for(pred, timeout=10.0):
-            end = time.monotonic() + timeout
-            while time.monotonic() < end:
-                if pred():
-                    return True
-                time.sleep(0.05)
-            return pred()
-
         out = {}
         s = MessageStore(root, **cfg)
         for i in range(10):
             s.put_message(Message("A", b"a%d" % i)).check()
         s.shutdown()
-        out["free_blocks"] = fill()
+        out["free_blocks"] = fill(ballast)
         t0 = time.monotonic()
         s = MessageStore(root, **cfg)
         out["open_s"] = time.monotonic() - t0
@@ -144,7 +155,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
         live_check()
         out["after_cq"] = s.put_message(Message("A", b"z")).status.name
         # the index
-        fill()
+        fill(ballast)
         statuses = []
         for i in range(3000):
             r = s.put_message(Message("A", b"k", keys=f"k{i}"))
@@ -168,7 +179,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
         rep = check_store(root)
         out["check"] = [rep.ok, [str(p) for p in rep.problems][:5]]
         emit(out)
-    ''', tmp_path / "mnt", size="24m", timeout=120)
+    '''), tmp_path / "mnt", size="24m", timeout=120)
     assert out["free_blocks"] == 0
     assert out["reused"] and out["open_s"] < 10
     assert out["put_b"] == "PUT_OK" and out["cq_flag"]
@@ -184,7 +195,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
 def test_a_node_starts_on_a_full_disk(tmp_path):
     """The same start with service processes: the node opens on a disk with no free block and
     serves puts and reads once a queue file could be created."""
-    out = run_in_tmpfs(r'''
+    out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import time
         from mqstore import Message, MessageStore
         from mqstore.checker import check_store
@@ -195,36 +206,15 @@ def test_a_node_starts_on_a_full_disk(tmp_path):
                    max_hash_slot_num=1024, max_index_num=100000, service_mode="processes")
         ballast = os.path.join(TMPFS, "ballast")
 
-        def fill():
-            fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                for chunk in (1 << 20, 1 << 16, 4096, 512, 1):
-                    try:
-                        while True:
-                            os.write(fd, b"\0" * chunk)
-                    except OSError:
-                        pass
-            finally:
-                os.close(fd)
-            return os.statvfs(TMPFS).f_bavail
-
         def flags(s):
             return s.ctl.running_flags()
-
-        def wait_for(pred, timeout=10.0):
-            end = time.monotonic() + timeout
-            while time.monotonic() < end:
-                if pred():
-                    return True
-                time.sleep(0.05)
-            return pred()
 
         out = {}
         s = MessageStore(root, **cfg)
         for i in range(10):
             s.put_message(Message("A", b"a%d" % i)).check()
         s.shutdown()
-        out["free_blocks"] = fill()
+        out["free_blocks"] = fill(ballast)
         t0 = time.monotonic()
         s = MessageStore(root, **cfg)
         out["open_s"] = time.monotonic() - t0
@@ -242,7 +232,7 @@ def test_a_node_starts_on_a_full_disk(tmp_path):
         rep = check_store(root)
         out["check"] = [rep.ok, [str(p) for p in rep.problems][:5]]
         emit(out)
-    ''', tmp_path / "mnt", size="24m", timeout=120)
+    '''), tmp_path / "mnt", size="24m", timeout=120)
     assert out["free_blocks"] == 0 and out["reused"]
     assert out["put_b"] == "PUT_OK" and out["cq_cleared"] and out["b_found"] == "FOUND"
     assert out["after_cq"] == "PUT_OK"
@@ -253,7 +243,7 @@ def test_a_writer_attached_to_the_old_block_never_writes_after_it_is_laid_out_ag
     """An attached writer outlives its owner (SIGKILL); the new owner, on a full disk, lays the
     same control block file out again: the old writer's puts are refused, naming why, and
     nothing it tries lands in the log."""
-    out = run_in_tmpfs(r'''
+    out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import signal, subprocess, time
         from mqstore import Message, MessageStore
         from mqstore.checker import check_store
@@ -267,14 +257,7 @@ def test_a_writer_attached_to_the_old_block_never_writes_after_it_is_laid_out_ag
         first = old.put_message(Message("T", b"before")).status.name
         owner.kill()
         owner.wait()
-        fd = os.open(os.path.join(TMPFS, "ballast"), os.O_WRONLY | os.O_CREAT, 0o644)
-        for chunk in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * chunk)
-            except OSError:
-                pass
-        os.close(fd)
+        fill(os.path.join(TMPFS, "ballast"))
         new = MessageStore(root, **cfg)
         reused = new.ctl.reused
         r = old.put_message(Message("T", b"stale"))
@@ -291,7 +274,7 @@ def test_a_writer_attached_to_the_old_block_never_writes_after_it_is_laid_out_ag
         rep = check_store(root)
         emit(dict(first=first, reused=reused, stale=[r.status.name, str(r.detail)], full=full, ok=ok, again=again, bodies=[b.decode() for b in bodies],
                   check=[rep.ok, [str(p) for p in rep.problems][:5]]))
-    ''', tmp_path / "mnt", size="16m", timeout=120)
+    '''), tmp_path / "mnt", size="16m", timeout=120)
     assert out["first"] == "PUT_OK" and out["reused"]
     assert out["stale"][0] == "SERVICE_NOT_AVAILABLE" and "new owner" in out["stale"][1], out
     assert out["full"] == "SERVICE_NOT_AVAILABLE" and out["again"] == "SERVICE_NOT_AVAILABLE"
