@@ -22,6 +22,38 @@ RUNNING_FLAGS: Final[dict[str, int]]
 # Names of the statistics counters, in MQ_STAT_* order.
 STAT_NAMES: Final[tuple[str, ...]]
 
+#: the named cells of ControlBlock.get / set / advance / wait_position (ext/_shm.pyx _POSITIONS)
+CellName = Literal[
+    "wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy", "last_store_timestamp",
+    "committed_store_timestamp", "dispatched_store_timestamp", "flushed_store_timestamp",
+    "flush_request_upto", "flush_error_count", "flush_last_errno", "flush_error_offset",
+    "alloc_request_upto", "alloc_ready_upto", "alloc_error_errno", "alloc_error_offset",
+    "alloc_error_count", "running_flags", "lock_begin_time_ms", "lock_takeovers",
+    "lock_entry_wrote", "lock_owner_pid", "manual_delete_request", "dispatch_idle",
+]
+#: the statistics counters of add_stat / max_stat / set_stat (STAT_NAMES)
+StatName = Literal[
+    "put_requests", "put_messages", "put_bytes", "lock_acquires", "lock_hold_ns_total",
+    "lock_hold_ns_max", "rolls", "lock_hold_warns", "page_cache_busy", "flush_timeouts",
+    "create_mapped_file_failed", "message_illegal", "lock_takeovers", "roll_wait_ns_total",
+    "roll_wait_ns_max", "service_not_available", "flush_count", "flush_ns_total", "flush_ns_max",
+    "flush_ns_last", "flush_bytes", "flush_errors", "group_commit_waits", "flush_wait_ns_total",
+    "alloc_count", "alloc_ns_total", "alloc_ns_max", "warm_ns_total", "alloc_errors",
+    "properties_size_exceeded", "spin_yields", "roll_waits", "dispatch_records", "dispatch_units",
+    "dispatch_batches", "dispatch_ns_total", "dispatch_skipped_bytes", "dispatch_errors",
+    "index_keys", "index_errors", "commit_count", "commit_bytes", "commit_ns_total",
+    "commit_ns_max", "pool_exhausted", "dispatch_skipped_records",
+]
+#: the running flags of set_running_flag (RUNNING_FLAGS; RocketMQ RunningFlags)
+RunningFlag = Literal[
+    "NOT_READABLE", "NOT_WRITEABLE", "WRITE_LOGICS_QUEUE_ERROR", "WRITE_INDEX_FILE_ERROR",
+    "DISK_FULL",
+]
+#: the wake-up channels of notify / broadcast / wait_notified (CHANNELS)
+Channel = Literal[
+    "flush", "flushed", "alloc", "alloc_done", "commit", "dispatch", "dispatched", "clean",
+]
+
 def control_block_size(table_slots: int) -> int: ...
 
 @disjoint_base
@@ -103,43 +135,43 @@ class ControlBlock:
     def mark_closed(self) -> None: ...
 
     # -- cells
-    def get(self, name: str) -> int:
+    def get(self, name: CellName) -> int:
         """Atomic read of a named cell (positions, flush/alloc cells, running flags)."""
 
-    def set(self, name: str, value: int) -> None:
+    def set(self, name: CellName, value: int) -> None:
         """Atomic store. Only the owner rebuilding the block, or tests, move positions back."""
 
-    def advance(self, name: str, value: int) -> int:
+    def advance(self, name: CellName, value: int) -> int:
         """Raise a position to at least value (positions only move forward); returns the new value."""
 
     def positions(self) -> dict[str, int]: ...
-    def set_running_flag(self, flag: str, on: bool = True) -> None: ...
-    def running_flags(self) -> list[str]: ...
+    def set_running_flag(self, flag: RunningFlag, on: bool = True) -> None: ...
+    def running_flags(self) -> list[RunningFlag]: ...
 
     # -- statistics
     def stats(self) -> dict[str, int]: ...
-    def add_stat(self, name: str, value: int = 1) -> None: ...
-    def max_stat(self, name: str, value: int) -> None: ...
-    def set_stat(self, name: str, value: int) -> None: ...
+    def add_stat(self, name: StatName, value: int = 1) -> None: ...
+    def max_stat(self, name: StatName, value: int) -> None: ...
+    def set_stat(self, name: StatName, value: int) -> None: ...
 
     # -- wake-ups
     def arm_dispatch_idle(self) -> bool: ...
     def disarm_dispatch_idle(self) -> None: ...
     def wake_idle_dispatcher(self) -> None: ...
-    def notify(self, channel: str) -> None:
+    def notify(self, channel: Channel) -> None:
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
 
-    def broadcast(self, channel: str) -> None:
+    def broadcast(self, channel: Channel) -> None:
         """Wake every waiter of channel (e.g. sync writers waiting for 'flushed')."""
 
-    def wait_notified(self, channel: str, timeout_ms: float) -> bool:
+    def wait_notified(self, channel: Channel, timeout_ms: float) -> bool:
         """Wait for a notify on channel or the timeout (RocketMQ waitForRunning); True if notified."""
 
-    def channel_seq(self, channel: str) -> int: ...
-    def wait_seq_change(self, channel: str, seen: int, timeout_ms: float) -> bool:
+    def channel_seq(self, channel: Channel) -> int: ...
+    def wait_seq_change(self, channel: Channel, seen: int, timeout_ms: float) -> bool:
         """Block until the channel's sequence differs from seen, or timeout; True if it changed."""
 
-    def wait_position(self, name: str, target: int, channel: str, timeout_ms: float) -> bool:
+    def wait_position(self, name: CellName, target: int, channel: Channel, timeout_ms: float) -> bool:
         """Wait until position name reaches target, woken by broadcasts on channel."""
 
     # -- put lock (tools and tests; the put path uses the same C functions)

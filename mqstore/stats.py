@@ -34,17 +34,21 @@ import textwrap
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mqstore import _shm
 from mqstore.errors import MQStoreError
 from mqstore.store import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
 
+if TYPE_CHECKING:
+    from mqstore._shm import CellName
+
 STATE_NAMES = {_shm.STATE_BUILDING: "BUILDING", _shm.STATE_READY: "READY", _shm.STATE_CLOSED: "CLOSED"}
-POSITION_NAMES = ("wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy")
-TIMESTAMP_NAMES = ("last_store_timestamp", "dispatched_store_timestamp", "flushed_store_timestamp")
-ERROR_CELLS = ("flush_error_count", "flush_last_errno", "alloc_error_count", "alloc_error_errno")
+POSITION_NAMES: tuple[CellName, ...] = ("wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy")
+TIMESTAMP_NAMES: tuple[CellName, ...] = ("last_store_timestamp", "dispatched_store_timestamp",
+                                         "flushed_store_timestamp")
+ERROR_CELLS: tuple[CellName, ...] = ("flush_error_count", "flush_last_errno", "alloc_error_count", "alloc_error_errno")
 #: statistics that are not counters: no delta, no rate
 GAUGES = frozenset({"flush_ns_last"})
 #: events shown on every screen, even at zero (others only once they happened)
@@ -143,7 +147,7 @@ def snapshot_of(ctl: _shm.ControlBlock, *, root: str, status: str, block_inode: 
     mono_ns = time.monotonic_ns()
     wall_ms = time.time_ns() // 1_000_000
     counters = ctl.stats()  # before the positions: a put publishes wrote before counting its bytes
-    timestamps = {name: ctl.get(name) for name in TIMESTAMP_NAMES}
+    timestamps: dict[str, int] = {name: ctl.get(name) for name in TIMESTAMP_NAMES}
     positions = ctl.positions()
     holder = ctl.lock_holder
     return Snapshot(

@@ -11,7 +11,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mqstore._shm import ControlBlock
+    from mqstore._shm import Channel, ControlBlock
 
 log = logging.getLogger("mqstore.services")
 
@@ -19,7 +19,7 @@ log = logging.getLogger("mqstore.services")
 class ServiceThread:
     """Base class: subclasses implement ``run_once`` and may override ``on_shutdown``."""
 
-    channel: str = ""
+    channel: Channel | None = None  # a timed service without wake-ups has none
     join_timeout_s: float = 30.0
 
     def __init__(self, name: str, ctl: ControlBlock) -> None:
@@ -61,6 +61,8 @@ class ServiceThread:
 
     def wait_for_running(self, interval_ms: float) -> bool:
         """Sleep until woken on the service's channel or interval_ms passes."""
+        if self.channel is None:
+            return self._stopped.wait(interval_ms / 1000)
         return self.ctl.wait_notified(self.channel, interval_ms)
 
     def sleep(self, interval_ms: float) -> None:
@@ -68,12 +70,13 @@ class ServiceThread:
         self._stopped.wait(interval_ms / 1000)
 
     def wakeup(self) -> None:
-        self.ctl.notify(self.channel)
+        if self.channel is not None:
+            self.ctl.notify(self.channel)
 
     def shutdown(self) -> None:
         """Stop the loop, let on_shutdown run, and wait for the thread."""
         self._stopped.set()
-        if self.channel:
+        if self.channel is not None:
             self.ctl.notify(self.channel)
         if self._thread is not None:
             self._thread.join(self.join_timeout_s)

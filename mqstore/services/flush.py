@@ -138,7 +138,7 @@ class FlushConsumeQueueService(ServiceThread):
     record dispatched *before* the flush began, written only after the flush succeeded, and
     physicMsgTimestamp is the store time of the newest record the CommitLog flush covered."""
 
-    channel = ""
+    channel = None  # timed: nothing wakes it
 
     def __init__(self, queues, dispatcher, checkpoint, ctl, config) -> None:  # type: ignore[no-untyped-def]
         super().__init__("flush-consumequeue", ctl)
