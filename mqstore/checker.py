@@ -46,16 +46,17 @@ from typing import TYPE_CHECKING
 
 from mqstore.layout import (BLANK_MAGIC_CODE, CONTROL_BLOCK_NAME, CQ_STORE_UNIT_SIZE, FILLER_SIZE, MESSAGE_MAGIC_CODE,
                             MESSAGE_MAGIC_CODE_V2)
-from mqstore._codec import decode_record, java_string_hash, string_to_properties
+from mqstore._codec import java_string_hash, string_to_properties
 from mqstore._index import index_key_hash
 from mqstore._commitlog import scan_records
 from mqstore._consumequeue import scan_units
 from mqstore._mapped import MappedFile
-from mqstore.errors import CorruptRecordError
 from mqstore.consume_queue import queue_problem
+from mqstore.scan import CLEAN_PAGES, is_zero, nonzero_extent, why_invalid
 
 if TYPE_CHECKING:
     from mqstore.config import StoreConfig
+    from mqstore.record import DecodedRecord
 
 TX_MASK = 0xC
 TX_PREPARED = 0x4
@@ -269,7 +270,7 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     if starts[0] % file_size:
         problem("commitlog", starts[0], "first file is not aligned to the file size")
 
-    last_with_data = max((i for i, n in enumerate(names) if _starts_with_data(os.path.join(cdir, n))), default=0)
+    last_with_data = max((i for i, n in enumerate(names) if not is_zero(os.path.join(cdir, n), 0, 8)), default=0)
     scan_total = (last_with_data + 1) * file_size  # the bytes the scan walks (files past the end are only peeked)
     seen = [0]
     # live: the end of what the files may hold when the scan began; past it bytes may be
@@ -296,9 +297,9 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             report.files += 1
             base = mf.file_from
             if ended:
-                if mf.read(0, 8) != b"\x00" * 8 or (deep and _nonzero_extent(mf, 0, None)):
-                    if live_wrote is not None and base >= live_wrote:
-                        report.in_flight_bytes += _nonzero_extent(mf, 0)  # written since the scan began
+                if not is_zero(mf, 0, None if deep else 8):
+                    if live_wrote is not None and base >= live_wrote:  # written since the scan began
+                        report.in_flight_bytes += nonzero_extent(mf, 0, clean_pages=CLEAN_PAGES)
                     else:
                         problem(name, base, "file follows the end of the log but holds data")
                 mf.close()
@@ -354,13 +355,13 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
             # the log ends in this file
             report.valid_end = base + stop
             ended = True
-            dirty = not _is_zero(mf, stop, 8)
-            if reason == "invalid" and (dirty or (deep and _nonzero_extent(mf, stop, None))):
+            dirty = not is_zero(mf, stop, stop + 8)
+            if reason == "invalid" and (dirty or (deep and not is_zero(mf, stop))):
                 if live_wrote is not None and base + stop >= live_wrote:
-                    report.in_flight_bytes = _nonzero_extent(mf, stop)  # a record being written right now
+                    report.in_flight_bytes = nonzero_extent(mf, stop, clean_pages=CLEAN_PAGES)  # being written now
                     continue
-                why = _why_invalid(mf, stop, check_crc) if dirty else "zeros, then non-zero bytes further on"
-                tail = _nonzero_extent(mf, stop, None if deep else 16)
+                why = why_invalid(mf, stop, check_crc) if dirty else "zeros, then non-zero bytes further on"
+                tail = nonzero_extent(mf, stop, clean_pages=None if deep else CLEAN_PAGES)
                 if not last_data_file:
                     problem(name, base + stop, f"corrupt record in a file that is not the last: {why}")
                 elif allow_torn_tail:
@@ -411,11 +412,6 @@ def _extended_copy(path: str, directory: str, file_size: int) -> str:
     return copy
 
 
-def _starts_with_data(path: str) -> bool:
-    with open(path, "rb") as f:
-        return f.read(8) != b"\x00" * 8
-
-
 def _read_positions(root: str) -> dict[str, int] | None:
     from mqstore import _shm
 
@@ -430,38 +426,6 @@ def _read_positions(root: str) -> dict[str, int] | None:
         return None if ctl.state == _shm.STATE_BUILDING else ctl.positions()
     finally:
         ctl.close()
-
-
-def _is_zero(mf: MappedFile, pos: int, n: int) -> bool:
-    n = min(n, mf.file_size - pos)
-    return n <= 0 or mf.read(pos, n) == b"\x00" * n
-
-
-def _nonzero_extent(mf: MappedFile, pos: int, clean_pages: int | None = 16) -> int:
-    """Bytes from pos to the last non-zero byte before a run of clean_pages zero pages (None:
-    before the end of the file)."""
-    end, run, page = pos, 0, 4096
-    at = pos
-    while at < mf.file_size and (clean_pages is None or run < clean_pages):
-        chunk = mf.read(at, min(page - at % page, mf.file_size - at))
-        stripped = chunk.rstrip(b"\x00")
-        if stripped:
-            end, run = at + len(stripped), 0
-        else:
-            run += 1
-        at += len(chunk)
-    return end - pos
-
-
-def _why_invalid(mf: MappedFile, pos: int, check_crc: bool) -> str:
-    view = mf.view(pos, mf.file_size - pos)
-    try:
-        decode_record(view, 0, check_crc=check_crc)
-    except CorruptRecordError as exc:
-        return str(exc.args[0]).replace("offset 0", "this offset")  # without the error's own hint
-    finally:
-        view.release()
-    return "record runs past the end of the file or is malformed"
 
 
 def _check_control_block(root: str, report: CheckReport, problem, quiescent: bool,
@@ -513,12 +477,12 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
 class _Record:
     """The fields of one CommitLog record that units and index entries are checked against."""
 
-    __slots__ = ("size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "properties",
+    __slots__ = ("total_size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "properties",
                  "_key_hashes")
 
-    def __init__(self, size: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int,
+    def __init__(self, total_size: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int,
                  store_timestamp: int, properties: dict[str, str]) -> None:
-        self.size = size
+        self.total_size = total_size
         self.topic = topic
         self.queue_id = queue_id
         self.queue_offset = queue_offset
@@ -761,7 +725,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
                 phy, size, _ = _UNIT.unpack_from(mm, 0)
                 if phy >= 0 and size > 0 and not live:
                     problem(where, q0, f"file {name} holds units after the end of the queue at offset {ended_at}")
-                elif deep and stable and mm[:].count(0) != len(mm):
+                elif deep and stable and not is_zero(mm):
                     problem(where, q0, f"file {name} follows the end of the queue at offset {ended_at} but is not "
                                        f"all zeros")
                 continue
@@ -804,7 +768,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
                         if isinstance(rec, str):
                             msgs.append(f"points at {phy}: {rec}")
                         else:
-                            why = _unit_mismatch(rec, size, tags, topic, qid, q)
+                            why = unit_mismatch(rec, size, tags, topic, qid, q)
                             if phys is not None and first <= q <= last and phys[q - first] != phy:
                                 why.append(f"the log's record of queue offset {q} is at {phys[q - first]}")
                             if why:
@@ -818,8 +782,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
             if end < file_size:
                 ended_at = max_offset
                 if stable:
-                    tail = mm[end:] if deep else mm[end:end + CQ_TAIL_CHECK_BYTES]
-                    if tail.count(0) != len(tail):
+                    if not is_zero(mm, end, None if deep else end + CQ_TAIL_CHECK_BYTES):
                         phy, size, tags = _UNIT.unpack_from(mm, end) if end + CQ_STORE_UNIT_SIZE <= file_size else (0, 0, 0)
                         problem(where, max_offset, f"non-zero bytes follow the end of the queue (the unit there "
                                                    f"reads phy {phy}, size {size}, tags {tags})")
@@ -836,11 +799,15 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
     return summary
 
 
-def _unit_mismatch(rec: _Record, size: int, tags: int, topic: str, qid: int, q: int) -> list[str]:
-    """How the unit (size, tags) at queue offset q of topic-qid disagrees with its record."""
+def unit_mismatch(rec: _Record | DecodedRecord, size: int, tags: int, topic: str, qid: int, q: int) -> list[str]:
+    """How the ConsumeQueue unit (size, tags) at queue offset q of topic-qid disagrees with the
+    record it points at (none: []): TOTALSIZE, topic and queue id, QUEUEOFFSET, a transaction
+    type that gets no unit (PREPARED, ROLLBACK), the tags code (a delivery time not before the
+    store timestamp for a delayed SCHEDULE_TOPIC_XXXX record). ``verify`` reports these as
+    problems, ``dump`` shows them in the unit's note."""
     why = []
-    if rec.size != size:
-        why.append(f"its TOTALSIZE is {rec.size}")
+    if rec.total_size != size:
+        why.append(f"its TOTALSIZE is {rec.total_size}")
     if rec.topic != topic or rec.queue_id != qid:
         why.append(f"it belongs to queue {rec.topic}-{rec.queue_id}")
     if rec.queue_offset != q:

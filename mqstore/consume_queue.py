@@ -29,6 +29,7 @@ from mqstore._commitlog import topic_problem_of
 from mqstore._mapped import MappedFile
 from mqstore.errors import NotAStoreError
 from mqstore.mapped_file_queue import MappedFileQueue, mapped_file_names
+from mqstore.scan import nonzero_extent
 
 log = logging.getLogger("mqstore.consumequeue")
 
@@ -631,14 +632,7 @@ class ConsumeQueueTable:
 
 def _nonzero_units(f: MappedFile | str, start: int, end: int | None) -> int:
     """Units from start up to the last non-zero byte before end (None: the file's end)."""
-    if isinstance(f, str):
-        with open(f, "rb") as fh:
-            fh.seek(start)
-            data = fh.read(-1 if end is None else max(0, end - start))
-    else:
-        stop = f.file_size if end is None else min(end, f.file_size)
-        data = f.read(start, max(0, stop - start))
-    return -(-len(data.rstrip(b"\x00")) // UNIT)
+    return -(-nonzero_extent(f, start, end) // UNIT)
 
 
 def _last_real_unit(mf: MappedFile, file_size: int) -> tuple[int, int]:

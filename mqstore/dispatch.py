@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqstore._consumequeue import DispatchKernel
 from mqstore._reput import BatchParser, ParsedBatch
+from mqstore.index import index_key_triples
 from mqstore.services.base import ServiceThread
 
 if TYPE_CHECKING:
@@ -229,17 +230,14 @@ class Dispatcher:
         return stop, reason, records
 
     def _build_index(self) -> None:
+        """The kernel's index requests (topic, keys, uniq_key, phy_offset, store_timestamp,
+        sys_flag) hashed into one put_key_hashes call, the path a parsed batch's keys take."""
         requests = self.kernel.index_requests
         self.kernel.index_requests = []
-        index = self.index
-        assert index is not None
-        ok = True
-        keys = 0
-        for topic, msg_keys, uniq, phy, ts, sys_flag in requests:
-            if not index.build_index(topic, msg_keys, uniq, phy, ts, sys_flag):
-                ok = False
-            keys += (1 if uniq else 0) + (len([k for k in msg_keys.split(" ") if k]) if msg_keys else 0)
-        self._index_done(keys, ok)
+        assert self.index is not None
+        keys = b"".join(index_key_triples(*request) for request in requests)
+        if keys:
+            self._index_done(len(keys) // 24, self.index.put_key_hashes(keys))
 
     def _index_done(self, keys: int, ok: bool) -> None:
         self.ctl.add_stat("index_keys", keys)

@@ -31,10 +31,14 @@ Decisions beyond RocketMQ 4.9.7:
 * MappedFile accepts only 20-digit names (start offsets), so an index file is created and
   opened through a transient 20-digit hard link, see ``_IndexMapping``.
 
-Threads: one writer (the dispatcher) calls ``build_index``; queries, cleaning and flushes come
-from other threads. Changes to the file list happen under a lock and readers work on a
-snapshot of the list; a file being deleted under a query is protected by its mapped file's
-reference count (the kernel holds it while reading).
+Keys are written one way: ``put_key_hashes`` with (phy_offset, store_timestamp, key_hash)
+triples, a parsed batch's keys (the concurrent dispatch) or ``index_key_triples`` of each
+message (the serial dispatch, ``build_index``), so both dispatch modes build the same files.
+
+Threads: one writer (the dispatcher) puts keys; queries, cleaning and flushes come from other
+threads. Changes to the file list happen under a lock and readers work on a snapshot of the
+list; a file being deleted under a query is protected by its mapped file's reference count
+(the kernel holds it while reading).
 """
 
 from __future__ import annotations
@@ -51,13 +55,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from mqstore._index import IndexFile
+from mqstore._index import IndexFile, index_key_hash
 from mqstore._mapped import MappedFile
 from mqstore.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError, StoreClosedError
+from mqstore.scan import is_zero
 
-__all__ = ["IndexService", "QueryOffsetResult", "index_file_name"]
+__all__ = ["IndexService", "QueryOffsetResult", "index_file_name", "index_key_triples"]
 
 log = logging.getLogger("mqstore.index")
 
@@ -74,6 +79,7 @@ ENTRY_SIZE = 20
 _HEADER = struct.Struct(">qqqqii")   # begin ts, end ts, begin phy, end phy, hashSlotCount, indexCount
 _ENTRY = struct.Struct(">iqii")      # keyHash, commitLogOffset, timeDiff (s), previous entry
 _I32 = struct.Struct(">i")
+_KEY_TRIPLE = struct.Struct("=qqq")  # put_key_hashes' input: phy_offset, store_timestamp, key_hash
 
 _INDEX_NAME = re.compile(r"\d{17}")
 _STAGING_NAME = re.compile(r"000\d{17}(\.alloc\d+)?")   # leftovers of _IndexMapping
@@ -95,6 +101,21 @@ def _name_after(name: str) -> str:
     except ValueError:
         return f"{int(name) + 1:017d}"
     return f"{t:%Y%m%d%H%M%S}{t.microsecond // 1000:03d}"
+
+
+def index_key_triples(topic: str, keys: str | None, uniq_key: str | None, phy_offset: int, store_timestamp: int,
+                      sys_flag: int) -> bytes:
+    """The keys spec §4.4 buildIndex indexes for one message, as ``IndexService.put_key_hashes``
+    takes them: ``topic#uniq_key``, then ``topic#k`` for each non-empty k of keys split on " ",
+    each as a (phy_offset, store_timestamp, index_key_hash) triple of native int64s, the
+    layout and the hash of ``mqstore._reput.ParsedBatch.index_keys``. Empty for a ROLLBACK
+    message and for one without a non-empty key."""
+    if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        return b""
+    words = [uniq_key] if uniq_key else []
+    if keys:
+        words += [k for k in keys.split(" ") if k]
+    return b"".join(_KEY_TRIPLE.pack(phy_offset, store_timestamp, index_key_hash(f"{topic}#{w}")) for w in words)
 
 
 @dataclass
@@ -188,22 +209,6 @@ class _IndexMapping:
 
     def close(self) -> None:
         self.mapped.close()
-
-
-def _holds_data(path: str, start: int, end: int) -> bool:
-    """True if any byte of [start, end) of the file is not zero."""
-    chunk = 1 << 20
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        at = start
-        while at < end:
-            data = fh.read(min(chunk, end - at))
-            if not data:
-                return False
-            if data.count(0) != len(data):
-                return True
-            at += len(data)
-    return False
 
 
 def _mapping(f: IndexFile) -> _IndexMapping:
@@ -313,7 +318,7 @@ def _index_header_problem(path: str, size: int, file_size: int, hash_slot_num: i
     if count == 0 and newest:
         # created and never written (a RocketMQ file gets its header at its first key),
         # unless the header alone was zeroed: then its slots still point at entries
-        if _holds_data(path, HEADER_SIZE, HEADER_SIZE + SLOT_SIZE * hash_slot_num):
+        if not is_zero(path, HEADER_SIZE, HEADER_SIZE + SLOT_SIZE * hash_slot_num):
             return "its header is zeroed but its hash slots point at entries", header
         return "", header
     if not 1 <= count <= index_num:
@@ -550,34 +555,19 @@ class IndexService:
         """spec §4.4 buildIndex: index ``topic#uniq_key`` and ``topic#k`` for each non-empty k
         of keys split on " ". Skipped (True): ROLLBACK messages, and messages below the newest
         file's end_phy_offset (already indexed, so re-dispatch is idempotent). False when no
-        index file could be created (logged): the caller sets WRITE_INDEX_FILE_ERROR."""
-        if self._closed:
-            raise StoreClosedError("the index service is closed")
-        f = self._writable_file((1 if uniq_key else 0) + (keys.count(" ") + 1 if keys else 0))
-        if f is None:
-            return False
-        if phy_offset < f.end_phy_offset:
-            return True
-        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
-            return True
-        if uniq_key:
-            f = self._put_key(f, f"{topic}#{uniq_key}", phy_offset, store_timestamp)
-            if f is None:
-                return False
-        if keys:
-            for key in keys.split(" "):
-                if key:
-                    f = self._put_key(f, f"{topic}#{key}", phy_offset, store_timestamp)
-                    if f is None:
-                        return False
-        return True
+        index file could be created (logged): the caller sets WRITE_INDEX_FILE_ERROR.
+        ``put_key_hashes(index_key_triples(...))``: the keys are hashed here and written like a
+        parsed batch's; a message without keys touches no file."""
+        return self.put_key_hashes(index_key_triples(topic, keys, uniq_key, phy_offset, store_timestamp, sys_flag))
 
     def put_key_hashes(self, keys: bytes) -> bool:
-        """build_index for the keys of a parsed dispatch batch, already hashed and in dispatch
-        order: (phy_offset, store_timestamp, key_hash) triples of native int64s
-        (``mqstore._reput.ParsedBatch.index_keys``; ROLLBACK messages are not in them). Same
-        files, entries and skips as build_index key by key. False when no index file could be
-        created (logged; the keys not yet indexed are dropped)."""
+        """Index keys already hashed, in dispatch order: (phy_offset, store_timestamp,
+        key_hash) triples of native int64s (``mqstore._reput.ParsedBatch.index_keys``, or
+        ``index_key_triples`` of one message; ROLLBACK messages are not in them). A key below
+        the newest file's end_phy_offset is skipped (build_index's skip: the keys of one
+        message share its offset, so they are all skipped or all put); a full file is followed
+        by a new one. False when no index file could be created (logged; the keys not yet
+        indexed are dropped)."""
         if self._closed:
             raise StoreClosedError("the index service is closed")
         n = len(keys) // 24
@@ -590,15 +580,6 @@ class IndexService:
             if done < n:
                 log.info("index: %s is full, starting the next file", f.file_name)
         return True
-
-    def _put_key(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile | None:
-        while not f.put_key(key, phy_offset, store_timestamp):
-            log.info("index: %s is full, starting the next file", f.file_name)
-            g = self._writable_file()
-            if g is None or g is f:
-                return None
-            f = g
-        return f
 
     def _writable_file(self, keys: int = 1) -> IndexFile | None:
         """RocketMQ retryGetAndCreateIndexFile: the newest file, or a new one if it is full,

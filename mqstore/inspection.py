@@ -48,7 +48,7 @@ from mqstore._codec import check_record, crc32, decode_record
 from mqstore._commitlog import scan_records
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units, truncate_point
 from mqstore._mapped import MappedFile
-from mqstore.checker import IndexFileSummary
+from mqstore.checker import IndexFileSummary, unit_mismatch
 from mqstore.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
 from mqstore.consume_queue import ConsumeQueueTable, RepairPlan, plan_repair
@@ -58,11 +58,9 @@ from mqstore.geometry import adopt_store_sizes
 from mqstore.index import IndexLoadPlan, _geometry_vouched, plan_index_load
 from mqstore.record import DecodedRecord
 from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, recover_store
+from mqstore.scan import CLEAN_PAGES, nonzero_extent
 
 UNIT = CQ_STORE_UNIT_SIZE
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-PAGE = 4096
-CLEAN_PAGES = 16  # MappedFile.zero_dirty_tail stops after this many all-zero pages
 INDEX_HEADER = struct.Struct(">qqqqii")  # spec §4.1
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
 _INDEX_NAME = re.compile(r"\d{17}")
@@ -80,35 +78,6 @@ class OffsetError(MQStoreError, ValueError):
 
 
 # -- bytes ---------------------------------------------------------------------------------
-def dirty_extent(buf: Buffer | MappedFile, start: int, size: int) -> int:
-    """Bytes from start to the last non-zero byte before CLEAN_PAGES all-zero pages: what
-    ``MappedFile.zero_dirty_tail(start)`` zeroes and reports (its return minus start)."""
-    end, run, at = start, 0, start
-    with memoryview(buf) as view:
-        while at < size and run < CLEAN_PAGES:
-            page_end = min((at // PAGE + 1) * PAGE, size)
-            data = bytes(view[at:page_end]).rstrip(b"\x00")
-            if data:
-                end, run = at + len(data), 0
-            else:
-                run += 1
-            at = page_end
-    return end - start
-
-
-def _nonzero_bytes(path: str, start: int = 0) -> int:
-    """Bytes of the file at path from start to its last non-zero byte (0 if only zeros)."""
-    end = last = start
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        while block := fh.read(1 << 20):
-            stripped = len(block.rstrip(b"\x00"))
-            if stripped:
-                last = end + stripped
-            end += len(block)
-    return last - start
-
-
 def _map_read(path: str) -> Buffer:
     """path mapped read-only (b"" for an empty file, which cannot be mapped)."""
     with open(path, "rb") as fh:
@@ -223,12 +192,12 @@ class ReadOnlyFileQueue(MappedFileQueue):
         try:
             for name in deleted:
                 queue.deleted.append(name)
-                queue.deleted_data += _nonzero_bytes(os.path.join(directory, name))
+                queue.deleted_data += nonzero_extent(os.path.join(directory, name))
             for name in names:
                 path = os.path.join(directory, name)
                 if name in copies:
                     keep = copies[name]
-                    dropped = _nonzero_bytes(path, keep)
+                    dropped = nonzero_extent(path, keep)
                     if dropped:
                         queue.zeroed[name] = dropped
                     path = queue._scratch_path(name)
@@ -262,7 +231,7 @@ class ReadOnlyFileQueue(MappedFileQueue):
             if mf.file_from <= offset:
                 pos = offset - mf.file_from
                 mf.wrote_position = mf.committed_position = mf.flushed_position = pos
-                dropped = dirty_extent(mf, pos, self.file_size)
+                dropped = nonzero_extent(mf, pos, self.file_size, CLEAN_PAGES)
                 if dropped:
                     self.zeroed[mf.file_name] = dropped
             else:
@@ -279,7 +248,7 @@ class ReadOnlyFileQueue(MappedFileQueue):
 
     def _forget(self, mf: MappedFile) -> None:
         self.deleted.append(mf.file_name)
-        self.deleted_data += dirty_extent(mf, 0, self.file_size)
+        self.deleted_data += nonzero_extent(mf, 0, self.file_size, CLEAN_PAGES)
         with self._lock:
             del self._files[mf.file_from]
             self.version += 1
@@ -351,7 +320,7 @@ def log_files(queue: MappedFileQueue, flushed: int | None, progress: Progress | 
     files = queue.files
     for i, mf in enumerate(files):
         stop, reason, count, _ = scan_records(mf, mf.file_from, 0, queue.file_size, False)
-        dirty = dirty_extent(mf, stop, queue.file_size) if reason == "invalid" else 0
+        dirty = nonzero_extent(mf, stop, queue.file_size, CLEAN_PAGES) if reason == "invalid" else 0
         in_file = None if flushed is None else min(max(flushed - mf.file_from, 0), queue.file_size)
         out.append(LogFile(mf.file_name, mf.file_from, queue.file_size,
                            queue.file_size if reason == "blank" else stop, count, reason, dirty, in_file))
@@ -468,7 +437,7 @@ def queue_info(queue: QueueFiles, log_min: int) -> QueueInfo:
     for start, name, buf in queue.files:
         size = len(buf)
         wrote = scan_units(buf, 0, size)[0] if size else 0
-        files.append(QueueFile(name, start, size, wrote, dirty_extent(buf, wrote, size)))
+        files.append(QueueFile(name, start, size, wrote, nonzero_extent(buf, wrote, size, CLEAN_PAGES)))
         ended = ended or start != expect  # a missing file ends the queue too
         if not ended:
             max_offset = (start + wrote) // UNIT
@@ -683,21 +652,9 @@ class LogReader:
             base.note = f"the unit points at no record: {exc.args[0]}"
             return base
         got.queue_offset, got.unit = queue_offset, unit
-        got.note = "; ".join(_unit_mismatch(rec, size, tags, topic, queue_id, queue_offset))
+        why = unit_mismatch(rec, size, tags, topic, queue_id, queue_offset)
+        got.note = ("the unit does not match the record: " + "; ".join(why)) if why else ""
         return got
-
-
-def _unit_mismatch(rec: DecodedRecord, size: int, tags: int, topic: str, queue_id: int, q: int) -> list[str]:
-    why = []
-    if rec.total_size != size:
-        why.append(f"unit size {size} but the record's TOTALSIZE is {rec.total_size}")
-    if (rec.topic, rec.queue_id) != (topic, queue_id):
-        why.append(f"the record belongs to queue {rec.topic}/{rec.queue_id}")
-    if rec.queue_offset != q:
-        why.append(f"the record's QUEUEOFFSET is {rec.queue_offset}")
-    if tags != rec.tags_code and not (rec.topic == SCHEDULE_TOPIC and "DELAY" in rec.properties):
-        why.append(f"unit tags code {tags} but the record's is {rec.tags_code}")
-    return why
 
 
 def queue_records(root: str, log: LogReader, topic: str, queue_id: int, start: int | None,

@@ -13,6 +13,7 @@ from sortedcontainers import SortedDict
 
 from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
+from mqstore.scan import is_zero
 
 DELETE_FILES_BATCH_MAX = 10
 
@@ -32,14 +33,6 @@ def _mtime_ms(mf: MappedFile) -> int:
         return int(mf.last_modified_ms)
     except FileNotFoundError:
         return 0
-
-
-def _all_zeros(path: str, chunk: int = 1 << 20) -> bool:
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            if block.count(0) != len(block):
-                return False
-    return True
 
 
 @dataclass
@@ -156,7 +149,7 @@ class MappedFileQueue:
 
         def all_zeros(i: int) -> bool:
             if i not in zeros:
-                zeros[i] = _all_zeros(os.path.join(directory, names[i]))
+                zeros[i] = is_zero(os.path.join(directory, names[i]))
             return zeros[i]
 
         for i, (name, size) in enumerate(zip(names, sizes)):

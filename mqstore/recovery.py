@@ -56,9 +56,10 @@ from mqstore._commitlog import scan_records
 from mqstore.errors import CorruptRecordError
 from mqstore.mapped_file_queue import MappedFileQueue
 from mqstore.progress import LogProgress
+from mqstore.scan import is_zero, why_invalid
 
 if TYPE_CHECKING:
-    from mqstore._mapped import MappedFile
+    from mqstore._shm import CellName
     from mqstore._shm import ControlBlock
     from mqstore.checkpoint import StoreCheckpoint
     from mqstore.consume_queue import ConsumeQueue, ConsumeQueueTable
@@ -190,8 +191,8 @@ def scan_file(mf: Any, start: int, end: int, check_crc: bool, ctl: ControlBlock 
     there as a bad CRC does. Returns (stop, reason, count, last_store_timestamp, detail);
     reason is scan_records' ("invalid" for a failed cross-check); detail names the header
     field that stopped the scan ("" otherwise, also when the record simply did not parse:
-    _why_invalid says why then). With ctl, each queue's next offset in the topic-queue table
-    is raised past every record kept (never for the record refused)."""
+    mqstore.scan.why_invalid says why then). With ctl, each queue's next offset in the
+    topic-queue table is raised past every record kept (never for the record refused)."""
     base = mf.file_from
     stop, reason, count, last_ts = scan_records(mf, base, start, end, check_crc, ctl, None, True)
     detail = ""
@@ -240,8 +241,9 @@ def scan_commitlog(queue: MappedFileQueue, start_index: int, *, check_crc: bool,
         report.stop_reason = reason
         if detail:
             report.stop_detail = f"corrupt record in {mf.file_name} at {stop}: {detail}"
-        elif reason == "invalid" and stop < queue.file_size and mf.read(stop, 8) != bytes(8):
-            report.stop_detail = _why_invalid(mf, stop, check_crc)
+        elif reason == "invalid" and not is_zero(mf, stop, stop + 8):
+            report.stop_detail = (f"corrupt record in {mf.file_name} at {stop}: "
+                                  + why_invalid(mf, stop, check_crc, "its start"))
         if progress is not None:
             progress(i + 1, len(todo))
         logged("CommitLog", (i + 1) * queue.file_size, len(todo) * queue.file_size)
@@ -269,22 +271,9 @@ def commitlog_file_was_cut(path: str) -> bool:
     rest = data[stop:]
     if not rest:
         return True
-    if not rest.strip(b"\0"):
+    if is_zero(rest):
         return False
     return len(rest) < 4 or int.from_bytes(rest[:4], "big", signed=True) > len(rest)
-
-
-def _why_invalid(mf: MappedFile, pos: int, check_crc: bool) -> str:
-    view = mf.view(pos, mf.file_size - pos)
-    try:
-        decode_record(view, 0, check_crc=check_crc)
-    except CorruptRecordError as exc:
-        return f"corrupt record in {mf.file_name} at {pos}: " + str(exc.args[0]).replace("offset 0", "its start")
-    except (ValueError, IndexError) as exc:
-        return f"corrupt record in {mf.file_name} at {pos}: {exc}"
-    finally:
-        view.release()
-    return f"corrupt record in {mf.file_name} at {pos}: runs past the end of the file or is malformed"
 
 
 def _record_at(queue: MappedFileQueue, phy: int) -> Any:
@@ -396,7 +385,7 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
         scan_start = files[start].file_from
         valid_end = scan_commitlog(queue, start, check_crc=check_crc, report=report, progress=progress, ctl=ctl)
         report.deleted_data_files = [mf.file_name for mf in files if mf.file_from > valid_end
-                                     and mf.read(0, 8) != bytes(8)]
+                                     and not is_zero(mf, 0, 8)]
         report.deleted_files, report.dropped_bytes = queue.truncate_dirty_files(valid_end)
         report.valid_end = valid_end
         if report.stop_detail:
@@ -410,7 +399,8 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
     files = queue.files
     min_phy = files[0].file_from if files else 0
     log_next = {(topic, qid): n for topic, qid, n in ctl.table_items() if n > 0}
-    for name in ("wrote", "committed", "flushed", "confirmed"):
+    ends: tuple[CellName, ...] = ("wrote", "committed", "flushed", "confirmed")
+    for name in ends:
         ctl.set(name, report.valid_end)
     ctl.set("min_phy", min_phy)
     if report.last_store_timestamp > 0:
