@@ -44,18 +44,8 @@ from mqstore.checker import CheckReport, check_store
 from mqstore.checkpoint import read_checkpoint_file
 from mqstore.errors import MQStoreError, NotAStoreError
 from mqstore import node_cli
-from mqstore.inspection import (
-    DumpEntry,
-    Inventory,
-    LogFile,
-    LogReader,
-    QueueInfo,
-    RecoveryPlan,
-    inventory,
-    plan_recovery,
-    queue_records,
-    store_config,
-)
+from mqstore.files import LogFile, QueueInfo, store_config
+from mqstore.inspection import DumpEntry, Inventory, LogReader, RecoveryPlan, inventory, plan_recovery, queue_records
 from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
 from mqstore.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE

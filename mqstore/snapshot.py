@@ -25,7 +25,7 @@ from mqstore._arrow import RecordSource
 from mqstore._consumequeue import LogMap
 from mqstore._search import WARM_BYTES_DEFAULT
 from mqstore.errors import MQStoreError
-from mqstore.inspection import (
+from mqstore.files import (
     UNIT,
     QueueFiles,
     ReadOnlyFileQueue,

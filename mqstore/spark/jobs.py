@@ -53,7 +53,7 @@ from mqstore.config import StoreConfig
 from mqstore.consume_queue import ConsumeQueueTable
 from mqstore.errors import MQStoreError, StoreLockedError
 from mqstore.index import IndexService
-from mqstore.inspection import open_commitlog
+from mqstore.files import open_commitlog
 from mqstore.node import read_config
 from mqstore.layout import CONFIG_NAME
 from mqstore.snapshot import StoreNotReadableError, StoreSnapshot
