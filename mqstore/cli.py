@@ -50,7 +50,7 @@ from mqstore.record import DecodedRecord
 from mqstore.stats import STATE_NAMES, ms_to_iso
 from mqstore.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from mqstore.progress import describe
-from mqstore.store import lock_state, require_store
+from mqstore.directory import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
 
 LIST_LIMIT = 20  # text output lists at most this many files / queues; --json lists all

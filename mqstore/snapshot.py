@@ -37,7 +37,7 @@ from mqstore.files import (
 )
 from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.reads import offset_by_time_in_files
-from mqstore.store import lock_state, require_store
+from mqstore.directory import lock_state, require_store
 
 
 class StoreNotReadableError(MQStoreError):

@@ -17,13 +17,14 @@ import time
 from collections.abc import Iterable
 from typing import Any, Self
 
-from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, STORE_ENTRIES
+from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME
 from mqstore import _shm
 from mqstore._commitlog import Message, MessageBatch, PutMessageResult
 from mqstore.checkpoint import StoreCheckpoint
 from mqstore.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
+from mqstore.directory import check_store_dir, release_store_lock, take_store_lock
 from mqstore.geometry import adopt_store_sizes, check_root_dir
 from mqstore.procs import stopped
 from mqstore.progress import LogProgress
@@ -47,22 +48,6 @@ log = logging.getLogger("mqstore.store")
 
 #: how long wait_for_messages holds by default with long polling (a push consumer's suspend time)
 LONG_POLLING_SUSPEND_MS = 15_000
-
-
-def check_store_dir(root: str) -> None:
-    """Raise NotAStoreError if root exists but cannot be a store: a file, a non-empty
-    directory holding none of a store's entries, or a 'commitlog' that is not a directory."""
-    if os.path.exists(root) and not os.path.isdir(root):
-        raise NotAStoreError(f"{root} is a file, not a store directory")
-    if not os.path.isdir(root):
-        return
-    entries = set(os.listdir(root))
-    if entries and not entries & STORE_ENTRIES:
-        shown = ", ".join(sorted(entries)[:5])
-        raise NotAStoreError(f"{root} is not empty and holds no store files (found: {shown})")
-    commitlog = os.path.join(root, "commitlog")
-    if os.path.exists(commitlog) and not os.path.isdir(commitlog):
-        raise NotAStoreError(f"{commitlog} is not a directory")
 
 
 #: how long a put lock holder that is stopped (SIGSTOP, a debugger) may keep the lock from a
@@ -117,58 +102,6 @@ def fence_control_block(path: str) -> None:
         old.mark_closed()
     finally:
         old.close()
-
-
-def require_store(root: str) -> str:
-    """Absolute path of root if it looks like a store directory; NotAStoreError otherwise."""
-    root = os.path.abspath(root)
-    if not os.path.exists(root):
-        raise NotAStoreError(f"{root} does not exist")
-    check_store_dir(root)  # a file, foreign files only, commitlog not a directory
-    if not os.listdir(root):
-        raise NotAStoreError(f"{root} is an empty directory")
-    return root
-
-
-def lock_state(root: str) -> dict[str, Any]:
-    """Who owns root: the lock file, whether a running store holds its OFD lock, the abort file.
-
-    ``status`` is "running" (lock held), "crashed" (abort file left, lock free: the next open
-    recovers), "clean" (shut down cleanly) or "new" (no lock file: never opened by a store)."""
-    lock_path = os.path.join(root, "lock")
-    held = False
-    if os.path.exists(lock_path):
-        fd = os.open(lock_path, os.O_RDONLY)  # F_OFD_GETLK only tests; it takes nothing
-        try:
-            held = _shm.ofd_is_locked(fd)
-        finally:
-            os.close(fd)
-    abort = os.path.exists(os.path.join(root, "abort"))
-    status = ("running" if held else "crashed" if abort else
-              "clean" if os.path.exists(lock_path) else "new")
-    return {"status": status, "lock_file": os.path.exists(lock_path), "lock_held": held, "abort_file": abort}
-
-
-def take_store_lock(root: str) -> int:
-    """Take root's ``lock`` file's OFD lock, as RocketMQ's broker locks the store; the fd holds
-    it until release_store_lock. StoreLockedError (naming the owner's pid when its control
-    block says) if a running store holds it."""
-    fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    if not _shm.ofd_lock(fd):
-        os.close(fd)
-        owner = ""
-        try:
-            owner = f" (pid {_shm.ControlBlock.attach(os.path.join(root, CONTROL_BLOCK_NAME)).owner_pid})"
-        except (OSError, ValueError):
-            pass
-        raise StoreLockedError(f"{root} is owned by another running store{owner}")
-    os.pwrite(fd, b"lock", 0)
-    return fd
-
-
-def release_store_lock(fd: int) -> None:
-    _shm.ofd_unlock(fd)
-    os.close(fd)
 
 
 class StoreBase:

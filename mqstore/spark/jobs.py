@@ -58,7 +58,7 @@ from mqstore.node import read_config
 from mqstore.layout import CONFIG_NAME
 from mqstore.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.spark.source import LogSlice
-from mqstore.store import lock_state, release_store_lock, require_store, take_store_lock
+from mqstore.directory import lock_state, release_store_lock, require_store, take_store_lock
 
 log = logging.getLogger("mqstore.spark")
 

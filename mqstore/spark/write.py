@@ -63,7 +63,8 @@ from mqstore._commitlog import Message
 from mqstore.errors import MQStoreError
 from mqstore.snapshot import StoreSnapshot
 from mqstore.spark.source import SCHEMA, OptionError, int_option, record_batch
-from mqstore.store import AttachedStore, StoreBase, lock_state, require_store
+from mqstore.directory import lock_state, require_store
+from mqstore.store import AttachedStore, StoreBase
 
 log = logging.getLogger("mqstore.spark")
 
