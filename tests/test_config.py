@@ -956,3 +956,15 @@ def test_docs_mention_every_key() -> None:
     rows = [line for line in doc.splitlines() if line.startswith("| `")]
     assert header in doc and len(rows) == len(DEFINITIONS)
     assert all(row.replace("\\|", "").count("|") == header.count("|") for row in rows)
+
+
+def test_the_typed_keys_module_is_current():
+    """mqstore/_config_keys.py (the annotation of every key, for mypy) is what
+    ``python -m mqstore.config --typed-keys`` renders from DEFINITIONS now."""
+    from pathlib import Path
+
+    from mqstore import _config_keys
+    from mqstore.config import render_typed_keys
+
+    assert Path(_config_keys.__file__).read_text(encoding="utf-8") == render_typed_keys()
+    assert list(_config_keys.TypedKeys.__annotations__) == list(DEFINITIONS)

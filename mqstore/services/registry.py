@@ -74,11 +74,13 @@ def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list
     cfg = parts.config
     if kind == "allocator":
         (files,) = _need(parts, kind, "log_files")
-        warm = dict(warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
-                    warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file)
+        warm, least_pages = cfg.warm_maped_file_enable, cfg.flush_least_pages_when_warm_maped_file
         if own_process:
-            return [ProcessAllocateService(parts.ctl, files, **warm)]
-        return [AllocateMappedFileService(parts.ctl, files, wait_timeout_ms=cfg.allocate_wait_timeout_ms, **warm)]
+            return [ProcessAllocateService(parts.ctl, files, warm=warm, sync_flush=cfg.is_sync_flush,
+                                           warm_flush_least_pages=least_pages)]
+        return [AllocateMappedFileService(parts.ctl, files, warm=warm, sync_flush=cfg.is_sync_flush,
+                                          warm_flush_least_pages=least_pages,
+                                          wait_timeout_ms=cfg.allocate_wait_timeout_ms)]
     if kind == "flusher":
         (commitlog,) = _need(parts, kind, "commitlog")
         flusher: ServiceThread = GroupCommitService(commitlog) if cfg.is_sync_flush else FlushRealTimeService(commitlog)
