@@ -99,7 +99,7 @@ class Node:
 
     def __init__(self, root: str, **settings: Any) -> None:
         self.root = root
-        args = [sys.executable, "-m", "mqstore.cli", "node", root]
+        args = [sys.executable, "-m", "mqstore.tools.cli", "node", root]
         args += [f"--set={k}={v}" for k, v in settings.items()]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)
         assert self.proc.stdout is not None

@@ -16,7 +16,7 @@ import sys
 import time
 
 from mqstore import GetMessageStatus, Message, MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from mq_bytes cimport mq_get_i16, mq_get_i32, mq_get_i64, mq_get_u8, mq_put_i16,
 from mq_record cimport *
 
 from mqstore.errors import CorruptRecordError
-from mqstore.record import DecodedRecord, decode_host, encode_host
+from mqstore.log.record import DecodedRecord, decode_host, encode_host
 
 mq_crc32_init()
 

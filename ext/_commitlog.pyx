@@ -23,7 +23,7 @@ from mq_record cimport *
 from mq_status cimport *
 
 from mqstore.errors import PutMessageError, StoreClosedError
-from mqstore.record import encode_host
+from mqstore.log.record import encode_host
 from mqstore.status import HINTS, PutMessageStatus
 
 cdef extern from "<errno.h>":
@@ -1081,7 +1081,7 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     "invalid" (bad magic, CRC, length or a record running past `end`), and with check_header
     "header": a record that parses (and whose CRC matches) but whose PHYSICALOFFSET is not
     file_from + its position or whose QUEUEID is negative, fields no CRC covers (recovery
-    stops trusting the log there; mqstore.recovery.header_problem says which).
+    stops trusting the log there; mqstore.queue.recovery.header_problem says which).
     With control_block, raises each queue's next offset in its topic-queue table to
     queue_offset + 1. on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
     sys_flag, store_timestamp) is called per valid record if given.

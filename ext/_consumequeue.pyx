@@ -6,7 +6,7 @@ Three kernels share this module because they share the C-level state of a queue:
 * ``ConsumeQueueKernel``: the append side of one ConsumeQueue (``consumequeue/<topic>/<queueId>/``,
   20-byte units ``long commitLogOffset | int size | long tagsCode``). The current file's base
   address and write position are C fields; a unit is appended without a Python call. The
-  Python class ``mqstore.consume_queue.ConsumeQueue`` extends it with files, recovery,
+  Python class ``mqstore.queue.consume_queue.ConsumeQueue`` extends it with files, recovery,
   truncation and flush.
 * ``DispatchKernel``: follows the CommitLog, parses each record without its body
   (checkMessageAndReturnSize with readBody=false; the parse of mq_dispatch.pxd), computes the
@@ -160,7 +160,7 @@ def truncate_point(mapped, int64_t start, int64_t end, int64_t phy_limit):
 
 
 cdef class ConsumeQueueKernel:
-    """The append state of one ConsumeQueue; see mqstore.consume_queue.ConsumeQueue."""
+    """The append state of one ConsumeQueue; see mqstore.queue.consume_queue.ConsumeQueue."""
 
     cdef readonly str topic
     cdef readonly bytes topic_b
@@ -829,7 +829,7 @@ cdef object c_view_at(LogMap log_map, int64_t phy):
 cdef class MessageView:
     """One stored record, read in place from the mapped CommitLog file. Header fields are
     read on access; ``body`` and ``buffer`` are zero-copy memoryviews; ``decode()`` gives
-    the full mqstore.record.DecodedRecord. The view keeps the files it points into mapped."""
+    the full mqstore.log.record.DecodedRecord. The view keeps the files it points into mapped."""
 
     cdef object owner
     cdef const char *p
@@ -986,7 +986,7 @@ cdef class MessageView:
         return msg_id(self.decode(read_body=False).store_host, self._phy)
 
     def decode(self, *, bint read_body=True, bint check_crc=False):
-        """Every field as a mqstore.record.DecodedRecord (copies the body)."""
+        """Every field as a mqstore.log.record.DecodedRecord (copies the body)."""
         from mqstore._codec import decode_record
         return decode_record(self._file_view(), 0, check_crc=check_crc, read_body=read_body)
 
@@ -1094,7 +1094,7 @@ cdef tuple _STATUSES = tuple(sorted(_GetMessageStatus, key=int))
 
 
 cdef class ReadKernel:
-    """The C side of mqstore.reads.MessageReader.
+    """The C side of mqstore.queue.reads.MessageReader.
 
     getMessage and the look-ups by queue offset run here in one call: the queue is found in
     the ConsumeQueue table's dict, its units are read through the queue's C append state

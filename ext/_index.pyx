@@ -9,7 +9,7 @@ timeDiff in seconds, previous entry number). Entry #0 is never used, so a file h
 
 ``IndexFile`` wraps a mapped file: a ``mqstore._mapped.MappedFile`` or anything with the same
 ``address``, ``file_size``, ``file_name``, ``hold``/``release``, ``flush_range`` and ``destroy``
-(mqstore.index maps index files through a small wrapper that carries the file's own name).
+(mqstore.queue.index maps index files through a small wrapper that carries the file's own name).
 The header is kept in C fields and written through to the mapping on every change, as
 RocketMQ's IndexHeader does. Every access to the mapping happens between ``hold()`` and
 ``release()``, so a file being destroyed is never read after it is unmapped; the chain walk

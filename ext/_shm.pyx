@@ -617,7 +617,7 @@ cdef class TransientStorePool:
     A 4 KiB header names the control block the pool belongs to (its created_ms and owner
     pid), so a pool left by an owner that died is recognised by the next owner, which copies
     what was written but not committed into the files before recovering (see
-    mqstore.pool.replay_transient_pool), and a stale pool is never attached to another block.
+    mqstore.log.pool.replay_transient_pool), and a stale pool is never attached to another block.
     """
 
     cdef char *base

@@ -1,4 +1,4 @@
-"""``python -m mqstore``: the mqstore command (see mqstore.cli)."""
+"""``python -m mqstore``: the mqstore command (see mqstore.tools.cli)."""
 
 import sys
 

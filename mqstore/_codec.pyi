@@ -9,9 +9,9 @@ from typing import Final, TypeAlias
 
 from _typeshed import ReadableBuffer
 
-from mqstore.record import DecodedRecord
+from mqstore.log.record import DecodedRecord
 
-# (ip, port); the ip is anything whose str() is an IPv4 or IPv6 address (mqstore.record.encode_host).
+# (ip, port); the ip is anything whose str() is an IPv4 or IPv6 address (mqstore.log.record.encode_host).
 _Host: TypeAlias = tuple[str | IPv4Address | IPv6Address, int]
 
 # Properties as accepted by the encoders: a map (serialized in Java HashMap order; None

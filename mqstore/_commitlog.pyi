@@ -14,7 +14,7 @@ from mqstore._mapped import MappedFile
 from mqstore._shm import ControlBlock, TransientStorePool
 from mqstore.status import PutMessageStatus
 
-# (ip, port); the ip is anything whose str() is an IPv4 or IPv6 address (mqstore.record.encode_host).
+# (ip, port); the ip is anything whose str() is an IPv4 or IPv6 address (mqstore.log.record.encode_host).
 _Host: TypeAlias = tuple[str | IPv4Address | IPv6Address, int]
 
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
@@ -220,7 +220,7 @@ def scan_records(
     "invalid" (bad magic, CRC, length or a record running past `end`), and with check_header
     "header": a record that parses (and whose CRC matches) but whose PHYSICALOFFSET is not
     file_from + its position or whose QUEUEID is negative, fields no CRC covers (recovery
-    stops trusting the log there; mqstore.recovery.header_problem says which).
+    stops trusting the log there; mqstore.queue.recovery.header_problem says which).
     With control_block, raises each queue's next offset in its topic-queue table to
     queue_offset + 1. on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
     sys_flag, store_timestamp) is called per valid record if given.

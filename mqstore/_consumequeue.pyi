@@ -10,7 +10,7 @@ from typing_extensions import deprecated, disjoint_base
 
 from mqstore._mapped import MappedFile
 from mqstore._reput import ParsedBatch
-from mqstore.record import DecodedRecord
+from mqstore.log.record import DecodedRecord
 
 CQ_STORE_UNIT_SIZE: Final = 20
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
@@ -35,7 +35,7 @@ def truncate_point(mapped: Any, start: int, end: int, phy_limit: int) -> tuple[i
 
 @disjoint_base
 class ConsumeQueueKernel:
-    """The append state of one ConsumeQueue; see mqstore.consume_queue.ConsumeQueue."""
+    """The append state of one ConsumeQueue; see mqstore.queue.consume_queue.ConsumeQueue."""
 
     def publish_to(self, control_block: Any) -> bool:
         """Publish the unit count after every append in the queue's control-block slot."""
@@ -219,11 +219,11 @@ class MessageView:
     @property
     def msg_id(self) -> str: ...
     def decode(self, *, read_body: bool = True, check_crc: bool = False) -> DecodedRecord:
-        """Every field as a mqstore.record.DecodedRecord (copies the body)."""
+        """Every field as a mqstore.log.record.DecodedRecord (copies the body)."""
 
 @disjoint_base
 class ReadKernel:
-    """The C side of mqstore.reads.MessageReader: getMessage and the look-ups by queue offset
+    """The C side of mqstore.queue.reads.MessageReader: getMessage and the look-ups by queue offset
     in one call (units of a queue's current file read through its C append state)."""
 
     def __init__(self, queues: dict[tuple[str, int], Any], log_files: Any, control_block: Any) -> None: ...

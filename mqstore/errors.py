@@ -50,7 +50,7 @@ class StoreClosedError(MQStoreError):
 class CorruptRecordError(MQStoreError, ValueError):
     """Bytes that should hold a CommitLog record do not parse as one."""
 
-    hint = "run the invariant checker (mqstore.checker.check_store) on the directory"
+    hint = "run the invariant checker (mqstore.tools.checker.check_store) on the directory"
 
 
 class PutMessageError(MQStoreError):

@@ -15,7 +15,7 @@ from mqstore.exit_codes import EXIT_INTERRUPTED
 def main(argv: list[str] | None = None) -> int:
     """Run the mqstore command line; returns its exit status."""
     try:
-        from mqstore.cli import main as cli_main
+        from mqstore.tools.cli import main as cli_main
 
         return cli_main(argv)
     except KeyboardInterrupt:

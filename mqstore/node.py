@@ -220,9 +220,9 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
     """(services to run, objects to close afterwards) of one service process: the parts its
     kind needs, mapped in this process, and the services mqstore.services.registry builds
     over them (the same table the threads-mode owner uses)."""
-    from mqstore.checkpoint import StoreCheckpoint
-    from mqstore.commitlog import CommitLog
-    from mqstore.mapped_file_queue import MappedFileQueue
+    from mqstore.log.checkpoint import StoreCheckpoint
+    from mqstore.log.commitlog import CommitLog
+    from mqstore.log.mapped_file_queue import MappedFileQueue
     from mqstore.services.registry import ServiceParts, build_services
 
     if kind not in SERVICE_KINDS:
@@ -233,16 +233,16 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
         parts.log_files = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
         closers = [parts.log_files]
     elif kind == "flusher":
-        from mqstore.pool import attach_pool
+        from mqstore.log.pool import attach_pool
 
         parts.pool = attach_pool(root, ctl)
         parts.commitlog = CommitLog(root, cfg, ctl, parts.pool)
         parts.commitlog.queue.map_new_files()
         closers = [parts.commitlog] if parts.pool is None else [parts.commitlog, parts.pool]
     elif kind == "dispatcher":
-        from mqstore.consume_queue import ConsumeQueueTable
-        from mqstore.dispatch import Dispatcher
-        from mqstore.index import IndexService
+        from mqstore.queue.consume_queue import ConsumeQueueTable
+        from mqstore.queue.dispatch import Dispatcher
+        from mqstore.queue.index import IndexService
 
         commitlog = CommitLog(root, cfg, ctl)
         commitlog.queue.map_new_files()
@@ -269,8 +269,8 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
         if index is not None:
             closers.insert(0, index)
     else:  # the cleaner
-        from mqstore.consume_queue import ConsumeQueueTable
-        from mqstore.index import IndexService
+        from mqstore.queue.consume_queue import ConsumeQueueTable
+        from mqstore.queue.index import IndexService
 
         files = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
         files.map_new_files()

@@ -7,7 +7,7 @@ few thousand records or once per file: the cost on the hot path is a counter. Tw
   step ends within ``threshold_s``, then a line about every ``interval_s`` with the amount
   done, a percentage and an ETA, and a closing line with the total time. A program sees them
   if it configures logging; ``mqstore node`` logs to stderr.
-* the command line's progress bar (``mqstore.cli.ProgressBar``), redrawn in place on a
+* the command line's progress bar (``mqstore.tools.cli.ProgressBar``), redrawn in place on a
   terminal, which formats with ``describe``.
 """
 

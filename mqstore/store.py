@@ -20,23 +20,23 @@ from typing import Any, Self
 from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME
 from mqstore import _shm
 from mqstore._commitlog import Message, MessageBatch, PutMessageResult
-from mqstore.checkpoint import StoreCheckpoint
-from mqstore.commitlog import CommitLog
+from mqstore.log.checkpoint import StoreCheckpoint
+from mqstore.log.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
-from mqstore.directory import check_store_dir, release_store_lock, take_store_lock
+from mqstore.log.directory import check_store_dir, release_store_lock, take_store_lock
 from mqstore.geometry import adopt_store_sizes, check_root_dir
 from mqstore.procs import stopped
 from mqstore.progress import LogProgress
-from mqstore.consume_queue import ConsumeQueueTable
-from mqstore.dispatch import Dispatcher
-from mqstore.index import IndexService
-from mqstore.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
+from mqstore.queue.consume_queue import ConsumeQueueTable
+from mqstore.queue.dispatch import Dispatcher
+from mqstore.queue.index import IndexService
+from mqstore.queue.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
                            tags_expression)
-from mqstore.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
+from mqstore.queue.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
 from mqstore.node import Supervisor, read_config, write_config
-from mqstore import pool as transient_pool
-from mqstore.follow import NOT_FOLLOWING, Follower, NotFollowing
+from mqstore.log import pool as transient_pool
+from mqstore.queue.follow import NOT_FOLLOWING, Follower, NotFollowing
 from mqstore.services import SERVICE_KINDS
 from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
@@ -108,7 +108,7 @@ class StoreBase:
     """What every open store offers, whoever owns it: puts through the compiled put path, the
     reads of spec §11, long polling, positions and counters. ``MessageStore`` (this process
     owns the store) and ``AttachedStore`` (another process does) open the parts and decide how
-    reads catch up with what other processes build (``self.follower``, mqstore.follow); nothing
+    reads catch up with what other processes build (``self.follower``, mqstore.queue.follow); nothing
     here depends on which of them this is.
     """
 
@@ -224,7 +224,7 @@ class StoreBase:
         With check_crc_on_read every message returned has passed its body CRC check: the
         messages before a damaged one are returned as usual (the batch ends before it); when
         the damaged one comes first, the status is MESSAGE_CORRUPTED, the result (a
-        mqstore.reads.CorruptedMessageResult) holds no message, its ``detail`` names the
+        mqstore.queue.reads.CorruptedMessageResult) holds no message, its ``detail`` names the
         physical and queue offsets, and next_begin_offset stays at the damaged message."""
         self._check_open()
         self.follower.queue(topic, queue_id)

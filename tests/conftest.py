@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from mqstore import MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 
 settings.register_profile("ci", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

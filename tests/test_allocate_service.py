@@ -12,7 +12,7 @@ from helpers_fs import run_in_tmpfs, tmpfs_supported
 from helpers_mem import mapping_kb
 from mqstore._mapped import MappedFile
 from mqstore._shm import ControlBlock
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.allocate import AllocateMappedFileService, AllocateRequest
 
 FS = 64 * 1024
@@ -128,7 +128,7 @@ def test_priority_order(env):
 def test_enospc_returns_a_detail_naming_errno_and_file(tmp_path):
     out = run_in_tmpfs("""
         from mqstore._shm import ControlBlock
-        from mqstore.mapped_file_queue import MappedFileQueue
+        from mqstore.log.mapped_file_queue import MappedFileQueue
         from mqstore.services.allocate import AllocateMappedFileService
         out = {}
         ctl = ControlBlock.create(os.path.join(TMPFS, "mqstore.shm"), table_slots=64, file_size=1,

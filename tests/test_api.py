@@ -15,7 +15,7 @@ from helpers_proc import run_in_child
 import mqstore
 from mqstore import Message, MessageStore, StoreClosedError
 from mqstore._consumequeue import GetMessageResult, MessageView
-from mqstore.reads import QueryMessageResult
+from mqstore.queue.reads import QueryMessageResult
 from mqstore.store import AttachedStore
 
 # plausible arguments for every public method of a store (a wrong argument must not be what fails)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from mqstore import MessageStore
-from mqstore.soak import freeze, thaw
+from mqstore.tools.soak import freeze, thaw
 
 pytestmark = pytest.mark.multiprocess
 

@@ -13,14 +13,14 @@ import pytest
 
 from mqstore import Message, MessageStore, StoreConfig
 from mqstore._codec import BLANK_MAGIC_CODE, decode_record, java_string_hash
-from mqstore.checker import CheckReport, Problem, check_store, index_key_hash
+from mqstore.tools.checker import CheckReport, Problem, check_store, index_key_hash
 
 FILE = 64 * 1024
 CQ_FILE = 16 * 20  # 16 units per ConsumeQueue file: queues span several files
 INDEX_GEOMETRY = {"max_hash_slot_num": 64, "max_index_num": 400}
-# The index (mqstore.index) may not exist yet: then stores are opened without it and the tests
+# The index (mqstore.queue.index) may not exist yet: then stores are opened without it and the tests
 # write the index file themselves, as spec §4.2 putKey does.
-HAVE_INDEX = importlib.util.find_spec("mqstore.index") is not None
+HAVE_INDEX = importlib.util.find_spec("mqstore.queue.index") is not None
 STORE_DEFAULTS = INDEX_GEOMETRY if HAVE_INDEX else {"message_index_enable": False}
 FILLER = (0, 0x7FFFFFFF, 0)
 

@@ -20,10 +20,10 @@ from mqstore import Message, MessageStore, PutMessageStatus
 from mqstore import _shm
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE as UNIT
 from mqstore._mapped import MappedFile
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
-from mqstore.consume_queue import ConsumeQueueTable
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.queue.consume_queue import ConsumeQueueTable
+from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.clean import (
     MAX_MANUAL_DELETE_FILE_TIMES,
     CleanCommitLogService,

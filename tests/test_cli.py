@@ -1,4 +1,4 @@
-"""The ``mqstore`` command (mqstore.cli): verify, info, inspect, dump and recover on real store directories."""
+"""The ``mqstore`` command (mqstore.tools.cli): verify, info, inspect, dump and recover on real store directories."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore._shm import STAT_NAMES
-from mqstore.checker import check_store
-from mqstore.cli import COMMANDS, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, ProgressBar, main
+from mqstore.tools.checker import check_store
+from mqstore.tools.cli import COMMANDS, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, ProgressBar, main
 
 REPO = str(Path(__file__).resolve().parents[1])
 CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)}
@@ -275,7 +275,7 @@ def test_commands_do_not_modify_the_store(open_store, capsys, tmp_path):
 
 # -- the console entry --------------------------------------------------------------------
 def run_module(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mqstore.cli", *argv], cwd=REPO, env=CHILD_ENV,
+    return subprocess.run([sys.executable, "-m", "mqstore.tools.cli", *argv], cwd=REPO, env=CHILD_ENV,
                           capture_output=True, text=True, timeout=timeout)
 
 

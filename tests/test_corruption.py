@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError
 from helpers_store import TEMPLATE_QUEUES as QUEUES, TEMPLATE_TOPICS as TOPICS, Ack, copy_store, read_queue, template_stores

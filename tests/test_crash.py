@@ -20,7 +20,7 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore._codec import decode_record
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from helpers_store import read_queue as read_all_of_queue
 
@@ -151,7 +151,7 @@ RP_WRITER = textwrap.dedent("""
 
     if mode == "cq_flush":
         # die inside the ConsumeQueue flush service: after some queues were flushed, not all
-        from mqstore import consume_queue
+        from mqstore.queue import consume_queue
         real_flush, flushed = consume_queue.ConsumeQueue.flush, [0]
         def flush(self, least_pages=0):
             done = real_flush(self, least_pages)
@@ -163,7 +163,7 @@ RP_WRITER = textwrap.dedent("""
     elif mode == "at_roll":
         # die at a CommitLog file roll: the blank that ends the full file is written, the write
         # position is at the next file, which does not exist yet (nothing is allocated ahead)
-        from mqstore import commitlog
+        from mqstore.log import commitlog
         from mqstore.services import allocate
         allocate.AllocateMappedFileService.prefetch = lambda self, offset: None
         real_provide, rolls = commitlog.CommitLog._provide_file, [0]
@@ -176,7 +176,7 @@ RP_WRITER = textwrap.dedent("""
         commitlog.CommitLog._provide_file = provide
     elif mode == "checkpoint":
         # die while the checkpoint is written (its fields set, not yet flushed)
-        from mqstore import checkpoint
+        from mqstore.log import checkpoint
         real_cp_flush, calls = checkpoint.StoreCheckpoint.flush, [0]
         def cp_flush(self):
             calls[0] += 1

@@ -29,7 +29,7 @@ from mqstore._search import (CRC_FOLDED, RECORD_CRC_MISMATCH, RECORD_MALFORMED, 
                              record_status)
 from mqstore.config import DEFINITIONS, StoreConfig
 from mqstore.errors import CorruptRecordError
-from mqstore.reads import CorruptedMessageResult
+from mqstore.queue.reads import CorruptedMessageResult
 from mqstore.status import GetMessageStatus as S
 from mqstore.twin import reads as twin
 

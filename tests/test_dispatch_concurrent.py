@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 
 # 64 KiB CommitLog files (a blank at the end of each), 50 units per ConsumeQueue file, and
 # index files of 300 entries, so that every kind of file rolls many times

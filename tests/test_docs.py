@@ -84,7 +84,7 @@ def test_documented_commands_parse(page, line):
     """A documented `mqstore ...` command line is accepted by the command's own parser; a usage
     synopsis (with [optional] parts or UPPER placeholders for the command) names only options
     its command has."""
-    from mqstore.cli import build_parser
+    from mqstore.tools.cli import build_parser
 
     words = [w for w in shlex.split(line)[1:] if w != "..."]
     if any(ch in line for ch in "[]()|") or "COMMAND" in words:

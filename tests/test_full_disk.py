@@ -55,7 +55,7 @@ def test_default_retention_frees_a_disk_filled_by_puts(tmp_path):
     out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import time
         from mqstore import Message, MessageStore
-        from mqstore.checker import check_store
+        from mqstore.tools.checker import check_store
 
         root = os.path.join(TMPFS, "store")
         cfg = dict(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 6000,
@@ -114,9 +114,9 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
     dispatched, a key put afterwards is found."""
     out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import time
-        import mqstore.index as ix
+        import mqstore.queue.index as ix
         from mqstore import Message, MessageStore
-        from mqstore.checker import check_store
+        from mqstore.tools.checker import check_store
 
         ix.ALLOCATE_STEP = 16 * 1024
         root = os.path.join(TMPFS, "store")
@@ -198,7 +198,7 @@ def test_a_node_starts_on_a_full_disk(tmp_path):
     out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import time
         from mqstore import Message, MessageStore
-        from mqstore.checker import check_store
+        from mqstore.tools.checker import check_store
 
         root = os.path.join(TMPFS, "store")
         cfg = dict(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 6000,
@@ -246,7 +246,7 @@ def test_a_writer_attached_to_the_old_block_never_writes_after_it_is_laid_out_ag
     out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         import signal, subprocess, time
         from mqstore import Message, MessageStore
-        from mqstore.checker import check_store
+        from mqstore.tools.checker import check_store
         root = os.path.join(TMPFS, "store")
         cfg = dict(mapped_file_size_commit_log=1 << 20, max_hash_slot_num=1024, max_index_num=10000)
         code = (f"import time; from mqstore import MessageStore; s = MessageStore({root!r}, **{cfg!r}); "

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from mqstore import ConfigError, Message, MessageStore, StoreConfig
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.geometry import adopt_store_sizes, sizes_on_disk
 from mqstore.layout import CONFIG_NAME
 

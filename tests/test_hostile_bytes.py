@@ -80,7 +80,7 @@ CHILD = textwrap.dedent('''
     from mqstore._commitlog import scan_records
     from mqstore._reput import BatchParser
     from mqstore._arrow import BatchColumns, RecordSource
-    from mqstore.checker import check_store
+    from mqstore.tools.checker import check_store
 
     src, work, cfg = sys.argv[1], sys.argv[2], eval(sys.argv[3])
     muts = eval(open(sys.argv[4]).read())
@@ -199,7 +199,7 @@ def test_a_record_whose_topic_cannot_be_a_queue_is_skipped_and_dispatch_goes_on(
     """Issue 15: a NUL in a topic made dispatch fail forever (WRITE_LOGICS_QUEUE_ERROR refused
     every later put in every process). A record whose queue cannot exist gets no unit, is
     counted and logged, and every other record is dispatched."""
-    from mqstore.checker import check_store
+    from mqstore.tools.checker import check_store
 
     root = str(tmp_path / "s")
     with MessageStore(root, **CFG) as store:
@@ -277,6 +277,6 @@ def test_a_new_owner_breaks_the_lock_of_a_writer_frozen_inside_it(tmp_path, capl
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-    from mqstore.checker import check_store
+    from mqstore.tools.checker import check_store
 
     check_store(root).raise_if_failed()

@@ -31,7 +31,7 @@ run; a per-case watchdog turns a hang into a failure naming the case):
 Any exception other than an MQStoreError is a failure too (for the fields of a view a damaged
 unit points at, ValueError and its kin are the documented refusal).
 
-The CLI runs in the child process itself (``mqstore.cli.main``: one interpreter per command
+The CLI runs in the child process itself (``mqstore.tools.cli.main``: one interpreter per command
 would cost a quarter of a second each); a sample of the cases also runs ``python -m mqstore``
 in real processes, which must end with 0, 1 or 2 and never a signal.
 
@@ -444,7 +444,7 @@ class Child:
     def kernels(self) -> None:
         from mqstore._consumequeue import order_break, scan_units, truncate_point
         from mqstore._index import IndexFile
-        from mqstore.index import _IndexMapping
+        from mqstore.queue.index import _IndexMapping
         from mqstore.twin.consume_queue import order_break as twin_order_break
         from mqstore.twin.index import IndexFile as TwinIndexFile
 
@@ -506,8 +506,8 @@ class Child:
 
     # -- 2. the read-only tools
     def tools(self, where: dict[str, Any], when: str) -> None:
-        from mqstore import cli
-        from mqstore.checker import check_store
+        from mqstore.tools import cli
+        from mqstore.tools.checker import check_store
         from mqstore.config import StoreConfig
 
         if self.kind == "index" or when != "before the open":

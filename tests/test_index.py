@@ -17,13 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqstore import index as index_mod
+from mqstore.queue import index as index_mod
 from mqstore._index import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, IndexFile, index_file_size, index_key_hash
 from mqstore._mapped import MappedFile
-from mqstore.checkpoint import StoreCheckpoint, read_checkpoint_file
+from mqstore.log.checkpoint import StoreCheckpoint, read_checkpoint_file
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError, StoreClosedError
-from mqstore.index import IndexService, QueryOffsetResult, index_file_name
+from mqstore.queue.index import IndexService, QueryOffsetResult, index_file_name
 from mqstore.twin import index as twin
 from mqstore.twin.codec import java_string_hash
 

@@ -81,3 +81,58 @@ def test_no_import_cycles_even_through_lazy_imports():
 
 def test_the_cycle_finder_finds_one():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+#: the layers, lowest first; a module imports only from its own layer or below (imports under
+#: ``if TYPE_CHECKING:`` are for annotations only and do not count). The compiled kernels
+#: (``mqstore._*``) sit under everything.
+LAYERS: dict[int, tuple[str, ...]] = {
+    0: ("errors", "layout", "roles", "exit_codes", "progress", "status", "config", "_config_keys", "geometry",
+        "procs", "twin"),
+    1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory
+    2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
+    3: ("services", "node"),      # the service loops, their registry, the node's supervisor
+    4: ("store",),                # MessageStore / AttachedStore: the composition
+    5: ("tools", "launch", "__main__"),  # the commands, checker, inspection, stats, soak
+    6: ("spark",),
+}
+_RANK = {name: rank for rank, names in LAYERS.items() for name in names}
+
+
+def _rank(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 99  # the package's lazy facade may name anything
+    if parts[1].startswith("_") and parts[1] not in _RANK:
+        return -1  # a compiled kernel
+    return _RANK[parts[1]]
+
+
+def _runtime_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and ast.unparse(block.test) == "TYPE_CHECKING" for n in ast.walk(block)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mqstore":
+            if node.module == "mqstore":  # a submodule, or a public name of the facade: where it lives
+                names = [mqstore._EXPORTS.get(a.name, f"mqstore.{a.name}") for a in node.names]
+            else:
+                names = [node.module]
+            found += [(node.lineno, n) for n in names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "mqstore"]
+    return found
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_downward():
+    upward = []
+    for name, path in sorted(_modules().items()):
+        rank = _rank(name)
+        for line, target in _runtime_imports(path):
+            if target != "mqstore" and _rank(target) > rank:
+                upward.append(f"{path.relative_to(ROOT.parent)}:{line}: {name} (layer {rank}) imports {target} "
+                              f"(layer {_rank(target)})")
+    assert upward == []

@@ -9,7 +9,7 @@ import pytest
 
 from mqstore._mapped import MappedFile
 from mqstore.errors import NotAStoreError
-from mqstore.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileQueue
+from mqstore.log.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileQueue
 
 FS = 4096
 

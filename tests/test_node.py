@@ -20,7 +20,7 @@ import pytest
 
 from mqstore import MessageStore
 from mqstore._shm import ControlBlock
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.store import AttachedStore
 from helpers_store import read_bodies
@@ -227,7 +227,7 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
     open recovers abnormally and every acknowledged SYNC_FLUSH message is there."""
     root = str(tmp_path / "store")
     acks = str(tmp_path / "acks.jsonl")
-    node = subprocess.Popen([sys.executable, "-m", "mqstore.cli", "node", root, "--set", "flush_disk_type=SYNC_FLUSH",
+    node = subprocess.Popen([sys.executable, "-m", "mqstore.tools.cli", "node", root, "--set", "flush_disk_type=SYNC_FLUSH",
                              *[f"--set={k}={v}" for k, v in NODE_CFG.items() if k != "service_mode"]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     assert node.stdout is not None
@@ -236,7 +236,7 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
     services = [int(p.split()[-1]) for p in line.strip().split(", ")[1:]]
     producer = start_py(PRODUCER, root, "p", 100_000, 0, acks)
     time.sleep(1.0)
-    status = subprocess.run([sys.executable, "-m", "mqstore.cli", "node", "status", root, "--json"],
+    status = subprocess.run([sys.executable, "-m", "mqstore.tools.cli", "node", "status", root, "--json"],
                             capture_output=True, text=True, env=ENV, timeout=60)
     assert status.returncode == 0, status.stderr
     live = json.loads(status.stdout)
@@ -251,7 +251,7 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
     while any(alive(p) for p in services) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in services), "service processes outlived the node"
-    after = subprocess.run([sys.executable, "-m", "mqstore.cli", "node", "status", root, "--json"],
+    after = subprocess.run([sys.executable, "-m", "mqstore.tools.cli", "node", "status", root, "--json"],
                                    capture_output=True, text=True, env=ENV, timeout=60)
     dead = json.loads(after.stdout)
     assert after.returncode == 1 and not dead["owner_alive"]
@@ -268,11 +268,11 @@ def test_killing_the_node_owner_stops_its_services_and_the_store_recovers(tmp_pa
 
 
 def test_random_sigkills_of_every_process_kind(tmp_path):
-    """The short version of the soak (python -m mqstore.soak DIR --kills 1000): 100 SIGKILLs
+    """The short version of the soak (python -m mqstore.tools.soak DIR --kills 1000): 100 SIGKILLs
     of writers (some caught inside the put lock, with either lock kind), service processes and
     the node at random moments; the checker after every kill; at the end every acknowledged
     SYNC_FLUSH message is at its queue offset."""
-    from mqstore import soak
+    from mqstore.tools import soak
 
     result = soak.run(str(tmp_path / "store"), kills=100, seed="suite", env=ENV)
     kills = result["kills"]
@@ -302,7 +302,7 @@ def test_freeze_returns_once_every_thread_is_stopped(tmp_path):
     """Regression (CI, test_pool): kill(SIGSTOP) returns before the process stops, and a thread
     of it woken meanwhile went on committing. freeze() waits until no thread runs: a counter
     that a busy thread bumps in a shared file stays put afterwards."""
-    from mqstore.soak import freeze, stopped, thaw
+    from mqstore.tools.soak import freeze, stopped, thaw
 
     path = tmp_path / "counter"
     path.write_bytes(b"\0" * 8)
@@ -384,9 +384,9 @@ def test_an_idle_dispatcher_sleeps_until_a_put_wakes_it(tmp_path, monkeypatch, p
     (IDLE_SLEEP_MS, made a minute here); the next put (with the transient store pool: the
     commit that makes it readable) wakes it, so the message is dispatched at once and an
     idle node does not poll."""
-    from mqstore import dispatch
+    from mqstore.services import reput
 
-    monkeypatch.setattr(dispatch, "IDLE_SLEEP_MS", 60_000.0)
+    monkeypatch.setattr(reput, "IDLE_SLEEP_MS", 60_000.0)
     extra = {"transient_store_pool_enable": True, "transient_store_pool_size": 2} if pool else {}
     with MessageStore(str(tmp_path / "store"), mapped_file_size_commit_log=FS, **extra) as store:
         store.put("T", b"first").check()

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 
 pytestmark = pytest.mark.multiprocess
 

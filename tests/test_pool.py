@@ -21,11 +21,11 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore._shm import TransientStorePool
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.errors import ConfigError
-from mqstore.pool import pool_path
+from mqstore.log.pool import pool_path
 from mqstore.services.flush import CommitRealTimeService
-from mqstore.soak import freeze, thaw
+from mqstore.tools.soak import freeze, thaw
 from helpers_store import read_bodies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,12 +212,12 @@ def test_a_stalled_commit_service_exhausts_the_pool_and_a_resumed_one_frees_it(t
                 i += 1
             assert r.status.name == "OS_PAGECACHE_BUSY" and "pool is exhausted" in r.detail
             # mqstore stats shows the pool from another process
-            out = subprocess.run([sys.executable, "-m", "mqstore.cli", "stats", root, "--json", "--once"],
+            out = subprocess.run([sys.executable, "-m", "mqstore.tools.cli", "stats", root, "--json", "--once"],
                                  capture_output=True, text=True, env=ENV, timeout=60)
             fig = json.loads(out.stdout)
             assert fig["pool_buffers"] == 3 and fig["pool_buffers_in_use"] == 3, fig
             assert fig["uncommitted_bytes"] > 2 * FS and fig["counters"]["pool_exhausted"] >= 1
-            text = subprocess.run([sys.executable, "-m", "mqstore.cli", "stats", root, "--once"],
+            text = subprocess.run([sys.executable, "-m", "mqstore.tools.cli", "stats", root, "--once"],
                                   capture_output=True, text=True, env=ENV, timeout=60).stdout
             assert "transient store pool: 3 of 3 buffers in use" in text and "transient pool exhausted" in text
         finally:
@@ -239,7 +239,7 @@ def _kill_node_with_uncommitted_bytes(root: str) -> tuple[list[int], dict[str, i
     code = textwrap.dedent("""
         import json, os, signal, sys, time
         from mqstore import Message, MessageStore
-        from mqstore.soak import freeze
+        from mqstore.tools.soak import freeze
         cfg = json.loads(sys.argv[2])
         node = MessageStore(sys.argv[1], **cfg)
         pids = node.supervisor.pids()

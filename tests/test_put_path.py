@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mqstore import Message, MessageBatch, PutMessageError, PutMessageStatus, StoreClosedError
 from mqstore._codec import BLANK_MAGIC_CODE, decode_record, encode_batch_body
 from mqstore._mapped import inject_flush_failure
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 
 FILE = 64 * 1024
 

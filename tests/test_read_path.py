@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mqstore import Message, MessageStore
 from mqstore._codec import java_string_hash
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE as UNIT
-from mqstore.consume_queue import ConsumeQueue
+from mqstore.queue.consume_queue import ConsumeQueue
 from mqstore.status import GetMessageStatus as S
 
 CQ_UNITS = 50  # units per ConsumeQueue file in these tests
@@ -287,10 +287,10 @@ def test_tail_time_lookup_touches_at_most_two_queue_pages(open_store):
 # -- shutdown and abort ----------------------------------------------------------------------------
 
 def test_abort_is_left_when_dispatch_is_behind(store_dir, monkeypatch):
-    import mqstore.dispatch as dispatch
+    import mqstore.services.reput as reput
 
     store = MessageStore(store_dir, **CFG)
-    monkeypatch.setattr(dispatch, "SHUTDOWN_CATCH_UP_MS", 0)
+    monkeypatch.setattr(reput, "SHUTDOWN_CATCH_UP_MS", 0)
     store.reput.shutdown()  # dispatch stops; puts go on
     for i in range(20):
         store.put_message(Message("T", b"undispatched-%d" % i)).check()
@@ -340,7 +340,7 @@ def test_gap_of_whole_files_keeps_queue_files_contiguous(tmp_path):
 
 
 def test_dispatch_chunks_end_at_record_boundaries(open_store, monkeypatch):
-    import mqstore.dispatch as dispatch
+    import mqstore.queue.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "CHUNK_BYTES", 1000)  # far smaller than what is written, not a record multiple
     store = open_store(**CFG)

@@ -1,12 +1,12 @@
 """Issue 15 items 3b and 4: recovery cross-checks what no CRC covers and repairs what can be
-repaired, and ``mqstore recover`` (mqstore.inspection.plan_recovery) predicts exactly what the
+repaired, and ``mqstore recover`` (mqstore.tools.inspection.plan_recovery) predicts exactly what the
 open then does.
 
 Every test writes a real store through the public API (a child process that shuts it down
 cleanly or is killed with SIGKILL), damages its files, asks for the dry run (the function and
 ``python -m mqstore recover --json``), checks that the dry run changed nothing, opens the store
 and compares the open's RecoveryReport field by field with the plan, then reads every queue
-through get_message and runs the invariant checker (mqstore.checker.check_store).
+through get_message and runs the invariant checker (mqstore.tools.checker.check_store).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 import pytest
 
 from mqstore import MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
-from mqstore.inspection import plan_recovery
+from mqstore.tools.inspection import plan_recovery
 from helpers_store import TEMPLATE_QUEUES as QUEUES, TEMPLATE_TOPICS as TOPICS, Ack, copy_store, template_stores
 from helpers_store import read_queue as read_all_of_queue
 
@@ -164,7 +164,7 @@ def test_a_record_whose_header_contradicts_its_place_is_reported_by_verify(store
 
 @pytest.mark.parametrize("kind", ["duplicate", "gap"])
 def test_a_queue_offset_out_of_sequence_does_not_cut_the_log(store_copy, kind):
-    """The decision for QUEUEOFFSET (mqstore.recovery's docstring): a record whose queue offset
+    """The decision for QUEUEOFFSET (mqstore.queue.recovery's docstring): a record whose queue offset
     is not the next of its queue is no reason to cut the log (its CRC matches and it sits where
     it should). The dispatch that rebuilds the queue gives a duplicate offset no unit and a
     skipped one a filler unit; verify names the record."""

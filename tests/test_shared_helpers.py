@@ -1,9 +1,9 @@
 """Helpers that had twins, each now one implementation every caller shares:
 
-- the zero scans (mqstore.scan.is_zero / nonzero_extent), for loading, recovery, the checker
+- the zero scans (mqstore.log.scan.is_zero / nonzero_extent), for loading, recovery, the checker
   and the read-only tools: what MappedFile.zero_dirty_tail zeroes, from a path or a mapping;
-- why a record does not parse (mqstore.scan.why_invalid): ``verify`` and recovery say the same;
-- how a ConsumeQueue unit disagrees with its record (mqstore.checker.unit_mismatch): ``dump``
+- why a record does not parse (mqstore.log.scan.why_invalid): ``verify`` and recovery say the same;
+- how a ConsumeQueue unit disagrees with its record (mqstore.tools.checker.unit_mismatch): ``dump``
   notes what ``verify`` reports, transaction type and delivery time included;
 - the index writer: ``IndexService.build_index`` (the serial dispatch) is
   ``put_key_hashes(index_key_triples(...))``, so it writes the files a parsed batch writes.
@@ -23,17 +23,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore, StoreConfig
-from mqstore import index as index_mod
+from mqstore.queue import index as index_mod
 from mqstore._codec import decode_record, encode_record, java_string_hash
 from mqstore._index import index_key_hash
 from mqstore._mapped import OS_PAGE_SIZE, MappedFile
 from mqstore._reput import BatchParser
-from mqstore.checker import check_store
-from mqstore.checkpoint import StoreCheckpoint
-from mqstore.cli import main
-from mqstore.index import IndexService, index_key_triples
-from mqstore.inspection import plan_recovery
-from mqstore.scan import CLEAN_PAGES, is_zero, nonzero_extent, why_invalid
+from mqstore.tools.checker import check_store
+from mqstore.log.checkpoint import StoreCheckpoint
+from mqstore.tools.cli import main
+from mqstore.queue.index import IndexService, index_key_triples
+from mqstore.tools.inspection import plan_recovery
+from mqstore.log.scan import CLEAN_PAGES, is_zero, nonzero_extent, why_invalid
 
 FILE = 64 * 1024
 CQ_FILE = 16 * 20

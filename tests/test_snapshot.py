@@ -10,7 +10,7 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore._arrow import BatchColumns
-from mqstore.snapshot import StoreNotReadableError, StoreSnapshot
+from mqstore.queue.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.twin import arrow as twin
 
 CFG = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 100}

@@ -10,7 +10,7 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore.spark.source import SCHEMA, OptionError, QueueSlice, plan_queue_slices
-from mqstore.snapshot import QueueRange
+from mqstore.queue.snapshot import QueueRange
 
 pytestmark = pytest.mark.spark
 

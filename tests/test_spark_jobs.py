@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from mqstore import Message, MessageStore, StoreLockedError
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.spark.jobs import export_parquet, queue_stats, rebuild_queues
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from mqstore import Message, MessageStore
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.spark.source import OptionError
 from mqstore.spark.write import (
     SINK_PROPERTY,

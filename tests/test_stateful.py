@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""``mqstore stats`` (mqstore.stats): live figures read from a store's control block only.
+"""``mqstore stats`` (mqstore.tools.stats): live figures read from a store's control block only.
 
 The live tests run a real writer in another OS process and the command in a third; the rate
 arithmetic is tested as the pure function it is, on hand-made snapshots.
@@ -21,8 +21,8 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore._shm import STAT_NAMES
-from mqstore.cli import EXIT_OK, EXIT_USAGE, main
-from mqstore.stats import Snapshot, StatsReader, figures, format_lines, rates, render
+from mqstore.tools.cli import EXIT_OK, EXIT_USAGE, main
+from mqstore.tools.stats import Snapshot, StatsReader, figures, format_lines, rates, render
 
 REPO = str(Path(__file__).resolve().parents[1])
 CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)}
@@ -47,7 +47,7 @@ WRITER = textwrap.dedent("""
 
 
 def stats_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mqstore.cli", "stats", *argv], cwd=REPO, env=CHILD_ENV,
+    return subprocess.run([sys.executable, "-m", "mqstore.tools.cli", "stats", *argv], cwd=REPO, env=CHILD_ENV,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -152,7 +152,7 @@ def test_plain_blocks_without_a_terminal(stopped_store):
 def test_table_redraws_in_place_on_a_terminal(stopped_store):
     store = stopped_store
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "mqstore.cli", "stats", store.root, "--count", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "mqstore.tools.cli", "stats", store.root, "--count", "2",
                              "--interval", "0.05"], cwd=REPO, env={**CHILD_ENV, "COLUMNS": "300"}, stdout=slave,
                             stderr=subprocess.PIPE)
     os.close(slave)

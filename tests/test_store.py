@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from mqstore import ConfigError, Message, MessageStore, NotAStoreError, StoreLockedError
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 
 SMALL = {"mapped_file_size_commit_log": 64 * 1024, "max_message_size": 16 * 1024}
 

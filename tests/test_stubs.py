@@ -51,7 +51,7 @@ from mqstore._codec import check_record, decode_batch_body, decode_record, encod
 from mqstore._commitlog import scan_records
 from mqstore._mapped import MappedFile
 from mqstore._shm import ControlBlock
-from mqstore.record import DecodedRecord
+from mqstore.log.record import DecodedRecord
 
 
 def put(store: MessageStore) -> int:

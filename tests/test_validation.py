@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from mqstore import Message, MessageBatch, MessageStore, PutMessageStatus
 from mqstore._codec import encode_batch_body
 from mqstore._commitlog import properties_problem_of, topic_problem_of
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.twin.codec import properties_problem, string_to_properties, topic_problem
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # RocketMQ 4.9.7 TopicValidator.VALID_PATTERN_STR

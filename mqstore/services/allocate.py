@@ -14,7 +14,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from mqstore._mapped import MappedFile
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.base import ServiceThread
 
 log = logging.getLogger("mqstore.allocate")

@@ -62,8 +62,8 @@ from mqstore.services.base import ServiceThread
 if TYPE_CHECKING:
     from mqstore._shm import ControlBlock
     from mqstore.config import StoreConfig
-    from mqstore.consume_queue import ConsumeQueueTable
-    from mqstore.mapped_file_queue import MappedFileQueue
+    from mqstore.queue.consume_queue import ConsumeQueueTable
+    from mqstore.log.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("mqstore.clean")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from mqstore.services.base import ServiceThread
 
 if TYPE_CHECKING:
-    from mqstore.commitlog import CommitLog
+    from mqstore.log.commitlog import CommitLog
 
 log = logging.getLogger("mqstore.flush")
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from mqstore._shm import ControlBlock
 from mqstore.config import StoreConfig
-from mqstore.dispatch import ReputMessageService
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.services.reput import ReputMessageService
+from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services import SERVICE_KINDS
 from mqstore.services.allocate import AllocateMappedFileService, ProcessAllocateService
 from mqstore.services.base import ServiceThread
@@ -52,11 +52,11 @@ class ServiceParts:
     config: StoreConfig
     ctl: ControlBlock
     log_files: MappedFileQueue | None = None
-    commitlog: Any | None = None           # mqstore.commitlog.CommitLog
-    consume_queues: Any | None = None      # mqstore.consume_queue.ConsumeQueueTable
-    index: Any | None = None               # mqstore.index.IndexService
-    checkpoint: Any | None = None          # mqstore.checkpoint.StoreCheckpoint
-    dispatcher: Any | None = None          # mqstore.dispatch.Dispatcher
+    commitlog: Any | None = None           # mqstore.log.commitlog.CommitLog
+    consume_queues: Any | None = None      # mqstore.queue.consume_queue.ConsumeQueueTable
+    index: Any | None = None               # mqstore.queue.index.IndexService
+    checkpoint: Any | None = None          # mqstore.log.checkpoint.StoreCheckpoint
+    dispatcher: Any | None = None          # mqstore.queue.dispatch.Dispatcher
     pool: Any | None = None                # the transient store pool, when enabled
 
 

@@ -48,17 +48,17 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from mqstore._reput import BatchParser
-from mqstore.checkpoint import StoreCheckpoint
+from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
-from mqstore.consume_queue import ConsumeQueueTable
+from mqstore.queue.consume_queue import ConsumeQueueTable
 from mqstore.errors import MQStoreError, StoreLockedError
-from mqstore.index import IndexService
-from mqstore.files import open_commitlog
+from mqstore.queue.index import IndexService
+from mqstore.queue.files import open_commitlog
 from mqstore.node import read_config
 from mqstore.layout import CONFIG_NAME
-from mqstore.snapshot import StoreNotReadableError, StoreSnapshot
+from mqstore.queue.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.spark.source import LogSlice
-from mqstore.directory import lock_state, release_store_lock, require_store, take_store_lock
+from mqstore.log.directory import lock_state, release_store_lock, require_store, take_store_lock
 
 log = logging.getLogger("mqstore.spark")
 

@@ -4,7 +4,7 @@
     spark.read.format("mqstore").option("topics", "orders,payments").load(path)
 
 One row per message (``SCHEMA``). What is read is what the store has dispatched when the
-query is planned (``mqstore.snapshot.StoreSnapshot``): a store a node is serving is read
+query is planned (``mqstore.queue.snapshot.StoreSnapshot``): a store a node is serving is read
 consistently, a store that crashed and was not recovered is refused.
 
 Options (all optional):
@@ -65,7 +65,7 @@ from pyspark.sql.types import (
 from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
-from mqstore.snapshot import QueueRange, StoreSnapshot
+from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 
 SCHEMA = StructType([
     StructField("topic", StringType()),

@@ -4,7 +4,7 @@ Offsets are the queue offsets of each (topic, queue): ``{"topic/queueId": next o
 form Spark keeps in its checkpoint, so a query restarted from its checkpoint goes on where
 the last committed micro-batch ended and reads every message exactly once (a micro-batch is
 a fixed range of queue offsets over files that never change). What a micro-batch can reach is
-what the store has dispatched (``mqstore.snapshot``); a queue that appears later is read from
+what the store has dispatched (``mqstore.queue.snapshot``); a queue that appears later is read from
 its earliest offset.
 
 Options, besides the batch reader's ``topics``, ``queues``, ``maxRowsPerPartition`` and
@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mqstore.snapshot import QueueRange, StoreSnapshot
+from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.source import (
     DEFAULT_MAX_ROWS_PER_PARTITION,
     DataLossError,

@@ -61,9 +61,9 @@ from mqstore._arrow import BatchColumns
 from mqstore._codec import java_string_hash
 from mqstore._commitlog import Message
 from mqstore.errors import MQStoreError
-from mqstore.snapshot import StoreSnapshot
+from mqstore.queue.snapshot import StoreSnapshot
 from mqstore.spark.source import SCHEMA, OptionError, int_option, record_batch
-from mqstore.directory import lock_state, require_store
+from mqstore.log.directory import lock_state, require_store
 from mqstore.store import AttachedStore, StoreBase
 
 log = logging.getLogger("mqstore.spark")

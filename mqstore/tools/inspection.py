@@ -9,7 +9,7 @@ them in place; otherwise ConsumeQueue files are mapped read-only, and index head
 with pread. What loading would repair first (a cut last CommitLog file, a short ConsumeQueue
 file) is mapped from a repaired copy in a temporary directory.
 
-It builds on mqstore.files (the read-only mappings and scans of the files, which the readers
+It builds on mqstore.queue.files (the read-only mappings and scans of the files, which the readers
 that follow a store use too) and adds what the commands show:
 
 - ``inventory(root)``: the CommitLog files and where their records end, every ConsumeQueue
@@ -17,7 +17,7 @@ that follow a store use too) and adds what the commands show:
 - ``records_at`` / ``queue_records``: records by physical offset or by queue offset, every
   field decoded, for ``dump``; a bad offset raises ``OffsetError`` naming why.
 - ``plan_recovery(root)``: what opening the store would do (spec §3 recovery and
-  truncateDirtyLogicFiles, §5.2-§5.5): ``mqstore.recovery.recover_store`` itself runs over
+  truncateDirtyLogicFiles, §5.2-§5.5): ``mqstore.queue.recovery.recover_store`` itself runs over
   ``ReadOnlyFileQueue``s, which mirror what loading repairs (MappedFileQueue.plan_load,
   consume_queue.plan_repair) and record what recovery would zero and delete instead of
   doing it, and over ``DryRunIndex``, which does the same for the index files
@@ -48,17 +48,17 @@ from mqstore import _shm
 from mqstore._codec import check_record, crc32, decode_record
 from mqstore._commitlog import scan_records
 from mqstore._mapped import MappedFile
-from mqstore.checker import IndexFileSummary, unit_mismatch
-from mqstore.checkpoint import StoreCheckpoint
+from mqstore.tools.checker import IndexFileSummary, unit_mismatch
+from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
-from mqstore.consume_queue import ConsumeQueueTable, plan_repair
+from mqstore.queue.consume_queue import ConsumeQueueTable, plan_repair
 from mqstore.errors import CorruptRecordError, MQStoreError
-from mqstore.mapped_file_queue import MappedFileQueue
-from mqstore.files import (LogFile, QueueFiles, QueueInfo, ReadOnlyFileQueue, alloc_leftovers, commitlog, is_filler,
+from mqstore.log.mapped_file_queue import MappedFileQueue
+from mqstore.queue.files import (LogFile, QueueFiles, QueueInfo, ReadOnlyFileQueue, alloc_leftovers, commitlog, is_filler,
                            log_end, log_files, open_commitlog, queue_dirs, queue_info, store_config)
-from mqstore.index import IndexLoadPlan, _geometry_vouched, plan_index_load
-from mqstore.record import DecodedRecord
-from mqstore.recovery import RecoveryReport, recover_store
+from mqstore.queue.index import IndexLoadPlan, _geometry_vouched, plan_index_load
+from mqstore.log.record import DecodedRecord
+from mqstore.queue.recovery import RecoveryReport, recover_store
 
 INDEX_HEADER = struct.Struct(">qqqqii")  # spec §4.1
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
@@ -343,7 +343,7 @@ class RecoveryPlan:
 
 def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progress | None = None) -> RecoveryPlan:
     """What opening root would do (check_crc None: as check_crc_on_recover says), found by
-    running mqstore.recovery.recover_store itself over read-only files (ReadOnlyFileQueue,
+    running mqstore.queue.recovery.recover_store itself over read-only files (ReadOnlyFileQueue,
     which also mirrors what loading repairs first), a model of the index (DryRunIndex: what
     IndexService.load and truncate_dirty would do), a copy of the checkpoint and a scratch
     control block in a temporary directory, which is removed again. Nothing in root is

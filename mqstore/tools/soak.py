@@ -14,7 +14,7 @@ kill the invariant checker runs (on the live store, or on the stopped one after 
 At the end the node is stopped cleanly, and every acknowledged message must be at its queue
 offset with its body, with no queue offset repeated or skipped.
 
-    python -m mqstore.soak STORE_DIR --kills 1000
+    python -m mqstore.tools.soak STORE_DIR --kills 1000
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.layout import CONTROL_BLOCK_NAME, NODE_INFO_NAME
-from mqstore.checker import check_store
+from mqstore.tools.checker import check_store
 from mqstore.procs import stopped
 
 QUEUES = 4
@@ -105,7 +105,7 @@ class Soak:
         """Start (or restart) the node; each start picks the put lock kind at random, so both
         kinds are killed into (the owner's choice is what attached writers use)."""
         self.lock = self.rng.choice(["spin", "mutex"])
-        args = [sys.executable, "-m", "mqstore.cli", "node", self.root,
+        args = [sys.executable, "-m", "mqstore.tools.cli", "node", self.root,
                 f"--set=use_reentrant_lock_when_put_message={self.lock == 'mutex'}"]
         for k, v in NODE_SETTINGS.items():
             args.append(f"--set={k}={v}")
@@ -274,7 +274,7 @@ def run(root: str, kills: int, seed: int | str, writers: int = 2, env: dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mqstore.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m mqstore.tools.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("root", help="a new store directory")
     parser.add_argument("--kills", type=int, default=1000)
     parser.add_argument("--writers", type=int, default=2)

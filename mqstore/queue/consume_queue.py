@@ -28,8 +28,8 @@ from mqstore._consumequeue import (
 from mqstore._commitlog import topic_problem_of
 from mqstore._mapped import MappedFile
 from mqstore.errors import NotAStoreError
-from mqstore.mapped_file_queue import MappedFileQueue, mapped_file_names
-from mqstore.scan import nonzero_extent
+from mqstore.log.mapped_file_queue import MappedFileQueue, mapped_file_names
+from mqstore.log.scan import nonzero_extent
 
 log = logging.getLogger("mqstore.consumequeue")
 
@@ -422,7 +422,7 @@ class RepairPlan:
 
 def plan_repair(store_path: str, file_size: int) -> RepairPlan:
     """What ConsumeQueue.load repairs in store_path, decided without changing anything (the
-    recovery dry run, mqstore.inspection, maps the files the same way).
+    recovery dry run, mqstore.tools.inspection, maps the files the same way).
 
     Beyond RocketMQ (which refuses to start): a queue's files are derived from the CommitLog,
     so a damaged file is cut rather than refused, and the start-up dispatch rebuilds what was

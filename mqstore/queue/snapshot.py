@@ -25,7 +25,7 @@ from mqstore._arrow import RecordSource
 from mqstore._consumequeue import LogMap
 from mqstore._search import WARM_BYTES_DEFAULT
 from mqstore.errors import MQStoreError
-from mqstore.files import (
+from mqstore.queue.files import (
     UNIT,
     QueueFiles,
     ReadOnlyFileQueue,
@@ -36,8 +36,8 @@ from mqstore.files import (
     queue_info,
 )
 from mqstore.layout import CONTROL_BLOCK_NAME
-from mqstore.reads import offset_by_time_in_files
-from mqstore.directory import lock_state, require_store
+from mqstore.queue.reads import offset_by_time_in_files
+from mqstore.log.directory import lock_state, require_store
 
 
 class StoreNotReadableError(MQStoreError):

@@ -148,9 +148,9 @@ def _alive(pid: int) -> bool:
 
 def status(root: str, *, as_json: bool = False) -> int:
     """Owner and service processes (alive or not), positions, dispatch lag and key counters,
-    read from the control block without taking the store's lock (mqstore.stats). 0 when a
+    read from the control block without taking the store's lock (mqstore.tools.stats). 0 when a
     node is running."""
-    from mqstore.stats import StatsReader
+    from mqstore.tools.stats import StatsReader
 
     with StatsReader(root) as reader:
         snap = reader.snapshot()

@@ -54,15 +54,15 @@ from mqstore.layout import FILLER_SIZE
 from mqstore._codec import check_record, decode_record
 from mqstore._commitlog import scan_records
 from mqstore.errors import CorruptRecordError
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.progress import LogProgress
-from mqstore.scan import is_zero, why_invalid
+from mqstore.log.scan import is_zero, why_invalid
 
 if TYPE_CHECKING:
     from mqstore._shm import CellName
     from mqstore._shm import ControlBlock
-    from mqstore.checkpoint import StoreCheckpoint
-    from mqstore.consume_queue import ConsumeQueue, ConsumeQueueTable
+    from mqstore.log.checkpoint import StoreCheckpoint
+    from mqstore.queue.consume_queue import ConsumeQueue, ConsumeQueueTable
 
 log = logging.getLogger("mqstore.recovery")
 
@@ -191,7 +191,7 @@ def scan_file(mf: Any, start: int, end: int, check_crc: bool, ctl: ControlBlock 
     there as a bad CRC does. Returns (stop, reason, count, last_store_timestamp, detail);
     reason is scan_records' ("invalid" for a failed cross-check); detail names the header
     field that stopped the scan ("" otherwise, also when the record simply did not parse:
-    mqstore.scan.why_invalid says why then). With ctl, each queue's next offset in the
+    mqstore.log.scan.why_invalid says why then). With ctl, each queue's next offset in the
     topic-queue table is raised past every record kept (never for the record refused)."""
     base = mf.file_from
     stop, reason, count, last_ts = scan_records(mf, base, start, end, check_crc, ctl, None, True)

@@ -57,10 +57,10 @@ from datetime import datetime, timedelta
 
 from mqstore._index import IndexFile, index_key_hash
 from mqstore._mapped import MappedFile
-from mqstore.checkpoint import StoreCheckpoint
+from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError, StoreClosedError
-from mqstore.scan import is_zero
+from mqstore.log.scan import is_zero
 
 __all__ = ["IndexService", "QueryOffsetResult", "index_file_name", "index_key_triples"]
 
@@ -239,7 +239,7 @@ class IndexLoadPlan:
 def plan_index_load(store_path: str, file_size: int, hash_slot_num: int, index_num: int, *, last_exit_ok: bool,
                     index_msg_timestamp: int, geometry_vouched: bool) -> IndexLoadPlan:
     """What IndexService.load does, decided from the file sizes and headers without changing
-    anything (the recovery dry run, mqstore.inspection, reports the same).
+    anything (the recovery dry run, mqstore.tools.inspection, reports the same).
 
     A file is damaged (it and every newer file are deleted, the index is rebuilt from the end
     of the last file kept) when:

@@ -13,7 +13,7 @@ from sortedcontainers import SortedDict
 
 from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
-from mqstore.scan import is_zero
+from mqstore.log.scan import is_zero
 
 DELETE_FILES_BATCH_MAX = 10
 
@@ -126,7 +126,7 @@ class MappedFileQueue:
     def plan_load(directory: str, file_size: int, last_file_was_cut: Callable[[str], bool] | None = None
                   ) -> LoadPlan:
         """What ``load`` does to directory, decided without changing anything (the recovery dry
-        run, mqstore.inspection, maps the files the same way): the 20-digit files in order, the
+        run, mqstore.tools.inspection, maps the files the same way): the 20-digit files in order, the
         allocation leftovers it removes, and the short files it extends.
 
         Every file must be file_size bytes, except, when last_file_was_cut is given (the

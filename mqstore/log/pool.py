@@ -28,7 +28,7 @@ from mqstore.errors import ConfigError
 
 if TYPE_CHECKING:
     from mqstore.config import StoreConfig
-    from mqstore.mapped_file_queue import MappedFileQueue
+    from mqstore.log.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("mqstore.pool")
 
@@ -129,7 +129,7 @@ def replay(root: str, ctl_path: str, commit_log_dir: str) -> int:
             pos = old.positions()
             committed, wrote = pos["committed"], pos["wrote"]
             if old.pool_buffers > 0 and wrote > committed:
-                from mqstore.mapped_file_queue import MappedFileQueue
+                from mqstore.log.mapped_file_queue import MappedFileQueue
 
                 queue = MappedFileQueue(commit_log_dir, old.file_size)
                 try:

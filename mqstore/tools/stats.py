@@ -4,7 +4,7 @@ node's status).
 Everything comes from ``<store>/mqstore.shm``, attached read-only (``ControlBlock.attach(...,
 readonly=True)``: O_RDONLY, PROT_READ): no store file is opened, the store's lock is never
 taken, and the monitor works next to a running owner in another process. Whether an owner
-runs is asked of the kernel (the OFD lock on ``lock``, ``mqstore.directory.lock_state``); a
+runs is asked of the kernel (the OFD lock on ``lock``, ``mqstore.log.directory.lock_state``); a
 stopped store shows the last values its block holds.
 
 - ``StatsReader(root).snapshot()``: every cell of the block at one instant (``Snapshot``).
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from mqstore import _shm
 from mqstore.errors import MQStoreError
-from mqstore.directory import lock_state, require_store
+from mqstore.log.directory import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
 
 if TYPE_CHECKING:

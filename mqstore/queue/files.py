@@ -1,7 +1,7 @@
 """Read-only access to a store's files without opening the store: its CommitLog and
 ConsumeQueue files mapped read-only (``MappedFile.open(readonly=True)``), where their records
-and units end, the queues on disk. The layer under the tools (mqstore.inspection, the checker's
-commands) and the readers that follow a store without owning it (mqstore.snapshot, the Spark
+and units end, the queues on disk. The layer under the tools (mqstore.tools.inspection, the checker's
+commands) and the readers that follow a store without owning it (mqstore.queue.snapshot, the Spark
 jobs): nothing here takes the store's lock or opens a file for writing, so it works on a store
 another process has open and on a read-only mount. What loading would repair first (a cut last
 CommitLog file, a short ConsumeQueue file) is mapped from a repaired copy in a temporary
@@ -25,12 +25,12 @@ from mqstore._commitlog import scan_records
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
 from mqstore._mapped import MappedFile
 from mqstore.config import StoreConfig
-from mqstore.consume_queue import RepairPlan
+from mqstore.queue.consume_queue import RepairPlan
 from mqstore.errors import MQStoreError, NotAStoreError
-from mqstore.mapped_file_queue import MappedFileQueue
+from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.geometry import adopt_store_sizes
-from mqstore.recovery import commitlog_file_was_cut
-from mqstore.scan import CLEAN_PAGES, nonzero_extent
+from mqstore.queue.recovery import commitlog_file_was_cut
+from mqstore.log.scan import CLEAN_PAGES, nonzero_extent
 
 UNIT = CQ_STORE_UNIT_SIZE
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode

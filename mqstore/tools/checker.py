@@ -4,7 +4,7 @@
 
 CommitLog: every record parses and its CRC matches, every record's PHYSICALOFFSET is where it
 sits and its QUEUEID is not negative (recovery ends the log at a record failing either, see
-mqstore.recovery.header_problem), store timestamps never go back, every file but the last ends with a well-formed
+mqstore.queue.recovery.header_problem), store timestamps never go back, every file but the last ends with a well-formed
 END_OF_FILE blank, nothing but zeros follows the end of the log (files after it may exist,
 pre-allocated and empty), queue offsets of each queue are consecutive, and, when a control
 block is present, its positions are ordered (flushed <= committed <= wrote) and agree with the
@@ -51,12 +51,12 @@ from mqstore._index import index_key_hash
 from mqstore._commitlog import scan_records
 from mqstore._consumequeue import scan_units
 from mqstore._mapped import MappedFile
-from mqstore.consume_queue import queue_problem
-from mqstore.scan import CLEAN_PAGES, is_zero, nonzero_extent, why_invalid
+from mqstore.queue.consume_queue import queue_problem
+from mqstore.log.scan import CLEAN_PAGES, is_zero, nonzero_extent, why_invalid
 
 if TYPE_CHECKING:
     from mqstore.config import StoreConfig
-    from mqstore.record import DecodedRecord
+    from mqstore.log.record import DecodedRecord
 
 TX_MASK = 0xC
 TX_PREPARED = 0x4
@@ -393,9 +393,9 @@ def _short_files_the_open_extends(cdir: str, file_size: int) -> dict[str, int]:
     """{name: size} of the short CommitLog files MappedFileQueue.load would extend (a cut last
     file and all-zero files after it, see MappedFileQueue.plan_load); {} if it would refuse
     the directory or extend nothing."""
-    from mqstore.mapped_file_queue import MappedFileQueue
+    from mqstore.log.mapped_file_queue import MappedFileQueue
     from mqstore.errors import NotAStoreError
-    from mqstore.recovery import commitlog_file_was_cut
+    from mqstore.queue.recovery import commitlog_file_was_cut
 
     try:
         plan = MappedFileQueue.plan_load(cdir, file_size, commitlog_file_was_cut)
@@ -883,7 +883,7 @@ def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log
     # after checkpoint.indexMsgTimestamp) must have sound slots; -1: none is checked
     kept_until = -1
     if deep and not live and not stable:
-        from mqstore.checkpoint import read_checkpoint_file
+        from mqstore.log.checkpoint import read_checkpoint_file
 
         try:
             kept_until = read_checkpoint_file(os.path.join(root, "checkpoint"))["index_msg_timestamp"]

@@ -4,7 +4,7 @@
                                                      own the store and run its service processes
     mqstore node status STORE_DIR [--json]           a running node's processes and positions
     mqstore verify STORE_DIR [--no-crc] [--deep] [--json]
-                                                     every invariant (mqstore.checker.check_store)
+                                                     every invariant (mqstore.tools.checker.check_store)
     mqstore info STORE_DIR [--json]                  files, lock/abort state, checkpoint, control block
     mqstore inspect STORE_DIR [--json]               topics and queues, every file with its positions, index
     mqstore dump STORE_DIR (--phy OFFSET | --topic T --queue Q [--from QOFF]) [--count N]
@@ -22,8 +22,8 @@ a progress line on stderr when it is a terminal (never with --json). See docs/cl
 
 A subcommand is one entry of ``COMMANDS``: (help, add_arguments, run); ``run(args)`` returns
 the exit code and may raise MQStoreError or OSError, which ``main`` prints as one line.
-The reading itself (inspect, dump, the recovery plan) lives in ``mqstore.inspection``, the
-live figures of ``stats`` in ``mqstore.stats``.
+The reading itself (inspect, dump, the recovery plan) lives in ``mqstore.tools.inspection``, the
+live figures of ``stats`` in ``mqstore.tools.stats``.
 """
 
 from __future__ import annotations
@@ -39,18 +39,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from mqstore import _shm, stats
-from mqstore.checker import CheckReport, check_store
-from mqstore.checkpoint import read_checkpoint_file
+from mqstore import _shm
+from mqstore.tools import stats
+from mqstore.tools.checker import CheckReport, check_store
+from mqstore.log.checkpoint import read_checkpoint_file
 from mqstore.errors import MQStoreError, NotAStoreError
-from mqstore import node_cli
-from mqstore.files import LogFile, QueueInfo, store_config
-from mqstore.inspection import DumpEntry, Inventory, LogReader, RecoveryPlan, inventory, plan_recovery, queue_records
-from mqstore.record import DecodedRecord
-from mqstore.stats import STATE_NAMES, ms_to_iso
+from mqstore.tools import node_cli
+from mqstore.queue.files import LogFile, QueueInfo, store_config
+from mqstore.tools.inspection import DumpEntry, Inventory, LogReader, RecoveryPlan, inventory, plan_recovery, queue_records
+from mqstore.log.record import DecodedRecord
+from mqstore.tools.stats import STATE_NAMES, ms_to_iso
 from mqstore.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from mqstore.progress import describe
-from mqstore.directory import lock_state, require_store
+from mqstore.log.directory import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
 
 LIST_LIMIT = 20  # text output lists at most this many files / queues; --json lists all
@@ -162,7 +163,7 @@ def verify_hints(report: CheckReport) -> list[str]:
             "the index is derived from the CommitLog: `mqstore-spark rebuild STORE_DIR` rebuilds it (and the "
             "ConsumeQueues) with Spark; without Spark, cut the damaged file short (`truncate -s 0 STORE_DIR/index/"
             f"{damaged[0]}`) and open the store: a damaged index file is deleted with every newer one and "
-            "rebuilt from the CommitLog (mqstore.index.plan_index_load)")
+            "rebuilt from the CommitLog (mqstore.queue.index.plan_index_load)")
     return hints
 
 

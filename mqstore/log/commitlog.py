@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from mqstore.layout import OS_PAGE_SIZE
 from mqstore._commitlog import CommitLogAppender
-from mqstore.mapped_file_queue import MappedFileQueue
-from mqstore.pool import commit_range
+from mqstore.log.mapped_file_queue import MappedFileQueue
+from mqstore.log.pool import commit_range
 
 if TYPE_CHECKING:
     from mqstore._shm import ControlBlock, TransientStorePool

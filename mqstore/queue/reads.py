@@ -24,9 +24,9 @@ from mqstore.errors import CorruptRecordError
 from mqstore.status import GetMessageStatus
 
 if TYPE_CHECKING:
-    from mqstore.commitlog import CommitLog
+    from mqstore.log.commitlog import CommitLog
     from mqstore.config import StoreConfig
-    from mqstore.consume_queue import ConsumeQueue, ConsumeQueueTable
+    from mqstore.queue.consume_queue import ConsumeQueue, ConsumeQueueTable
 
 UNIT = CQ_STORE_UNIT_SIZE
 log = logging.getLogger("mqstore.reads")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from mqstore._shm import ControlBlock
-from mqstore.commitlog import CommitLog
-from mqstore.consume_queue import ConsumeQueueTable
+from mqstore.log.commitlog import CommitLog
+from mqstore.queue.consume_queue import ConsumeQueueTable
 
 __all__ = ["Follower", "NOT_FOLLOWING", "NotFollowing"]
 
