@@ -18,7 +18,9 @@ import pytest
 from mqstore import Message, MessageStore
 from mqstore._shm import STAT_NAMES
 from mqstore.tools.checker import check_store
-from mqstore.tools.cli import COMMANDS, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, ProgressBar, main
+from mqstore.exit_codes import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from mqstore.tools.cli import COMMANDS, main
+from mqstore.tools.commands.common import ProgressBar
 
 REPO = str(Path(__file__).resolve().parents[1])
 CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)}

@@ -21,7 +21,8 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore._shm import STAT_NAMES
-from mqstore.tools.cli import EXIT_OK, EXIT_USAGE, main
+from mqstore.exit_codes import EXIT_OK, EXIT_USAGE
+from mqstore.tools.cli import main
 from mqstore.tools.stats import Snapshot, StatsReader, figures, format_lines, rates, render
 
 REPO = str(Path(__file__).resolve().parents[1])
