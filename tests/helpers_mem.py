@@ -15,3 +15,40 @@ def mapping_kb(path: str) -> dict[str, int]:
             elif inside and head and head[0][:-1] in out:
                 out[head[0][:-1]] += int(head[1])
     return out
+
+
+class MemFile:
+    """What ConsumeQueueKernel needs of a mapped file, in process memory."""
+
+    def __init__(self, file_from: int, size: int) -> None:
+        import ctypes
+
+        self.buf = ctypes.create_string_buffer(size)
+        self.address = ctypes.addressof(self.buf)
+        self.file_from = file_from
+        self.wrote_position = 0
+
+
+def mem_queue_class(file_size: int) -> type:
+    """A ConsumeQueueKernel over in-memory files of file_size bytes (rolls to a new one when full)."""
+    from mqstore._consumequeue import ConsumeQueueKernel
+
+    class MemQueue(ConsumeQueueKernel):  # type: ignore[misc, valid-type]
+        def __init__(self, topic: str, queue_id: int) -> None:
+            super().__init__(topic, queue_id, file_size)
+            self.files: list[MemFile] = []
+
+        def next_file(self, expect: int) -> MemFile:
+            if self.files and self.files[-1].wrote_position < file_size:
+                return self.files[-1]
+            start = self.files[-1].file_from + file_size if self.files else expect - expect % file_size
+            self.files.append(MemFile(start, file_size))
+            return self.files[-1]
+
+        def contents(self) -> tuple[int, int, bytes]:
+            """(max queue offset, max physical offset, the bytes of every unit written)."""
+            self.sync_position()
+            return self.max_offset_in_queue, self.max_physic_offset, b"".join(f.buf.raw[:f.wrote_position]
+                                                                              for f in self.files)
+
+    return MemQueue

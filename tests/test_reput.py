@@ -7,17 +7,17 @@ blanks and damage), so the parse is checked on what the put path would never wri
 
 from __future__ import annotations
 
-import ctypes
 import struct
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mqstore._consumequeue import ConsumeQueueKernel, DispatchKernel
+from mqstore._consumequeue import DispatchKernel
 from mqstore._index import index_key_hash
 from mqstore._reput import BatchParser
 from mqstore.twin import reput as twin
+from helpers_mem import mem_queue_class
 from mqstore.twin.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, record_length
 
 DELAYS = (1000, 5000, 10000, 30000)
@@ -128,31 +128,7 @@ def test_batch_sizes_and_counts():
     assert batch.last_store_timestamp == 0 and batch.file_from == 0 and batch.start == 0
 
 
-class MemFile:
-    """What ConsumeQueueKernel needs of a mapped file, in process memory."""
-
-    def __init__(self, file_from: int) -> None:
-        self.buf = ctypes.create_string_buffer(CQ_FILE)
-        self.address = ctypes.addressof(self.buf)
-        self.file_from = file_from
-        self.wrote_position = 0
-
-
-class MemQueue(ConsumeQueueKernel):
-    def __init__(self, topic: str, queue_id: int) -> None:
-        super().__init__(topic, queue_id, CQ_FILE)
-        self.files: list[MemFile] = []
-
-    def next_file(self, expect: int) -> MemFile:
-        if self.files and self.files[-1].wrote_position < CQ_FILE:
-            return self.files[-1]
-        self.files.append(MemFile(self.files[-1].file_from + CQ_FILE if self.files else expect - expect % CQ_FILE))
-        return self.files[-1]
-
-    def contents(self) -> tuple[int, int, bytes]:
-        self.sync_position()
-        return self.max_offset_in_queue, self.max_physic_offset, b"".join(f.buf.raw[:f.wrote_position]
-                                                                          for f in self.files)
+MemQueue = mem_queue_class(CQ_FILE)
 
 
 def queue_table() -> tuple[dict[tuple[str, int], MemQueue], object]:

@@ -8,7 +8,6 @@ only fails here.
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import inspect
 import re
@@ -19,8 +18,9 @@ import pytest
 
 from mqstore import status
 from mqstore._commitlog import _C_STATUS_CODES
-from mqstore._consumequeue import ConsumeQueueKernel, DispatchKernel, _fail_next_grow_allocation
+from mqstore._consumequeue import DispatchKernel, _fail_next_grow_allocation
 from mqstore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
+from helpers_mem import mem_queue_class
 from mqstore.twin.codec import MESSAGE_MAGIC_CODE, record_length
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,26 +105,7 @@ def test_rocketmq_numbers_are_kept():
 CQ_FILE = 20 * 64  # units per in-memory ConsumeQueue file
 
 
-class MemFile:
-    """What ConsumeQueueKernel needs of a mapped file, in process memory."""
-
-    def __init__(self, file_from: int) -> None:
-        self.buf = ctypes.create_string_buffer(CQ_FILE)
-        self.address = ctypes.addressof(self.buf)
-        self.file_from = file_from
-        self.wrote_position = 0
-
-
-class MemQueue(ConsumeQueueKernel):
-    def __init__(self, topic: str, queue_id: int) -> None:
-        super().__init__(topic, queue_id, CQ_FILE)
-        self.files: list[MemFile] = []
-
-    def next_file(self, expect: int) -> MemFile:
-        if self.files and self.files[-1].wrote_position < CQ_FILE:
-            return self.files[-1]
-        self.files.append(MemFile(self.files[-1].file_from + CQ_FILE if self.files else expect - expect % CQ_FILE))
-        return self.files[-1]
+MemQueue = mem_queue_class(CQ_FILE)
 
 
 def record(queue_id: int, queue_offset: int, phy: int) -> bytes:
