@@ -136,7 +136,7 @@ cdef class MappedFile:
             raise OSError(r, f"cannot allocate {allocate} bytes for {os.path.basename(path)}: {os.strerror(r)}", path)
         c_close(fd)
         os.rename(tmp, path)
-        cdef MappedFile mf = MappedFile.open(path, file_size)
+        cdef MappedFile mf = MappedFile.open(path, file_size, keep_fd=allocate < file_size)
         mf.allocated = allocate
         return mf
 
@@ -144,23 +144,34 @@ cdef class MappedFile:
         """Allocate the file's blocks up to end (at most its size) if not done yet; returns
         ``allocated``. OSError (ENOSPC...) when the disk has no room: nothing was written."""
         cdef int r
+        cdef int fd = self.fd
         end = min(end, self.file_size)
         if end <= self.allocated:
             return self.allocated
         self._w()
+        if fd < 0:  # the descriptor was closed after mapping: open the file again for this
+            fd = c_open(os.fsencode(self.path), O_RDWR, 0)
+            if fd < 0:
+                raise OSError(errno, f"cannot open {self.path}: {os.strerror(errno)}", self.path)
         with nogil:
-            r = posix_fallocate(self.fd, self.allocated, end - self.allocated)
+            r = posix_fallocate(fd, self.allocated, end - self.allocated)
+        if fd != self.fd:
+            c_close(fd)
         if r != 0:
             raise OSError(r, f"cannot allocate {self.file_name} up to byte {end}: {os.strerror(r)}", self.path)
         self.allocated = end
         return end
 
     @staticmethod
-    def open(str path, int64_t file_size, bint readonly=False):
+    def open(str path, int64_t file_size, bint readonly=False, bint keep_fd=False):
         """Map an existing file; its size must be exactly file_size (spec §2).
 
         readonly: open and map it for reading only (the read-only tools, which must work on a
-        read-only mount); every write method then raises PermissionError."""
+        read-only mount); every write method then raises PermissionError.
+        keep_fd: keep the file descriptor open while mapped (a file whose path may go away
+        before ``allocate_to`` needs it: the index's staging links). Otherwise it is closed
+        once the file is mapped (the mapping does not need it), so a store of many small
+        files never runs out of descriptors."""
         name = os.path.basename(path)
         if len(name) != 20 or not name.isdigit():
             raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
@@ -183,6 +194,9 @@ cdef class MappedFile:
         if p == MAP_FAILED:
             raise OSError(errno, f"cannot map {path}: {os.strerror(errno)}", path)
         mf.base = <char *>p
+        if not keep_fd:
+            c_close(fd)
+            mf.fd = -1
         return mf
 
     cdef inline char *_b(self) except NULL:

@@ -53,11 +53,15 @@ class MappedFile:
         """
 
     @staticmethod
-    def open(path: str, file_size: int, readonly: bool = False) -> MappedFile:
+    def open(path: str, file_size: int, readonly: bool = False, keep_fd: bool = False) -> MappedFile:
         """Map an existing file; its size must be exactly file_size (spec §2).
 
         readonly: open and map it for reading only (the read-only tools, which must work on a
-        read-only mount); every write method then raises PermissionError."""
+        read-only mount); every write method then raises PermissionError.
+        keep_fd: keep the file descriptor open while mapped (a file whose path may go away
+        before ``allocate_to`` needs it: the index's staging links). Otherwise it is closed
+        once the file is mapped (the mapping does not need it), so a store of many small
+        files never runs out of descriptors."""
 
     def allocate_to(self, end: int) -> int:
         """Allocate the file's blocks up to end (at most its size) if not done yet; returns

@@ -534,3 +534,20 @@ def test_create_beyond_rlimit_fsize_is_efbig(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["ERR", str(errno.EFBIG)], r.stdout + r.stderr
     assert sorted(os.listdir(tmp_path)) == [name(0)], "the failed file and its temp are gone"
+
+
+def test_a_mapped_file_holds_no_descriptor_once_mapped(tmp_path):
+    """A store of many small files (ConsumeQueues of a few units) must not run out of file
+    descriptors: the mapping outlives its descriptor, which is closed at once; a file created
+    in part keeps its own for allocate_to."""
+    before = len(os.listdir("/proc/self/fd"))
+    files = [MappedFile.create(str(tmp_path / file_name(i * 4096)), 4096) for i in range(64)]
+    files += [MappedFile.open(f.path, 4096) for f in files[:32]]
+    assert len(os.listdir("/proc/self/fd")) - before < 8
+    files[0].write_at(0, b"still mapped")
+    assert files[64].read(0, 12) == b"still mapped"
+    partial = MappedFile.create(str(tmp_path / file_name(1 << 20)), 1 << 16, 4096)
+    os.unlink(partial.path)  # the index's staging link goes away once mapped
+    assert partial.allocate_to(8192) == 8192
+    for f in files + [partial]:
+        f.close()

@@ -27,7 +27,7 @@ from mqstore._mapped import MappedFile
 from mqstore.config import StoreConfig
 from mqstore.queue.consume_queue import RepairPlan
 from mqstore.errors import MQStoreError, NotAStoreError
-from mqstore.log.mapped_file_queue import MappedFileQueue
+from mqstore.log.mapped_file_queue import MAX_FILE_START, MappedFileQueue
 from mqstore.geometry import adopt_store_sizes
 from mqstore.queue.recovery import commitlog_file_was_cut
 from mqstore.log.scan import CLEAN_PAGES, nonzero_extent
@@ -36,15 +36,22 @@ UNIT = CQ_STORE_UNIT_SIZE
 _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
-Buffer = mmap.mmap | bytes
+Buffer = mmap.mmap | memoryview | bytes
 
 
 # -- bytes ---------------------------------------------------------------------------------
 def _map_read(path: str) -> Buffer:
-    """path mapped read-only (b"" for an empty file, which cannot be mapped)."""
+    """path mapped read-only (b"" for an empty file, which cannot be mapped). A 20-digit file
+    goes through MappedFile.open(readonly=True), which holds no descriptor once mapped (Python's
+    mmap keeps a dup of one per file, and a reader of a queue with tens of thousands of small
+    files ran out); the memoryview keeps the mapping alive until it is released."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return b""
+    name = os.path.basename(path)
+    if len(name) == 20 and name.isdigit() and int(name) <= MAX_FILE_START:
+        return memoryview(MappedFile.open(path, size, readonly=True))
     with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return b""
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
@@ -334,7 +341,9 @@ class QueueFiles:
 
     def close(self) -> None:
         for _, _, buf in self.files:
-            if isinstance(buf, mmap.mmap):
+            if isinstance(buf, memoryview):
+                buf.release()
+            elif isinstance(buf, mmap.mmap):
                 buf.close()
         self.files = []
 

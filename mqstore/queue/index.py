@@ -173,7 +173,7 @@ class _IndexMapping:
         staging = cls._staging(path)
         os.link(path, staging)
         try:
-            return cls(MappedFile.open(staging, file_size), path)
+            return cls(MappedFile.open(staging, file_size, keep_fd=True), path)  # allocate_to needs it
         finally:
             os.unlink(staging)
 
