@@ -135,3 +135,31 @@ def wait_allocator_idle(store: Any, timeout_s: float = 30.0) -> float:
             raise TimeoutError(f"allocate service still busy after {timeout_s} s: ready up to {ready}, "
                                f"requested up to {requested}")
         time.sleep(0.002)
+
+
+def one_queue_store(root: str, topic: str, body: bytes, n: int) -> Any:
+    """A store under root holding n messages of body in queue 0 of topic, all dispatched
+    (64 MiB CommitLog files, no index): what the read benchmarks read."""
+    from mqstore import Message, MessageStore
+
+    store = MessageStore(root, message_index_enable=False, mapped_file_size_commit_log=64 << 20)
+    msgs = [Message(topic, body) for _ in range(n)]
+    for m in msgs:
+        store.put_message(m).check()
+    assert store.wait_dispatched(timeout_ms=60_000)
+    return store
+
+
+def drain_queue(get: Callable[..., Any], topic: str, take: Callable[[Any], int]) -> int:
+    """Read queue 0 of topic with getMessage batches of 32 until one comes back empty (never
+    because a damaged message stopped it); take(result) -> messages handled."""
+    from mqstore.status import GetMessageStatus
+
+    offset, n = 0, 0
+    while True:
+        res = get("bench", topic, 0, offset, 32)
+        if not len(res):
+            assert res.status is not GetMessageStatus.MESSAGE_CORRUPTED
+            return n
+        n += take(res)
+        offset = res.next_begin_offset

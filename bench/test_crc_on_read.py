@@ -19,10 +19,8 @@ import tempfile
 
 import pytest
 
-from bench._common import record_rate
-from mqstore import Message, MessageStore
+from bench._common import drain_queue, one_queue_store, record_rate
 from mqstore._search import CRC_FOLDED
-from mqstore.status import GetMessageStatus
 
 CRC_MSGS = 50_000
 LOOKUPS = 10_000
@@ -33,27 +31,14 @@ TOPIC = "CrcTopic"
 
 @pytest.fixture(scope="module")
 def crc_store(bench_root, bodies):
-    path = tempfile.mkdtemp(prefix="crc-store-", dir=bench_root)
-    store = MessageStore(path, message_index_enable=False, mapped_file_size_commit_log=64 << 20)
-    body = bodies["1KiB"]
-    msgs = [Message(TOPIC, body) for _ in range(CRC_MSGS)]
-    for m in msgs:
-        store.put_message(m).check()
-    assert store.wait_dispatched(timeout_ms=60_000)
+    store = one_queue_store(tempfile.mkdtemp(prefix="crc-store-", dir=bench_root), TOPIC, bodies["1KiB"], CRC_MSGS)
     yield store
     store.shutdown()
 
 
 def consume_queue(get, take) -> int:
     """Read the whole queue with getMessage batches of 32; take(result) -> messages handled."""
-    offset, n = 0, 0
-    while True:
-        res = get("bench", TOPIC, 0, offset, 32)
-        if not len(res):
-            assert res.status is not GetMessageStatus.MESSAGE_CORRUPTED
-            return n
-        n += take(res)
-        offset = res.next_begin_offset
+    return drain_queue(get, TOPIC, take)
 
 
 def take_bodies(res) -> int:

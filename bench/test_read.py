@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from bench._common import record_rate
+from bench._common import drain_queue, one_queue_store, record_rate
 from mqstore import Message, MessageStore
 
 READ_MSGS = 200_000
@@ -32,26 +32,14 @@ TOPIC = "ReadTopic"
 
 @pytest.fixture(scope="module")
 def read_store(bench_root, bodies):
-    path = tempfile.mkdtemp(prefix="read-store-", dir=bench_root)
-    store = MessageStore(path, message_index_enable=False, mapped_file_size_commit_log=64 << 20)
-    body = bodies["100B"]
-    msgs = [Message(TOPIC, body) for _ in range(READ_MSGS)]
-    for m in msgs:
-        store.put_message(m).check()
-    assert store.wait_dispatched(timeout_ms=60_000)
+    store = one_queue_store(tempfile.mkdtemp(prefix="read-store-", dir=bench_root), TOPIC, bodies["100B"], READ_MSGS)
     yield store
     store.shutdown()
 
 
 def consume_queue(get, take) -> int:
     """Read the whole queue with getMessage batches of 32; take(result) -> messages handled."""
-    offset, n = 0, 0
-    while True:
-        res = get("bench", TOPIC, 0, offset, 32)
-        if not len(res):
-            return n
-        n += take(res)
-        offset = res.next_begin_offset
+    return drain_queue(get, TOPIC, take)
 
 
 def take_views(res) -> int:
