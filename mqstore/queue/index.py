@@ -380,7 +380,6 @@ class IndexService:
         self.damaged_files: list[str] = []
         self.rebuild_from = -1
         self._failed_at: float | None = None  # monotonic time of the last failed creation or allocation
-        self._allocation_checked: set[str] = set()  # files whose allocated extent _allocate has checked
 
     @property
     def files(self) -> list[IndexFile]:
@@ -435,8 +434,11 @@ class IndexService:
         try:
             for name in plan.keep:
                 path = os.path.join(self.store_path, name)
-                loaded.append(IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num,
-                                             self.index_num))
+                f = IndexFile.load(_IndexMapping.open(path, self.file_size), self.hash_slot_num, self.index_num)
+                # a file an earlier run created may be sparse past its last entry: what is
+                # allocated is taken to end there, so the next entries go through _allocate
+                _mapping(f).mapped.allocated = self._entries_end(f, 0)
+                loaded.append(f)
         except BaseException:
             for f in loaded:
                 _mapping(f).close()
@@ -610,17 +612,15 @@ class IndexService:
             return False
         return self._writable_file() is not None
 
+    def _entries_end(self, f: IndexFile, keys: int) -> int:
+        """Where f's entries end once ``keys`` more are written (index_count starts at 1)."""
+        return HEADER_SIZE + self.hash_slot_num * SLOT_SIZE + (f.index_count + keys) * ENTRY_SIZE
+
     def _allocate(self, f: IndexFile, keys: int) -> None:
         """Allocate f's entries for ``keys`` more keys, ALLOCATE_STEP bytes at a time (OSError
-        when the disk is full). A file found on disk may be sparse (created by an earlier run):
-        the first time, what is allocated is taken to end at its last entry."""
+        when the disk is full)."""
         mapped = _mapping(f).mapped
-        entries_at = HEADER_SIZE + self.hash_slot_num * SLOT_SIZE
-        used = entries_at + f.index_count * ENTRY_SIZE
-        if f.file_name not in self._allocation_checked:
-            mapped.allocated = min(mapped.allocated, used)
-            self._allocation_checked.add(f.file_name)
-        need = used + keys * ENTRY_SIZE
+        need = self._entries_end(f, keys)
         if need > mapped.allocated:
             mapped.allocate_to(max(need, mapped.allocated + ALLOCATE_STEP))
 
@@ -644,7 +644,6 @@ class IndexService:
         except BaseException:
             mapping.destroy(0)
             raise
-        self._allocation_checked.add(name)
         with self._lock:
             self._files.append(f)
         log.info("index: created %s (begin phy %d, ts %d)", name, end_phy, end_ts)
