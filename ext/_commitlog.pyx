@@ -594,8 +594,6 @@ cdef class CommitLogAppender:
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
             return MQ_PUT_SERVICE_NOT_AVAILABLE
-        if mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms:
-            return MQ_PUT_SERVICE_NOT_AVAILABLE
         if mq_page_cache_busy(self.ctl, now, self.busy_timeout_ms):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
             return MQ_PUT_OS_PAGECACHE_BUSY
