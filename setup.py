@@ -1,4 +1,9 @@
-"""Build script: compiles the Cython kernels in ``ext/`` into ``mqstore._*`` modules.
+"""Build script: compiles the Cython kernels in ``ext/mqstore/`` into ``mqstore._*`` modules.
+
+``ext/mqstore/`` is a Cython package (``__init__.pxd``): a kernel's cdef classes are declared in
+its ``.pxd`` next to the ``.pyx`` and other kernels cimport them by their module's name
+(``from mqstore._mapped cimport MappedFile``), as asyncpg's protocol.pxd does. The ``.pxd`` files
+directly under ``ext/`` declare shared C (inline helpers and ``ext/include`` headers).
 
 Switches (environment variables, as uvloop's build_ext has flags):
   MQSTORE_CYTHON_ANNOTATE=1   write Cython's HTML annotation next to each .pyx
@@ -15,9 +20,10 @@ from setuptools.command.build_ext import build_ext as _build_ext
 
 CYTHON_MIN = (3, 0, 10)
 
-# every ext/<name>.pyx becomes mqstore.<name>
-MODULES = sorted(p[:-4] for p in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ext"))
-                 if p.endswith(".pyx"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNELS = os.path.join("ext", "mqstore")
+# every ext/mqstore/<name>.pyx becomes mqstore.<name>
+MODULES = sorted(p[:-4] for p in os.listdir(os.path.join(HERE, KERNELS)) if p.endswith(".pyx"))
 
 
 def _flag(name: str) -> bool:
@@ -61,12 +67,12 @@ def _extension(name: str) -> Extension:
         macros.append(("CYTHON_TRACE_NOGIL", "1"))
     return Extension(
         f"mqstore.{name}",
-        [f"ext/{name}.pyx"],
+        [os.path.join(KERNELS, f"{name}.pyx")],
         include_dirs=["ext/include"],
         define_macros=macros,
         extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-fno-strict-aliasing"],
         depends=[os.path.join("ext/include", h) for h in os.listdir("ext/include")]
-        + [os.path.join("ext", p) for p in os.listdir("ext") if p.endswith(".pxd")],
+        + [os.path.join(d, p) for d in ("ext", KERNELS) for p in os.listdir(d) if p.endswith(".pxd")],
     )
 
 

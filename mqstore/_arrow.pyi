@@ -1,4 +1,4 @@
-"""Arrow column buffers of CommitLog records (ext/_arrow.pyx)."""
+"""Arrow column buffers of CommitLog records (ext/mqstore/_arrow.pyx)."""
 
 from collections.abc import Iterable
 

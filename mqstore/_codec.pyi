@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._codec`` (ext/_codec.pyx).
+"""Type stubs for the compiled ``mqstore._codec`` (ext/mqstore/_codec.pyx).
 
 CommitLog record codec, byte-for-byte as RocketMQ 4.9.7 (spec §1, §5.3).
 """

@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._commitlog`` (ext/_commitlog.pyx).
+"""Type stubs for the compiled ``mqstore._commitlog`` (ext/mqstore/_commitlog.pyx).
 
 The CommitLog put path and record scanner (spec §9, §1.7, §5.3).
 """

@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._index`` (ext/_index.pyx).
+"""Type stubs for the compiled ``mqstore._index`` (ext/mqstore/_index.pyx).
 
 IndexFile (spec §4.1-§4.3): the hash index of one ``ROOT/index/<yyyyMMddHHmmssSSS>`` file:
 a 40-byte header, ``hash_slot_num`` 4-byte slots, ``index_num`` 20-byte entries (entry #0 unused).
@@ -10,15 +10,18 @@ from _typeshed import ReadableBuffer
 
 from typing_extensions import disjoint_base
 
+from mqstore._mapped import MappedFile
+
 INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4
 INDEX_SIZE: Final = 20
 
 class _Mapping(Protocol):
-    """What IndexFile needs of its mapped file (``mqstore._mapped.MappedFile`` has it all)."""
+    """A wrapper IndexFile takes instead of a MappedFile: ``mapped`` is the MappedFile (at least
+    ``file_size`` bytes), the rest is the wrapper's (mqstore.queue.index's carries the file's name)."""
 
     @property
-    def address(self) -> int: ...
+    def mapped(self) -> MappedFile: ...
     @property
     def file_size(self) -> int: ...
     @property
@@ -51,10 +54,10 @@ class IndexFile:
     def refresh_header(self) -> None:
         """Re-read the header another process keeps writing through (followers)."""
     def __init__(
-        self, mapped_file: _Mapping, hash_slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0
+        self, mapped_file: MappedFile | _Mapping, hash_slot_num: int, index_num: int, end_phy_offset: int = 0, end_timestamp: int = 0
     ) -> None: ...
     @classmethod
-    def load(cls, mapped_file: _Mapping, hash_slot_num: int, index_num: int) -> IndexFile:
+    def load(cls, mapped_file: MappedFile | _Mapping, hash_slot_num: int, index_num: int) -> IndexFile:
         """An existing index file: the header is read from the mapping, nothing is written.
         An indexCount of 0 (RocketMQ created the file but never put a key) counts as 1, one
         above index_num (a damaged header) counts as index_num."""

@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._mapped`` (ext/_mapped.pyx).
+"""Type stubs for the compiled ``mqstore._mapped`` (ext/mqstore/_mapped.pyx).
 
 MappedFile (spec §6.1): one fixed-size file, allocated with posix_fallocate, mapped shared.
 """
@@ -67,8 +67,6 @@ class MappedFile:
         """Allocate the file's blocks up to end (at most its size) if not done yet; returns
         ``allocated``. OSError (ENOSPC...) when the disk has no room: nothing was written."""
 
-    @property
-    def address(self) -> int: ...
     @property
     def file_name(self) -> str: ...
     @property

@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._reput`` (ext/_reput.pyx).
+"""Type stubs for the compiled ``mqstore._reput`` (ext/mqstore/_reput.pyx).
 
 The parse step of the concurrent dispatch (spec §10.2): ``BatchParser.cut`` cuts a CommitLog
 file into batches of whole records, ``BatchParser.parse`` parses one batch without the GIL
@@ -40,12 +40,6 @@ class ParsedBatch:
         """(phy_offset, store_timestamp, key_hash) triples of native int64s, in dispatch order."""
     @property
     def index_key_count(self) -> int: ...
-    @property
-    def mapped_address(self) -> int: ...
-    @property
-    def units_address(self) -> int: ...
-    @property
-    def queues_address(self) -> int: ...
     def unit_list(self) -> list[tuple[bytes, int, int, int, int, int]]:
         """(topic, queue_id, queue_offset, phy_offset, size, tags_code) of each unit."""
 

@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._search`` (ext/_search.pyx).
+"""Type stubs for the compiled ``mqstore._search`` (ext/mqstore/_search.pyx).
 
 Time -> queue-offset search over one mapped ConsumeQueue file (spec §3 getOffsetInQueueByTime),
 with Kafka's hot/cold ("warm section") split (spec §15) and a count of the pages it touches.
@@ -14,34 +14,25 @@ from typing import Final
 
 from _typeshed import ReadableBuffer
 
+from mqstore._mapped import MappedFile
+from mqstore._reads import LogMap
+
 WARM_BYTES_DEFAULT: Final = 8192
 CQ_STORE_UNIT_SIZE: Final = 20
 OS_PAGE_SIZE: Final = 4096
 
 def offset_by_time(
-    cq_address: int,
-    low: int,
-    high: int,
-    ts: int,
-    min_phy: int,
-    cl_bases: ReadableBuffer,
-    cl_first_from: int,
-    cl_file_size: int,
-    warm_bytes: int = 8192,
+    cq: MappedFile, low: int, high: int, ts: int, min_phy: int, log: LogMap, warm_bytes: int = 8192
 ) -> tuple[int, int, int, int]:
-    """The unit position in [low, high] (byte positions in the CQ file mapped at cq_address)
-    whose store time is nearest ts, by the module's rules; (position, cq_pages, cl_pages, probes).
+    """The unit position in [low, high] (byte positions in the ConsumeQueue file cq) whose
+    store time is nearest ts, by the module's rules; (position, cq_pages, cl_pages, probes).
 
-    cl_bases[k] is the base address of CommitLog file k (starting at cl_first_from +
-    k * cl_file_size), 0 if not mapped; any C-contiguous buffer of int64 (``array('q')``).
-    Every mapping must stay alive during the call (the search runs without the GIL).
-    Raises ValueError for a position that is negative or not a multiple of 20, a null CQ
-    address, cl_file_size <= 0 or warm_bytes < 0.
+    log holds the CommitLog files the units point into. Raises ValueError for a position that
+    is negative, not a multiple of 20 or whose unit lies past the file, an unmapped file, or
+    warm_bytes < 0.
     """
 
-def store_time_at(
-    phy_offset: int, cl_bases: ReadableBuffer, cl_first_from: int, cl_file_size: int, min_phy: int = 0
-) -> int | None:
+def store_time_at(phy_offset: int, log: LogMap, min_phy: int = 0) -> int | None:
     """The STORETIMESTAMP of the CommitLog record at phy_offset as the search reads it, or None
     when that unit would count as removed (before min_phy, file not mapped or out of range)."""
 
@@ -62,9 +53,7 @@ def record_status(data: ReadableBuffer) -> int:
     (a buffer that holds the record and may extend past it): the structure checks of spec §5.3,
     then BODYCRC against UtilAll.crc32 of the body."""
 
-def first_corrupt(
-    phys: list[int], cl_bases: ReadableBuffer, cl_first_from: int, cl_file_size: int
-) -> tuple[int, int]:
+def first_corrupt(phys: list[int], log: LogMap) -> tuple[int, int]:
     """(index, status) of the first record of phys (CommitLog offsets) that is not RECORD_OK,
-    or (-1, RECORD_OK) when every record checks. cl_bases as for offset_by_time; a record whose
-    file is not mapped is skipped. ValueError if cl_file_size <= 0."""
+    or (-1, RECORD_OK) when every record checks; a record whose file is not mapped in log is
+    skipped."""

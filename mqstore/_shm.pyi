@@ -1,4 +1,4 @@
-"""Type stubs for the compiled ``mqstore._shm`` (ext/_shm.pyx).
+"""Type stubs for the compiled ``mqstore._shm`` (ext/mqstore/_shm.pyx).
 
 The shared-memory control block: positions, put lock, wake-ups, topic-queue table, stats.
 """
@@ -6,6 +6,7 @@ The shared-memory control block: positions, put lock, wake-ups, topic-queue tabl
 from typing import Final, Literal
 
 from typing_extensions import disjoint_base
+from mqstore._mapped import MappedFile
 
 STATE_BUILDING: Final = 0
 STATE_READY: Final = 1
@@ -22,7 +23,7 @@ RUNNING_FLAGS: Final[dict[str, int]]
 # Names of the statistics counters, in MQ_STAT_* order.
 STAT_NAMES: Final[tuple[str, ...]]
 
-#: the named cells of ControlBlock.get / set / advance / wait_position (ext/_shm.pyx _POSITIONS)
+#: the named cells of ControlBlock.get / set / advance / wait_position (ext/mqstore/_shm.pyx _POSITIONS)
 CellName = Literal[
     "wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy", "last_store_timestamp",
     "committed_store_timestamp", "dispatched_store_timestamp", "flushed_store_timestamp",
@@ -103,9 +104,6 @@ class ControlBlock:
         then raises ValueError."""
 
     def close(self) -> None: ...
-    @property
-    def address(self) -> int:
-        """Base address of the mapping, for the put path kernel in this process."""
 
     # -- header
     @property
@@ -248,14 +246,13 @@ class TransientStorePool:
         another block raises ValueError (as does a file that is not a pool)."""
     def buffer_index(self, file_from: int) -> int:
         """The buffer the CommitLog file starting at file_from writes into."""
-    def buffer_address(self, file_from: int) -> int: ...
     def buffer_view(self, file_from: int) -> memoryview:
         """The buffer of a file as a writable memoryview (valid while the pool is open)."""
     @property
     def ctl_created_ms(self) -> int: ...
     @property
     def ctl_owner_pid(self) -> int: ...
-    def commit_into(self, file_address: int, file_from: int, start: int, end: int) -> None:
-        """Copy bytes [start, end) of file file_from's buffer into the mapped file at
-        file_address (the commit of RocketMQ's CommitRealTimeService), without the GIL."""
+    def commit_into(self, mapped_file: MappedFile, start: int, end: int) -> None:
+        """Copy bytes [start, end) of mapped_file's buffer into mapped_file (the commit of
+        RocketMQ's CommitRealTimeService), without the GIL."""
     def close(self) -> None: ...

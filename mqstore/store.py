@@ -42,7 +42,7 @@ from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
 from mqstore.services.registry import ServiceParts, build_services
-from mqstore._consumequeue import GetMessageResult, MessageView
+from mqstore._reads import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
 

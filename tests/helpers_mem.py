@@ -1,4 +1,5 @@
-"""What this process has of a file mapped in memory, from /proc/self/smaps."""
+"""What this process has of a file mapped in memory (/proc/self/smaps), and a ConsumeQueue kernel
+over throwaway files."""
 
 from __future__ import annotations
 
@@ -17,38 +18,38 @@ def mapping_kb(path: str) -> dict[str, int]:
     return out
 
 
-class MemFile:
-    """What ConsumeQueueKernel needs of a mapped file, in process memory."""
-
-    def __init__(self, file_from: int, size: int) -> None:
-        import ctypes
-
-        self.buf = ctypes.create_string_buffer(size)
-        self.address = ctypes.addressof(self.buf)
-        self.file_from = file_from
-        self.wrote_position = 0
-
-
 def mem_queue_class(file_size: int) -> type:
-    """A ConsumeQueueKernel over in-memory files of file_size bytes (rolls to a new one when full)."""
+    """A ConsumeQueueKernel over real MappedFiles of file_size bytes in a temporary directory
+    (rolls to a new one when full), without the Python ConsumeQueue's recovery and flush."""
+    import itertools
+    import os
+    import tempfile
+
     from mqstore._consumequeue import ConsumeQueueKernel
+    from mqstore._mapped import MappedFile
+
+    root = tempfile.TemporaryDirectory(prefix="mqstore-memq-")
+    numbers = itertools.count()
 
     class MemQueue(ConsumeQueueKernel):  # type: ignore[misc, valid-type]
         def __init__(self, topic: str, queue_id: int) -> None:
             super().__init__(topic, queue_id, file_size)
-            self.files: list[MemFile] = []
+            self.files: list[MappedFile] = []
+            self.dir = os.path.join(root.name, str(next(numbers)))
+            os.mkdir(self.dir)
 
-        def next_file(self, expect: int) -> MemFile:
+        def next_file(self, expect: int) -> MappedFile:
             if self.files and self.files[-1].wrote_position < file_size:
                 return self.files[-1]
             start = self.files[-1].file_from + file_size if self.files else expect - expect % file_size
-            self.files.append(MemFile(start, file_size))
+            self.files.append(MappedFile.create(os.path.join(self.dir, f"{start:020d}"), file_size))
             return self.files[-1]
 
         def contents(self) -> tuple[int, int, bytes]:
             """(max queue offset, max physical offset, the bytes of every unit written)."""
             self.sync_position()
-            return self.max_offset_in_queue, self.max_physic_offset, b"".join(f.buf.raw[:f.wrote_position]
+            return self.max_offset_in_queue, self.max_physic_offset, b"".join(f.read(0, f.wrote_position)
                                                                               for f in self.files)
 
+    MemQueue.root = root  # type: ignore[attr-defined]  # the directory lives as long as the class
     return MemQueue

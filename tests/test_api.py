@@ -14,7 +14,7 @@ from helpers_proc import run_in_child
 
 import mqstore
 from mqstore import Message, MessageStore, StoreClosedError
-from mqstore._consumequeue import GetMessageResult, MessageView
+from mqstore._reads import GetMessageResult, MessageView
 from mqstore.queue.reads import QueryMessageResult
 from mqstore.store import AttachedStore
 

@@ -1,4 +1,4 @@
-"""The Arrow column kernel (ext/_arrow.pyx) against its pure-Python twin (mqstore.twin.arrow):
+"""The Arrow column kernel (ext/mqstore/_arrow.pyx) against its pure-Python twin (mqstore.twin.arrow):
 records encoded by the codec into CommitLog-shaped files, read back by span (the whole-log
 scan) and by ConsumeQueue units, every column compared value by value."""
 

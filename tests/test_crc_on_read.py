@@ -12,9 +12,9 @@ compared with their pure-Python twin (mqstore.twin.reads) with hypothesis.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
+import tempfile
 import zlib
 from array import array
 from pathlib import Path
@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
 from mqstore._codec import encode_record
+from mqstore._mapped import MappedFile
+from mqstore._reads import LogMap
 from mqstore._search import (CRC_FOLDED, RECORD_CRC_MISMATCH, RECORD_MALFORMED, RECORD_OK, crc32, first_corrupt,
                              record_status)
 from mqstore.config import DEFINITIONS, StoreConfig
@@ -263,10 +265,6 @@ def test_crc32_every_length_around_the_fold_sizes() -> None:
     assert isinstance(CRC_FOLDED, bool)
 
 
-def _address(buf: bytearray) -> int:
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-
-
 records = st.builds(
     lambda body, topic, props, v6born, v6store, v2, crc: encode_record(
         topic=topic, body=body, properties=props, born_host=("::1", 7) if v6born else ("10.0.0.1", 7),
@@ -303,10 +301,22 @@ def body_in(record: bytes) -> bytes:
        first_file=st.integers(0, 3), unmapped=st.integers(-1, 2))
 def test_first_corrupt_matches_the_twin(chosen: list[tuple[bytes, int, bool]], first_file: int,
                                         unmapped: int) -> None:
-    """Records laid out in 2 KiB "files" (one record each, at a varying position); flipped bits;
-    one file optionally not mapped (base 0)."""
+    """Records laid out in 2 KiB files (one record each, at a varying position); flipped bits;
+    one file optionally not mapped (left out of the LogMap)."""
     size = 2048
-    files = [bytearray(size) for _ in chosen]
+    with tempfile.TemporaryDirectory() as root:
+        files = [MappedFile.create(os.path.join(root, f"{(first_file + k) * size:020d}"), size)
+                 for k in range(len(chosen))]
+        try:
+            _check_first_corrupt(chosen, files, first_file, unmapped)
+        finally:
+            for f in files:
+                f.close()
+
+
+def _check_first_corrupt(chosen: list[tuple[bytes, int, bool]], files: list[MappedFile], first_file: int,
+                         unmapped: int) -> None:
+    size = files[0].file_size
     phys, rests = [], []
     for k, (record, flip_at, at_end) in enumerate(chosen):
         rec = bytearray(record)
@@ -314,19 +324,19 @@ def test_first_corrupt_matches_the_twin(chosen: list[tuple[bytes, int, bool]], f
             rec[flip_at] ^= 0x04
         pos = size - len(rec) + 5 if at_end else 16 * k  # at_end: it runs 5 bytes past the file
         piece = rec[:size - pos]
-        files[k][pos:pos + len(piece)] = piece
+        files[k].write_at(pos, bytes(piece))
         phys.append((first_file + k) * size + pos)
-        rests.append(None if k == unmapped else bytes(files[k][pos:]))
-    bases = array("q", [0 if k == unmapped else _address(f) for k, f in enumerate(files)])
-    assert first_corrupt(phys, bases, first_file * size, size) == twin.first_corrupt(rests)
+        rests.append(None if k == unmapped else files[k].read(pos, size - pos))
+    log = LogMap([None if k == unmapped else f for k, f in enumerate(files)], size, first_file * size)
+    assert first_corrupt(phys, log) == twin.first_corrupt(rests)
     # offsets before the first file or past the last are skipped like unmapped files
-    assert first_corrupt([0 if first_file else -5, (first_file + len(files)) * size], bases, first_file * size,
-                         size) == (-1, RECORD_OK)
+    assert first_corrupt([0 if first_file else -5, (first_file + len(files)) * size], log) == (-1, RECORD_OK)
 
 
-def test_first_corrupt_refuses_a_bad_file_size() -> None:
-    with pytest.raises(ValueError, match="cl_file_size"):
-        first_corrupt([], array("q"), 0, 0)
+def test_first_corrupt_takes_a_log_map() -> None:
+    with pytest.raises(TypeError):
+        first_corrupt([], array("q"))  # addresses are not a LogMap
+    assert first_corrupt([], LogMap([], 1024)) == (-1, RECORD_OK)
     assert record_status(b"") == RECORD_MALFORMED == twin.record_status(b"")
 
 

@@ -47,12 +47,14 @@ import contextlib
 import faulthandler
 import io
 import json
+import mmap
 import os
 import random
 import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -679,16 +681,18 @@ def run_child(kind: str, src: str, work: str) -> dict[str, Any]:
 
 # -- unit tests of the fixes the fuzz led to ------------------------------------------------------
 class _Buffer:
-    """An IndexFile mapping over a bytearray that is longer than the file it claims to be: the
-    bytes past file_size are bait a read past the entries would find (a real mapping may have
-    another file's pages there, or nothing: a segfault)."""
+    """An IndexFile mapping whose MappedFile is longer than the file it claims to be: the bytes
+    past file_size are bait a read past the entries would find (a real mapping may have another
+    file's pages there, or nothing: a segfault)."""
 
     def __init__(self, file_size: int, extra: int) -> None:
-        import ctypes
+        from mqstore._mapped import MappedFile
 
-        self.data = bytearray(file_size + extra)
-        self._c = (ctypes.c_char * len(self.data)).from_buffer(self.data)
-        self.address = ctypes.addressof(self._c)
+        self._dir = tempfile.TemporaryDirectory()
+        path = os.path.join(self._dir.name, f"{0:020d}")
+        self.mapped = MappedFile.create(path, file_size + extra)
+        with open(path, "r+b") as f:  # a second shared mapping of the file, for the test to write
+            self.data = mmap.mmap(f.fileno(), file_size + extra)
         self.file_size = file_size
         self.file_name = "buffer"
 

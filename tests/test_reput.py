@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mqstore._consumequeue import DispatchKernel
+from mqstore._dispatch import DispatchKernel
 from mqstore._index import index_key_hash
 from mqstore._reput import BatchParser
 from mqstore.twin import reput as twin

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from mqstore._codec import BORNHOST_V6_FLAG, decode_record, encode_record, record_length
 from mqstore._mapped import MappedFile
+from mqstore._reads import LogMap
 from mqstore._search import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE, WARM_BYTES_DEFAULT, offset_by_time, store_time_at
 from mqstore.twin import search as twin
 
@@ -77,14 +78,13 @@ class Queue:
         self.phys, self.stamps = phys, list(stamps)
         return phys
 
-    def bases(self, unmapped: tuple[int, ...] = ()) -> array[int]:
-        return array("q", [0 if k in unmapped else f.address for k, f in enumerate(self.cl)])
+    def log_map(self, unmapped: tuple[int, ...] = ()) -> LogMap:
+        return LogMap([None if k in unmapped else f for k, f in enumerate(self.cl)], self.cl_size, self.cl_first)
 
     def kernel(self, ts: int, low: int = 0, high: int | None = None, *, min_phy: int = 0,
                warm_bytes: int = WARM_BYTES_DEFAULT, unmapped: tuple[int, ...] = ()) -> tuple[int, int, int, int]:
         high = (len(self.phys) - 1) * UNIT if high is None else high
-        return offset_by_time(self.cq.address, low, high, ts, min_phy, self.bases(unmapped), self.cl_first,
-                              self.cl_size, warm_bytes)
+        return offset_by_time(self.cq, low, high, ts, min_phy, self.log_map(unmapped), warm_bytes)
 
     def lookup(self, ts: int, low: int = 0, high: int | None = None, *, min_phy: int = 0,
                warm_bytes: int = WARM_BYTES_DEFAULT, unmapped: tuple[int, ...] = (), linear: bool = True) -> int:
@@ -200,16 +200,15 @@ def test_unit_whose_commitlog_file_is_not_mapped_is_removed(q):
 
 def test_store_time_at(q):
     phys = q.fill([111, 222, 333], v6=[False, True, False])
-    bases = q.bases()
-    assert [store_time_at(p, bases, CL_FIRST, CL_SIZE) for p in phys] == [111, 222, 333]
-    assert store_time_at(phys[1], bases, CL_FIRST, CL_SIZE, min_phy=phys[1] + 1) is None
-    assert store_time_at(phys[0], q.bases(unmapped=(0,)), CL_FIRST, CL_SIZE) is None
-    assert store_time_at(CL_FIRST - 1, bases, CL_FIRST, CL_SIZE) is None  # before the first file
-    assert store_time_at(CL_FIRST + CL_FILES * CL_SIZE, bases, CL_FIRST, CL_SIZE) is None  # past the last
-    assert store_time_at(CL_FIRST + CL_SIZE - 39, bases, CL_FIRST, CL_SIZE) is None  # sysflag past the end
-    assert store_time_at(CL_FIRST + CL_SIZE - 60, bases, CL_FIRST, CL_SIZE) is None  # timestamp past the end
-    assert store_time_at(CL_FIRST, array("q"), CL_FIRST, CL_SIZE) is None
-    assert store_time_at(phys[0], array("l", [f.address for f in q.cl]), CL_FIRST, CL_SIZE) == 111
+    log = q.log_map()
+    assert [store_time_at(p, log) for p in phys] == [111, 222, 333]
+    assert store_time_at(phys[1], log, min_phy=phys[1] + 1) is None
+    assert store_time_at(phys[0], q.log_map(unmapped=(0,))) is None
+    assert store_time_at(CL_FIRST - 1, log) is None  # before the first file
+    assert store_time_at(CL_FIRST + CL_FILES * CL_SIZE, log) is None  # past the last
+    assert store_time_at(CL_FIRST + CL_SIZE - 39, log) is None  # sysflag past the end
+    assert store_time_at(CL_FIRST + CL_SIZE - 60, log) is None  # timestamp past the end
+    assert store_time_at(CL_FIRST, LogMap([], CL_SIZE, CL_FIRST)) is None
 
 
 def test_ipv6_born_host_time_is_read_at_68(q):
@@ -249,23 +248,31 @@ def test_sub_range(q):
     assert q.lookup(300, 40, 40) == 40
 
 
-def test_bad_arguments_raise():
-    cl = array("q", [0])
+def test_bad_arguments_raise(q, tmp_path):
+    log = q.log_map()
     for low, high in ((-20, 0), (10, 40), (0, 30)):
         with pytest.raises(ValueError):
-            offset_by_time(4096, low, high, 0, 0, cl, 0, 1024)
+            offset_by_time(q.cq, low, high, 0, 0, log)
         with pytest.raises(ValueError):
             twin.offset_by_time(bytes(64), low, high, 0, 0, lambda _: 0)
+    with pytest.raises(ValueError, match="past the end"):
+        offset_by_time(q.cq, 0, CQ_SIZE // UNIT * UNIT, 0, 0, log)  # that unit lies past the file
     with pytest.raises(ValueError):
-        offset_by_time(0, 0, 0, 0, 0, cl, 0, 1024)
+        LogMap(q.cl, 0)
     with pytest.raises(ValueError):
-        offset_by_time(4096, 0, 0, 0, 0, cl, 0, 0)
-    with pytest.raises(ValueError):
-        offset_by_time(4096, 0, 0, 0, 0, cl, 0, 1024, -1)
+        offset_by_time(q.cq, 0, 0, 0, 0, log, -1)
     with pytest.raises(ValueError):
         twin.offset_by_time(bytes(64), 0, 0, 0, 0, lambda _: 0, -1)
-    with pytest.raises((ValueError, TypeError)):
-        offset_by_time(4096, 0, 0, 0, 0, array("i", [0]), 0, 1024)  # not int64
+    with pytest.raises(TypeError):
+        offset_by_time(4096, 0, 0, 0, 0, log)  # an address is not a file
+    with pytest.raises(TypeError):
+        offset_by_time(q.cq, 0, 0, 0, 0, array("q", [0]))  # nor are addresses a LogMap
+    with pytest.raises(TypeError):
+        LogMap([bytearray(CL_SIZE)], CL_SIZE)  # a LogMap maps MappedFiles
+    gone = MappedFile.create(str(tmp_path / name(0)), CQ_SIZE)
+    gone.close()
+    with pytest.raises(ValueError, match="unmapped"):
+        offset_by_time(gone, 0, 0, 0, 0, log)
 
 
 # -- what a lookup touches -----------------------------------------------------------------------
@@ -282,7 +289,7 @@ def test_pages_of_a_straddling_unit_and_record(q):
     q.cl[0].write_at(at, encode_record(topic="T", body=b"", physical_offset=CL_FIRST + at, store_timestamp=78))
     q.cq.write_at(0, struct.pack(">qiq", CL_FIRST + at, len(record), 0))
     assert q.kernel(78, 0, 0) == (0, 1, 2, 1)
-    assert store_time_at(CL_FIRST + at, q.bases(), CL_FIRST, CL_SIZE) == 78
+    assert store_time_at(CL_FIRST + at, q.log_map()) == 78
 
 
 def test_warm_section_edges(q):

@@ -18,7 +18,7 @@ import pytest
 
 from mqstore import status
 from mqstore._commitlog import _C_STATUS_CODES
-from mqstore._consumequeue import DispatchKernel, _fail_next_grow_allocation
+from mqstore._dispatch import DispatchKernel, _fail_next_grow_allocation
 from mqstore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from helpers_mem import mem_queue_class
 from mqstore.twin.codec import MESSAGE_MAGIC_CODE, record_length

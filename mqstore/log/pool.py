@@ -104,7 +104,7 @@ def commit_range(pool: _shm.TransientStorePool, queue: MappedFileQueue, start: i
         if mf is None:
             raise FileNotFoundError(f"CommitLog file {file_from:020d} is missing: cannot commit [{pos}, {stop}) "
                                     "from the transient store pool")
-        pool.commit_into(mf.address, file_from, pos - file_from, stop - file_from)
+        pool.commit_into(mf, pos - file_from, stop - file_from)
         pos = stop
 
 

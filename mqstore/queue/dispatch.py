@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from mqstore._consumequeue import DispatchKernel
+from mqstore._dispatch import DispatchKernel
 from mqstore._reput import BatchParser, ParsedBatch
 from mqstore.queue.index import index_key_triples
 

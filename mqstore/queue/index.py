@@ -178,10 +178,6 @@ class _IndexMapping:
             os.unlink(staging)
 
     @property
-    def address(self) -> int:
-        return self.mapped.address
-
-    @property
     def file_size(self) -> int:
         return self.mapped.file_size
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, GetMessageResult, LogMap, MessageView, ReadKernel
+from mqstore._consumequeue import CQ_STORE_UNIT_SIZE
+from mqstore._reads import GetMessageResult, LogMap, MessageView, ReadKernel
 from mqstore._search import RECORD_CRC_MISMATCH, RECORD_OK, first_corrupt, offset_by_time, record_status
 from mqstore.errors import CorruptRecordError
 from mqstore.status import GetMessageStatus
@@ -184,7 +185,6 @@ def offset_by_time_in_files(files: list[Any], unit_range: Callable[[Any], tuple[
     then the nearest-entry rule is applied across the boundary with the file before."""
     if not files:
         return TimeLookup(max_offset)
-    bases = m.base_addresses()
     chosen = None
     for i, mf in enumerate(files):
         lo, hi = unit_range(mf)
@@ -197,8 +197,7 @@ def offset_by_time_in_files(files: list[Any], unit_range: Callable[[Any], tuple[
     if chosen is None:
         return TimeLookup(max_offset)
     i, mf, lo, hi = chosen
-    pos, cq_pages, cl_pages, probes = offset_by_time(
-        mf.address, lo, hi, timestamp, min_phy, bases, m.first_from, m.file_size, warm)
+    pos, cq_pages, cl_pages, probes = offset_by_time(mf, lo, hi, timestamp, min_phy, m, warm)
     result = TimeLookup((mf.file_from + pos) // UNIT, cq_pages, cl_pages, probes)
     if pos == lo and i > 0:
         # nearest-entry rule across the file boundary: the previous file's last unit
@@ -312,9 +311,7 @@ class MessageReader(ReadKernel):
         and each result they give is checked again."""
         limit = max_msg_nums
         while len(result):
-            lmap = self.log_map()
-            bad, status = first_corrupt(result.physical_offsets, lmap.base_addresses(), lmap.first_from,
-                                        lmap.file_size)
+            bad, status = first_corrupt(result.physical_offsets, self.log_map())
             if bad < 0:
                 break
             if bad > 0:

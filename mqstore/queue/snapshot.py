@@ -22,7 +22,7 @@ from typing import Any
 
 from mqstore import _shm
 from mqstore._arrow import RecordSource
-from mqstore._consumequeue import LogMap
+from mqstore._reads import LogMap
 from mqstore._search import WARM_BYTES_DEFAULT
 from mqstore.errors import MQStoreError
 from mqstore.queue.files import (

@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of the getMessage path of ``mqstore._consumequeue.ReadKernel``.
+"""Pure-Python twin (test oracle) of the getMessage path of ``mqstore._reads.ReadKernel``.
 
 Follows spec §11 (``DefaultMessageStore.getMessage``) of ``docs/rocketmq-store-spec.md``:
 the status table on the queue's min/max offsets, the slice of units from the requested offset

@@ -2,7 +2,7 @@
 
 Follows spec §3 (``getOffsetInQueueByTime``) and §15 (Kafka's hot/cold "warm section" lookup) of
 ``docs/rocketmq-store-spec.md``, with the deterministic result rules documented (as a
-QUIRK decision) in ``ext/_search.pyx``. In short, over the 20-byte units ``low..high`` with
+QUIRK decision) in ``ext/mqstore/_search.pyx``. In short, over the 20-byte units ``low..high`` with
 key(u) = -inf for a removed unit, else its store time, and r = the first unit with
 key(r) >= ts:
 

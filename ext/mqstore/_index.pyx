@@ -7,9 +7,10 @@ the newest entry of their chain, then ``index_num`` 20-byte entries (keyHash, co
 timeDiff in seconds, previous entry number). Entry #0 is never used, so a file holds
 ``index_num - 1`` keys.
 
-``IndexFile`` wraps a mapped file: a ``mqstore._mapped.MappedFile`` or anything with the same
-``address``, ``file_size``, ``file_name``, ``hold``/``release``, ``flush_range`` and ``destroy``
-(mqstore.queue.index maps index files through a small wrapper that carries the file's own name).
+``IndexFile`` wraps a mapped file: a ``mqstore._mapped.MappedFile``, or a wrapper with the same
+``file_size``, ``file_name``, ``hold``/``release``, ``flush_range`` and ``destroy`` whose
+``mapped`` attribute is the MappedFile (mqstore.queue.index maps index files through such a
+wrapper, which carries the file's own name); the mapping must hold at least ``file_size`` bytes.
 The header is kept in C fields and written through to the mapping on every change, as
 RocketMQ's IndexHeader does. Every access to the mapping happens between ``hold()`` and
 ``release()``, so a file being destroyed is never read after it is unmapped; the chain walk
@@ -37,6 +38,8 @@ from libc.string cimport memcpy
 
 from mq_bytes cimport mq_get_i32, mq_get_i64, mq_put_i32, mq_put_i64, mq_load, mq_store
 from mq_record cimport mq_index_key_hash, mq_java_hash
+
+from mqstore._mapped cimport MappedFile
 
 cdef enum:
     HEADER = 40          # spec §4.1 header size
@@ -161,7 +164,11 @@ cdef class IndexFile:
             raise ValueError(f"index file {mapped_file.file_name} is {mapped_file.file_size} bytes, but "
                              f"{hash_slot_num} slots and {index_num} entries need {want}")
         self._mapped = mapped_file
-        self.base = <char *><size_t>mapped_file.address
+        cdef MappedFile mf = mapped_file if isinstance(mapped_file, MappedFile) else mapped_file.mapped
+        if mf.file_size < want:
+            raise ValueError(f"index file {mapped_file.file_name}: its mapping has {mf.file_size} bytes, "
+                             f"{want} are needed")
+        self.base = mf._b()
         self.slots = hash_slot_num
         self.entries = index_num
         self.size = want

@@ -7,7 +7,7 @@ batches at the same time (``BatchParser.parse``: the per-record parse of mq_disp
 the serial kernel uses too, without the GIL, plus each unit's queue within the batch and the
 index key hashes); the reput thread
 then applies each ``ParsedBatch`` strictly in batch order: its ConsumeQueue units through
-``mqstore._consumequeue.DispatchKernel.apply`` and its index keys through
+``mqstore._dispatch.DispatchKernel.apply`` and its index keys through
 ``IndexFile.put_key_hashes``. So the queues and the index come out as the serial dispatch
 builds them.
 
@@ -34,21 +34,7 @@ cdef enum:
     FIRST_QUEUE_SLOTS = 64   # hash slots of a batch's queue table (a power of two)
 
 
-cdef struct KeyItem:
-    int64_t phy_offset
-    int64_t store_timestamp
-    int64_t key_hash         # -1: still to be computed with the GIL (a non-ASCII topic or key)
-    int64_t record_at        # file position of the record
-    int32_t topic_pos        # the topic's and the key's bytes, inside the record
-    int32_t topic_len
-    int32_t key_pos
-    int32_t key_len
-
-
-cdef struct PendingTags:     # a unit whose TAGS value is not ASCII
-    int64_t unit
-    int64_t tags_at          # file position of the value
-    int32_t tags_len
+# KeyItem and PendingTags: _reput.pxd
 
 
 cdef bint grow(void **array, int64_t *cap, int64_t used, size_t item) noexcept nogil:
@@ -71,36 +57,14 @@ cdef bint grow(void **array, int64_t *cap, int64_t used, size_t item) noexcept n
 cdef class ParsedBatch:
     """One batch of records, parsed: what its ConsumeQueue units are, which queues they go to,
     and its index keys. ``DispatchKernel.apply`` reads the C arrays (mq_dispatch.pxd
-    BatchUnit and BatchQueue) through the ``*_address`` properties: every queue of the batch
+    BatchUnit and BatchQueue) through the C attributes _reput.pxd declares: every queue of the batch
     is looked up once, so appending a unit touches neither the record nor a hash table.
 
     ``stop`` is where parsing ended: the batch's end (``reason`` "end"), or a record that
     does not parse ("invalid") or an END_OF_FILE record ("blank") at stop.
     """
 
-    cdef BatchUnit *units
-    cdef int64_t units_cap
-    cdef BatchQueue *queues
-    cdef int64_t queues_cap
-    cdef int32_t *queue_slots            # hash table: index into queues, -1 = empty
-    cdef int64_t slots_cap
-    cdef KeyItem *keys
-    cdef int64_t keys_cap
-    cdef int64_t n_keys
-    cdef PendingTags *pending
-    cdef int64_t pending_cap
-    cdef int64_t n_pending
-    cdef const char *base
-    cdef object view                      # the file's memoryview: keeps the mapping alive
-    cdef readonly int64_t count
-    cdef readonly int64_t unit_count
-    cdef readonly int64_t queue_count
-    cdef readonly int64_t file_from
-    cdef readonly int64_t start
-    cdef readonly int64_t stop
-    cdef readonly int64_t last_store_timestamp
-    cdef readonly str reason
-    cdef readonly bytes index_keys
+    # attributes: _reput.pxd
 
     def __cinit__(self):
         self.units = NULL
@@ -118,21 +82,6 @@ cdef class ParsedBatch:
 
     def __len__(self):
         return self.count
-
-    @property
-    def mapped_address(self) -> int:
-        """Base address of the CommitLog file the batch was parsed from."""
-        return <size_t>self.base
-
-    @property
-    def units_address(self) -> int:
-        """Address of the BatchUnit array (unit_count entries, in record order)."""
-        return <size_t>self.units
-
-    @property
-    def queues_address(self) -> int:
-        """Address of the BatchQueue array (queue_count entries)."""
-        return <size_t>self.queues
 
     @property
     def index_key_count(self) -> int:

@@ -16,6 +16,7 @@ from posix.unistd cimport close as c_close, ftruncate, getpid
 
 from mq_bytes cimport *
 from mq_ctl cimport *
+from mqstore._mapped cimport MappedFile
 
 cdef extern from "<sys/mman.h>" nogil:
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset)
@@ -113,12 +114,7 @@ def control_block_size(int64_t table_slots) -> int:
 cdef class ControlBlock:
     """One store's shared-memory control block, mapped from a file (``<store>/mqstore.shm``)."""
 
-    cdef char *base
-    cdef readonly Py_ssize_t size
-    cdef readonly str path
-    cdef readonly bint readonly
-    cdef readonly bint reused
-    cdef int fd
+    # attributes: _shm.pxd
 
     def __cinit__(self):
         self.base = NULL
@@ -239,12 +235,12 @@ cdef class ControlBlock:
         self.base = <char *>p
         self.size = size
 
-    cdef inline char *_b(self) except NULL:
+    cdef char *_b(self) except NULL:
         if self.base == NULL:
             raise ValueError("control block is closed")
         return self.base
 
-    cdef inline char *_w(self) except NULL:
+    cdef char *_w(self) except NULL:
         """The base for a method that writes: refused on a read-only attach (it would fault)."""
         if self.readonly:
             raise ValueError(f"control block {self.path} is attached read-only")
@@ -257,11 +253,6 @@ cdef class ControlBlock:
         if self.fd >= 0:
             c_close(self.fd)
             self.fd = -1
-
-    @property
-    def address(self) -> int:
-        """Base address of the mapping, for the put path kernel in this process."""
-        return <size_t>self._b()
 
     # -- header ---------------------------------------------------------------------------
     @property
@@ -620,14 +611,7 @@ cdef class TransientStorePool:
     mqstore.log.pool.replay_transient_pool), and a stale pool is never attached to another block.
     """
 
-    cdef char *base
-    cdef readonly int64_t size
-    cdef readonly str path
-    cdef int fd
-    cdef readonly int64_t buffers
-    cdef readonly int64_t file_size
-    cdef readonly bint locked
-    cdef readonly int lock_errno
+    # attributes: _shm.pxd
 
     def __cinit__(self):
         self.base = NULL
@@ -715,7 +699,7 @@ cdef class TransientStorePool:
         self.base = <char *>p
         self.size = size
 
-    cdef inline char *_buffer(self, int64_t file_from) except NULL:
+    cdef char *_buffer(self, int64_t file_from) except NULL:
         if self.base == NULL:
             raise ValueError("the transient store pool is closed")
         if file_from < 0 or file_from % self.file_size:
@@ -726,9 +710,6 @@ cdef class TransientStorePool:
         """The buffer the CommitLog file starting at file_from writes into."""
         self._buffer(file_from)
         return (file_from // self.file_size) % self.buffers
-
-    def buffer_address(self, int64_t file_from) -> int:
-        return <size_t>self._buffer(file_from)
 
     def buffer_view(self, int64_t file_from) -> memoryview:
         """The buffer of a file as a writable memoryview (valid while the pool is open)."""
@@ -743,13 +724,14 @@ cdef class TransientStorePool:
     def ctl_owner_pid(self) -> int:
         return (<int64_t *>self.base)[5] if self.base != NULL else -1
 
-    def commit_into(self, size_t file_address, int64_t file_from, int64_t start, int64_t end):
-        """Copy bytes [start, end) of file file_from's buffer into the mapped file at
-        file_address (the commit of RocketMQ's CommitRealTimeService), without the GIL."""
-        cdef char *src = self._buffer(file_from)
-        if not 0 <= start <= end <= self.file_size:
-            raise ValueError(f"commit range [{start}, {end}) is not inside a file of {self.file_size} bytes")
-        cdef char *dst = <char *>file_address
+    def commit_into(self, MappedFile mapped_file not None, int64_t start, int64_t end):
+        """Copy bytes [start, end) of mapped_file's buffer into mapped_file (the commit of
+        RocketMQ's CommitRealTimeService), without the GIL."""
+        cdef char *src = self._buffer(mapped_file.file_from)
+        if not 0 <= start <= end <= self.file_size or mapped_file.file_size != self.file_size:
+            raise ValueError(f"commit range [{start}, {end}) is not inside a file of {self.file_size} bytes "
+                             f"(the mapped file has {mapped_file.file_size})")
+        cdef char *dst = mapped_file._w()
         with nogil:
             memcpy(dst + start, src + start, end - start)
 

@@ -71,23 +71,7 @@ cdef class MappedFile:
     the CommitLog keeps its store-wide positions in the control block.
     """
 
-    cdef char *base
-    cdef int fd
-    cdef readonly str path
-    cdef readonly int64_t file_from
-    cdef readonly int64_t file_size
-    cdef public int64_t wrote_position
-    cdef public int64_t committed_position
-    cdef public int64_t flushed_position
-    cdef public int64_t store_timestamp
-    cdef int exports
-    cdef int ref_count
-    cdef bint available
-    cdef bint cleanup_over
-    cdef int64_t first_shutdown_ms
-    cdef readonly bint locked_in_memory
-    cdef readonly bint readonly
-    cdef public int64_t allocated
+    # attributes: _mapped.pxd
 
     def __cinit__(self):
         self.base = NULL
@@ -199,12 +183,12 @@ cdef class MappedFile:
             mf.fd = -1
         return mf
 
-    cdef inline char *_b(self) except NULL:
+    cdef char *_b(self) except NULL:
         if self.base == NULL:
             raise ValueError(f"{self.path} is unmapped")
         return self.base
 
-    cdef inline char *_w(self) except NULL:
+    cdef char *_w(self) except NULL:
         if self.readonly:
             raise PermissionError(f"{self.path} is mapped read-only")
         return self._b()
@@ -212,10 +196,6 @@ cdef class MappedFile:
     def __repr__(self):
         return (f"MappedFile({os.path.basename(self.path) if self.path else None}, wrote={self.wrote_position}, "
                 f"committed={self.committed_position}, flushed={self.flushed_position})")
-
-    @property
-    def address(self) -> int:
-        return <size_t>self._b()
 
     @property
     def file_name(self) -> str:

@@ -22,6 +22,9 @@ from mq_ctl cimport *
 from mq_record cimport *
 from mq_status cimport *
 
+from mqstore._mapped cimport MappedFile
+from mqstore._shm cimport ControlBlock, TransientStorePool
+
 from mqstore.errors import PutMessageError, StoreClosedError
 from mqstore.log.record import encode_host
 from mqstore.status import HINTS, PutMessageStatus
@@ -499,10 +502,10 @@ cdef class CommitLogAppender:
     cdef object ctl_obj
     cdef int lock_kind
     cdef readonly int64_t file_size
-    cdef object cur_file
+    cdef MappedFile cur_file
     cdef object cur_view
     cdef char *cur_base
-    cdef object pool
+    cdef TransientStorePool pool
     cdef int64_t pool_buffers
     cdef int64_t cur_from
     cdef object file_provider
@@ -536,7 +539,7 @@ cdef class CommitLogAppender:
             raise ValueError(f"max_topic_length={max_topic_length}: must be 1..{MQ_MAX_TOPIC_BYTES_V1}")
         self.max_topic_length = max_topic_length
         self.valid_topics = set()
-        self.ctl = <char *><size_t>control_block.address
+        self.ctl = (<ControlBlock?>control_block)._w()
         # which layout of the block this appender writes under: a block laid out again in place
         # (ControlBlock.create on a full disk) has a later created_ms, and then nothing is written
         self.block_created_ms = mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS))
@@ -562,17 +565,17 @@ cdef class CommitLogAppender:
         if pool is not None and pool.file_size != file_size:
             raise ValueError(f"the transient store pool has buffers of {pool.file_size} bytes, files are {file_size}")
 
-    def set_current_file(self, mapped_file):
+    def set_current_file(self, MappedFile mapped_file not None):
         """Make mapped_file the one appends go to (called by the file provider); with the
         transient store pool, appends go to the file's buffer in the pool."""
         self.cur_file = mapped_file
         self.cur_from = mapped_file.file_from
         if self.pool is None:
             self.cur_view = mapped_file
-            self.cur_base = <char *><size_t>mapped_file.address
+            self.cur_base = mapped_file._w()
         else:
             self.cur_view = self.pool.buffer_view(self.cur_from)
-            self.cur_base = <char *><size_t>self.pool.buffer_address(self.cur_from)
+            self.cur_base = self.pool._buffer(self.cur_from)
 
     def forget_current_file(self):
         self.cur_file = None
@@ -1090,7 +1093,7 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
     cdef char *ctl = NULL
     if control_block is not None:
-        ctl = <char *><size_t>control_block.address
+        ctl = (<ControlBlock?>control_block)._w()
     cdef int64_t pos = start, count = 0, last_ts = -1, qoff, phy, ts
     cdef int32_t qid, sf
     cdef int r

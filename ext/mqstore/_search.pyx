@@ -6,12 +6,11 @@ with Kafka's hot/cold ("warm section") split (spec §15) and a count of what it 
 A ConsumeQueue file is a run of 20-byte units ``long commitLogOffset | int msgSize | long
 tagsCode`` (big-endian); a unit's time is the STORETIMESTAMP of its CommitLog record, read at
 record + 56, or + 68 when the record's SYSFLAG (record + 36) has BORNHOST_V6 (0x10) (spec §1.2).
-The search runs in C without the GIL: it reads the CQ and CommitLog mappings through raw
-addresses, so the caller must keep every mapping it passes alive for the call (``hold()`` the
-MappedFiles, spec §6.1), as RocketMQ's readers do.
+The search runs in C without the GIL over the CQ file's MappedFile and the CommitLog's LogMap
+(mqstore._reads), which keep their mappings alive for the call.
 
 Removed units. A unit whose commitLogOffset < min_phy, or whose CommitLog file is out of range
-or not mapped (base address 0), or whose fields would lie past its file's end, is *removed*:
+or not mapped in the LogMap, or whose fields would lie past its file's end, is *removed*:
 older than any time (RocketMQ: ``low = mid + 20``). Removed units are expected to be a prefix
 of the range, since the CommitLog is deleted from its head.
 
@@ -52,11 +51,13 @@ checks one record, ``crc32`` is zlib's CRC-32, folded with PCLMULQDQ where the C
 (``CRC_FOLDED``). mqstore.twin.reads is their pure-Python twin.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from mq_bytes cimport mq_crc32_init, mq_get_i32, mq_get_i64
 from mq_record cimport MQ_PARSE_OK, MQ_POS_BODYCRC, RecordHead, parse_record_head
+
+from mqstore._mapped cimport MappedFile
+from mqstore._reads cimport LogMap
 
 cdef enum:
     CQ_UNIT = 20                # spec §3 CQ_STORE_UNIT_SIZE
@@ -78,7 +79,7 @@ cdef struct Search:
     const char *cq
     int64_t ts
     int64_t min_phy
-    const int64_t *cl_bases
+    char **cl_bases             # LogMap.bases: file k's mapping or NULL
     int64_t cl_count
     int64_t cl_first_from
     int64_t cl_file_size
@@ -110,12 +111,12 @@ cdef bint store_time(Search *s, int64_t phy, int64_t *out) noexcept nogil:
     if phy < s.min_phy or phy < s.cl_first_from:
         return False
     cdef int64_t k = (phy - s.cl_first_from) // s.cl_file_size
-    if k >= s.cl_count or s.cl_bases[k] == 0:
+    if k >= s.cl_count or s.cl_bases[k] == NULL:
         return False
     cdef int64_t file_pos = phy - s.cl_first_from - k * s.cl_file_size
     if file_pos + POS_SYSFLAG + 4 > s.cl_file_size:
         return False
-    cdef const char *rec = <const char *><size_t>s.cl_bases[k] + file_pos
+    cdef const char *rec = s.cl_bases[k] + file_pos
     note_bytes(s.cl_pages, &s.n_cl, rec + POS_SYSFLAG, 4)
     cdef int32_t sys_flag = mq_get_i32(rec + POS_SYSFLAG)
     cdef int64_t at = POS_STORETIMESTAMP_V6 if sys_flag & BORNHOST_V6_FLAG else POS_STORETIMESTAMP
@@ -170,41 +171,36 @@ cdef int64_t search(Search *s, int64_t low, int64_t high, int64_t warm_bytes) no
     return lo
 
 
-cdef int init_search(Search *s, int64_t min_phy, const int64_t[::1] cl_bases, int64_t cl_first_from,
-                     int64_t cl_file_size) except -1:
-    if cl_file_size <= 0:
-        raise ValueError(f"cl_file_size must be > 0, got {cl_file_size}")
+cdef int init_search(Search *s, int64_t min_phy, LogMap log) except -1:
     s.min_phy = min_phy
-    s.cl_count = cl_bases.shape[0]
-    s.cl_bases = &cl_bases[0] if s.cl_count > 0 else NULL
-    s.cl_first_from = cl_first_from
-    s.cl_file_size = cl_file_size
+    s.cl_count = log.n
+    s.cl_bases = log.bases
+    s.cl_first_from = log.first_from
+    s.cl_file_size = log.file_size
     s.probes = 0
     s.n_cq = 0
     s.n_cl = 0
     return 0
 
 
-def offset_by_time(size_t cq_address, int64_t low, int64_t high, int64_t ts, int64_t min_phy,
-                   const int64_t[::1] cl_bases, int64_t cl_first_from, int64_t cl_file_size,
-                   int warm_bytes=WARM_BYTES_DEFAULT):
-    """The unit position in [low, high] (byte positions in the CQ file mapped at cq_address)
-    whose store time is nearest ts, by the module's rules; (position, cq_pages, cl_pages, probes).
+def offset_by_time(MappedFile cq not None, int64_t low, int64_t high, int64_t ts, int64_t min_phy,
+                   LogMap log not None, int warm_bytes=WARM_BYTES_DEFAULT):
+    """The unit position in [low, high] (byte positions in the ConsumeQueue file cq) whose
+    store time is nearest ts, by the module's rules; (position, cq_pages, cl_pages, probes).
 
-    cl_bases[k] is the base address of CommitLog file k (starting at cl_first_from +
-    k * cl_file_size), 0 if not mapped. Every mapping must stay alive during the call.
-    Raises ValueError for a position that is negative or not a multiple of 20, a null CQ
-    address, cl_file_size <= 0 or warm_bytes < 0.
+    log holds the CommitLog files the units point into. Raises ValueError for a position that
+    is negative, not a multiple of 20 or whose unit lies past the file, an unmapped file, or
+    warm_bytes < 0.
     """
-    if cq_address == 0:
-        raise ValueError("cq_address is NULL")
     if low < 0 or low % CQ_UNIT or high % CQ_UNIT:
         raise ValueError(f"low ({low}) and high ({high}) must be unit positions (multiples of 20, low >= 0)")
+    if high >= low and high + CQ_UNIT > cq.file_size:
+        raise ValueError(f"high ({high}) is past the end of the {cq.file_size}-byte ConsumeQueue file")
     if warm_bytes < 0:
         raise ValueError(f"warm_bytes must be >= 0, got {warm_bytes}")
     cdef Search s
-    init_search(&s, min_phy, cl_bases, cl_first_from, cl_file_size)
-    s.cq = <const char *>cq_address
+    init_search(&s, min_phy, log)
+    s.cq = cq._b()
     s.ts = ts
     cdef int64_t pos
     with nogil:
@@ -212,12 +208,11 @@ def offset_by_time(size_t cq_address, int64_t low, int64_t high, int64_t ts, int
     return pos, s.n_cq, s.n_cl, s.probes
 
 
-def store_time_at(int64_t phy_offset, const int64_t[::1] cl_bases, int64_t cl_first_from,
-                  int64_t cl_file_size, int64_t min_phy=0):
+def store_time_at(int64_t phy_offset, LogMap log not None, int64_t min_phy=0):
     """The STORETIMESTAMP of the CommitLog record at phy_offset as the search reads it, or None
     when that unit would count as removed (before min_phy, file not mapped or out of range)."""
     cdef Search s
-    init_search(&s, min_phy, cl_bases, cl_first_from, cl_file_size)
+    init_search(&s, min_phy, log)
     cdef int64_t t = 0
     cdef bint live
     with nogil:
@@ -393,36 +388,22 @@ def record_status(data) -> int:
     return c_record_status(<const char *>&view[0], view.shape[0])
 
 
-def first_corrupt(list phys, cl_bases, int64_t cl_first_from, int64_t cl_file_size):
+def first_corrupt(list phys not None, LogMap log not None):
     """(index, status) of the first record of phys (CommitLog offsets) that is not RECORD_OK,
     or (-1, RECORD_OK) when every record checks: getMessage's result in one call.
 
-    cl_bases[k] is the base address of CommitLog file k (starting at cl_first_from +
-    k * cl_file_size), 0 if not mapped: a buffer of native int64 (``array('q')``, read through
-    the plain buffer protocol, cheaper than a typed memoryview for a call this short); every
-    mapping must stay alive during the call. A record whose file is not mapped (deleted since
-    the read) is skipped: there is nothing to check. A record is checked within its file (it
-    may not run past the file's end)."""
-    if cl_file_size <= 0:
-        raise ValueError(f"cl_file_size must be > 0, got {cl_file_size}")
-    cdef Py_buffer buf
-    PyObject_GetBuffer(cl_bases, &buf, PyBUF_SIMPLE)
-    cdef const int64_t *bases = <const int64_t *>buf.buf
-    cdef int64_t count = buf.len // 8, phy, k, pos
+    log holds the CommitLog files. A record whose file is not mapped there (deleted since the
+    read) is skipped: there is nothing to check. A record is checked within its file (it may
+    not run past the file's end)."""
     cdef Py_ssize_t i, n = len(phys)
+    cdef int64_t avail = 0
+    cdef const char *p
     cdef int status = REC_OK
-    try:
-        for i in range(n):
-            phy = phys[i]
-            if phy < cl_first_from:
-                continue
-            k = (phy - cl_first_from) // cl_file_size
-            if k >= count or bases[k] == 0:
-                continue
-            pos = phy - cl_first_from - k * cl_file_size
-            status = c_record_status(<const char *><size_t>bases[k] + pos, cl_file_size - pos)
-            if status != REC_OK:
-                return i, status
-    finally:
-        PyBuffer_Release(&buf)
+    for i in range(n):
+        p = log.rest_at(phys[i], &avail)
+        if p == NULL:
+            continue
+        status = c_record_status(p, avail)
+        if status != REC_OK:
+            return i, status
     return -1, REC_OK
