@@ -1,0 +1,43 @@
+"""The owner's configuration file (``mqstore.config.json``), written when a store opens and read
+by the node's service processes and by every process that attaches."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mqstore.config import StoreConfig
+from mqstore.layout import CONFIG_NAME
+
+
+def write_config(root: str, config: StoreConfig) -> None:
+    """Write config where service processes and attaching processes read it (atomically).
+    Nothing is written when the file already says the same (a store reopened on a full disk
+    with its own settings needs no new block for it)."""
+    path = os.path.join(root, CONFIG_NAME)
+    text = json.dumps(config.to_dict(changed_only=True), indent=1, sort_keys=True)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == text:
+                return
+    except (OSError, UnicodeDecodeError):
+        pass
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.replace(tmp, path)
+
+
+def read_config(root: str) -> StoreConfig:
+    """The configuration the owner of root wrote (StoreConfig defaults where it changed nothing)."""
+    with open(os.path.join(root, CONFIG_NAME), encoding="utf-8") as fh:
+        return StoreConfig.from_dict(json.load(fh)).validate()

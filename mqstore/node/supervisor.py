@@ -1,0 +1,163 @@
+"""The supervisor, a thread of the node's owner: one process per service kind, started in order,
+restarted when one dies (with a back-off), stopped in order at shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO
+
+from mqstore.errors import MQStoreError
+from mqstore.services import SERVICE_KINDS
+
+log = logging.getLogger("mqstore.node")
+
+READY_TIMEOUT_S = 60.0
+# what a service process runs (``python -m mqstore.node.service`` would import that module twice)
+_SERVICE_ENTRY = "import sys; from mqstore.node.service import main; sys.exit(main(sys.argv[1:]))"
+STOP_TIMEOUT_S = 30.0
+RESTART_BACKOFF_S = (0.05, 0.2, 0.5, 1.0, 2.0)
+#: services whose work runs well ahead of need (the allocator prepares the next and the
+#: next-next file; the cleaner runs every 10 s) yield the CPU to writers, the flusher and the
+#: dispatcher: populating a new 64 MiB file is ~60 ms of zeroing pages, which on a 2-core
+#: machine otherwise pushes the dispatcher off a core while writers run flat out
+BACKGROUND_KINDS = ("allocator", "cleaner")
+BACKGROUND_NICE = 10
+
+
+@dataclass
+class ServiceProcess:
+    kind: str
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    exits: list[int] = field(default_factory=list)
+    recent: list[float] = field(default_factory=list)  # monotonic times of recent exits
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else -1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class ServiceStartError(MQStoreError, RuntimeError):
+    """A service process did not report READY (its log says why)."""
+
+    hint = "see the service's log lines on stderr"
+
+
+class Supervisor:
+    """Starts one process per service kind, restarts one that dies, stops them in order."""
+
+    def __init__(self, root: str, kinds: tuple[str, ...] = SERVICE_KINDS, *, log_dir: str | None = None) -> None:
+        self.root = root
+        self.kinds = kinds
+        self.log_dir = log_dir
+        self.services = {kind: ServiceProcess(kind) for kind in kinds}
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        for kind in self.kinds:
+            self._spawn(self.services[kind])
+        self._thread = threading.Thread(target=self._watch, name="mqstore-supervisor", daemon=True)
+        self._thread.start()
+
+    def _spawn(self, sp: ServiceProcess) -> None:
+        stderr: IO[bytes] | None = None
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+            stderr = open(os.path.join(self.log_dir, f"{sp.kind}.log"), "ab")
+        try:
+            # a process group of its own: Ctrl-C in a terminal signals the foreground group, and
+            # only the owner must get it (it stops the services in order); a service that died
+            # of it while starting failed the node's start, one killed mid-run left `abort`
+            proc = subprocess.Popen([sys.executable, "-c", _SERVICE_ENTRY, "--service", sp.kind, self.root],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                    process_group=0)
+        finally:
+            if stderr is not None:
+                stderr.close()
+        assert proc.stdout is not None
+        line = _read_line(proc.stdout, READY_TIMEOUT_S)
+        if line != b"READY":
+            proc.kill()
+            proc.wait()
+            raise ServiceStartError(f"the {sp.kind} process did not start (exit {proc.returncode}, said {line!r}); "
+                                    f"see its log" + (f" in {self.log_dir}" if self.log_dir else " on stderr"))
+        sp.proc = proc
+        sp.starts += 1
+        log.info("service %s running as pid %d", sp.kind, proc.pid)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.05):
+            for sp in self.services.values():
+                with self._lock:
+                    if self._stopping.is_set() or sp.proc is None or sp.proc.poll() is None:
+                        continue
+                    code = sp.proc.returncode
+                    sp.exits.append(code)
+                    now = time.monotonic()
+                    # back off when it keeps dying: by the number of exits in the last 10 s
+                    sp.recent = [t for t in sp.recent if now - t < 10.0] + [now]
+                    log.error("service %s (pid %d) died (exit %s); restarting", sp.kind, sp.proc.pid, code)
+                    delay = RESTART_BACKOFF_S[min(len(sp.recent), len(RESTART_BACKOFF_S)) - 1]
+                    try:
+                        sp.proc.stdout.close()  # type: ignore[union-attr]
+                    except OSError:
+                        pass
+                    sp.proc = None
+                if self._stopping.wait(delay):
+                    return
+                with self._lock:
+                    if self._stopping.is_set():
+                        return
+                    try:
+                        self._spawn(sp)
+                        self.restarts += 1
+                    except (OSError, ServiceStartError) as exc:
+                        log.error("restarting %s failed: %s", sp.kind, exc)
+
+    def stop(self) -> dict[str, int]:
+        """Stop every service process, last started first; returns their exit codes."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        codes = {}
+        with self._lock:
+            for kind in reversed(self.kinds):
+                sp = self.services[kind]
+                if sp.proc is None:
+                    continue
+                sp.proc.send_signal(signal.SIGTERM)
+                try:
+                    codes[kind] = sp.proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    log.error("service %s did not stop within %.0f s; killing it", kind, STOP_TIMEOUT_S)
+                    sp.proc.kill()
+                    codes[kind] = sp.proc.wait()
+                if sp.proc.stdout is not None:
+                    sp.proc.stdout.close()
+        return codes
+
+    def pids(self) -> dict[str, int]:
+        return {kind: sp.pid for kind, sp in self.services.items()}
+
+
+def _read_line(stream: IO[bytes], timeout_s: float) -> bytes:
+    """The first line of a child's stdout, or b"" at EOF / after the timeout."""
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return out[0].strip() if out else b""
