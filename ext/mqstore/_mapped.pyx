@@ -46,7 +46,7 @@ cdef int64_t PAGE = 4096
 #: bytes per msync call of flush_range (the kernel yields its CPU between calls)
 cdef int64_t FLUSH_SLICE = 4 << 20
 
-# Fault injection (mqstore.testing.faults): the next N flushes fail with this errno instead
+# Fault injection (inject_flush_failure, for tests): the next N flushes fail with this errno instead
 # of calling msync, so tests can prove a failed flush is never reported as success.
 cdef int _fail_flush_errno = 0
 cdef int _fail_flush_count = 0
