@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ABORT_NAME", "BLANK_MAGIC_CODE", "CHECKPOINT_NAME", "COMMITLOG_DIR", "CONFIG_NAME", "CONSUMEQUEUE_DIR",
-    "CONTROL_BLOCK_NAME", "CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "INDEX_DIR", "LOCK_NAME", "MESSAGE_MAGIC_CODE",
+    "CLEAN_CLOSE_NAME", "CONTROL_BLOCK_NAME", "CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "INDEX_DIR", "LOCK_NAME", "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2", "NODE_INFO_NAME", "OS_PAGE_SIZE", "STORE_ENTRIES",
 ]
 
@@ -27,9 +27,12 @@ CONTROL_BLOCK_NAME = "mqstore.shm"
 CONFIG_NAME = "mqstore.config.json"
 #: what `mqstore node` writes about the running node (pids, start time)
 NODE_INFO_NAME = "mqstore.node.json"
+#: what a clean shutdown leaves for the next open (mqstore.log.clean_close)
+CLEAN_CLOSE_NAME = "mqstore.clean.json"
 #: every name a store directory may hold (RocketMQ's and mqstore's own)
 STORE_ENTRIES = frozenset({COMMITLOG_DIR, CONSUMEQUEUE_DIR, "consumequeue_ext", INDEX_DIR, CHECKPOINT_NAME,
-                           ABORT_NAME, LOCK_NAME, "config", CONTROL_BLOCK_NAME, CONFIG_NAME, NODE_INFO_NAME})
+                           ABORT_NAME, LOCK_NAME, "config", CONTROL_BLOCK_NAME, CONFIG_NAME, NODE_INFO_NAME,
+                           CLEAN_CLOSE_NAME})
 
 # -- sizes ----------------------------------------------------------------------------------
 #: spec §6.1: flush and commit page arithmetic, msync ranges

@@ -36,6 +36,8 @@ from mqstore.queue.reads import (MessageReader, QueryMessageResult, TimeLookup, 
 from mqstore.queue.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
 from mqstore.node import Supervisor, read_config, write_config
 from mqstore.log import pool as transient_pool
+from mqstore.log import clean_close as clean_close_record
+from mqstore.log.clean_close import CleanClose
 from mqstore.queue.follow import NOT_FOLLOWING, Follower, NotFollowing
 from mqstore.services import SERVICE_KINDS
 from mqstore.services.allocate import AllocateClient
@@ -513,6 +515,10 @@ class MessageStore(StoreBase):
     def _open(self) -> None:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(self.abort_path)
+        clean_close, why = clean_close_record.read(self.root)
+        if why:
+            log.warning("recovery: %s; scanning the last files", why)
+        clean_close_record.remove(self.root)  # it describes the files only until they change
         ctl_path = os.path.join(self.root, CONTROL_BLOCK_NAME)
         fence_control_block(ctl_path)
         # bytes a dead owner's writers appended to its transient store pool go into the files
@@ -543,7 +549,8 @@ class MessageStore(StoreBase):
         self.recovery: RecoveryReport = recover_store(
             self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
-            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index)
+            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index,
+            clean_close=clean_close if self.last_exit_ok else None)
         self.commitlog.prepare_for_writes()
         self.consume_queues.publish_to(self.ctl)  # readers in other processes follow the queues
         self.dispatcher = Dispatcher.from_config(self.commitlog, self.consume_queues, self.index, self.ctl, cfg)
@@ -665,6 +672,9 @@ class MessageStore(StoreBase):
             errors += [f"the {kind} process exited with {code}" for kind, code in codes.items() if code != 0]
         flushed_all = self.ctl.get("flushed") >= self.ctl.get("wrote")
         behind = self.dispatcher.behind()
+        closing = CleanClose(self.ctl.get("wrote"), 0, self.ctl.get("last_store_timestamp"),
+                             [(t, q, n) for t, q, n in self.ctl.table_items() if n > 0])
+        crc = clean_close_record.tail_crc(self.commitlog.queue, closing.wrote)
         ts = self.ctl.get("flushed_store_timestamp")
         if ts > 0:
             self.checkpoint.physic_msg_timestamp = ts
@@ -681,6 +691,9 @@ class MessageStore(StoreBase):
         self.ctl.mark_closed()
         self.ctl.close()
         if flushed_all and not errors and behind == 0:
+            if crc is not None:
+                closing.tail_crc = crc
+                clean_close_record.write(self.root, closing)
             os.unlink(self.abort_path)
         else:
             why = "unflushed data" if not flushed_all else (f"{behind} bytes not dispatched" if behind else errors[0])

@@ -214,7 +214,8 @@ def test_info_closed_store(open_store, capsys):
     info = json.loads(out)
     assert code == EXIT_OK
     assert info["status"] == "clean" and info["lock_held"] is False and info["abort_file"] is False
-    assert info["entries"] == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.config.json", "mqstore.shm"]
+    assert info["entries"] == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.clean.json", "mqstore.config.json",
+                               "mqstore.shm"]
     assert info["checkpoint"]["physic_msg_timestamp"] > 0
     ctl = info["control_block"]
     assert ctl["state"] == "CLOSED" and ctl["queues"] == 3
@@ -542,7 +543,8 @@ def test_recover_after_a_clean_shutdown_plans_nothing(open_store, capsys):
     assert plan["report"]["dispatch_from"] == plan["report"]["valid_end"]
     store = open_store(root)  # the real open does what the dry run said
     assert report_of(store) == plan["report"]
-    assert plan["report"]["valid_end"] == store.max_phy_offset and plan["report"]["records"] > 0
+    assert plan["report"]["valid_end"] == store.max_phy_offset
+    assert plan["report"]["stop_reason"] == "clean-close record" and plan["report"]["records"] == 0  # no scan
 
 
 def crash_writer(root: str, n: int, config: dict, pause_every: int = 0) -> list[tuple[int, int, int, int]]:
@@ -684,6 +686,7 @@ class FakeTerminal(io.StringIO):
 
 def test_progress_bar_draws_on_a_terminal_only(open_store, capsys, monkeypatch):
     root = closed_store(open_store, 1500)  # several CommitLog files
+    os.unlink(os.path.join(root, "mqstore.clean.json"))  # so that the recovery scans them (a RocketMQ store)
     tty = FakeTerminal()
     monkeypatch.setattr(sys, "stderr", tty)
     assert main(["recover", root]) == EXIT_OK

@@ -34,7 +34,7 @@ def test_demo_puts_consumes_and_looks_up(tmp_path):
     assert "verified: 8,000 records" in out
     # a second run reopens the store, consumes only what it put, and finds the key twice
     out = run_demo(store, 4000)
-    assert "recovery after clean shutdown: 8000 records" in out
+    assert "recovery after clean shutdown: valid end from the clean-close record (no scan)" in out
     assert re.search(r"get_message :\s+4,000 messages", out)
     assert out.count("query_message('order-3000')") == 2
     assert "verified: 16,000 records" in out

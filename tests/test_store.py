@@ -23,10 +23,12 @@ def test_layout_and_clean_reopen(store_dir):
     with MessageStore(store_dir, **SMALL) as store:
         assert os.path.exists(os.path.join(store_dir, "abort"))
         results = fill(store, 1000)
-    assert sorted(os.listdir(store_dir)) == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.config.json", "mqstore.shm"]
+    assert sorted(os.listdir(store_dir)) == ["checkpoint", "commitlog", "consumequeue", "lock", "mqstore.clean.json",
+                                             "mqstore.config.json", "mqstore.shm"]
     assert all(len(n) == 20 for n in os.listdir(os.path.join(store_dir, "commitlog")))
     with MessageStore(store_dir, **SMALL) as store:
-        assert store.last_exit_ok and store.recovery.records == 1000
+        assert store.last_exit_ok and store.recovery.stop_reason == "clean-close record"
+        assert not os.path.exists(os.path.join(store_dir, "mqstore.clean.json"))  # it is only good until a write
         assert store.max_phy_offset == results[-1].wrote_offset + results[-1].wrote_bytes
         assert [store.next_queue_offset("T", q) for q in range(3)] == [334, 333, 333]
         assert store.put_message(Message("T", b"next", queue_id=0)).check().queue_offset == 334
@@ -88,7 +90,8 @@ def test_wrong_file_size_is_refused_and_data_kept(store_dir):
         MessageStore(store_dir, mapped_file_size_commit_log=128 * 1024)
     assert check_store(store_dir).raise_if_failed().records == 50
     with MessageStore(store_dir, **SMALL) as store:  # the lock was released by the failed open
-        assert store.recovery.records == 50
+        assert store.recovery.stop_reason == "clean-close record"  # the failed open left it in place
+        assert sum(store.get_max_offset_in_queue("T", q) for q in range(3)) == 50
 
 
 def test_impossible_config_is_refused_at_open(store_dir):

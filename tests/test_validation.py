@@ -98,7 +98,7 @@ LAYOUT = [re.compile(p) for p in (
     r"consumequeue(/[%|a-zA-Z0-9_-]{1,127}(/\d+(/\d{20})?)?)?",
     r"index(/\d{17})?",
     r"config(/.*)?",
-    r"(checkpoint|abort|lock|mqstore\.shm|mqstore\.config\.json|mqstore\.node\.json|mqstore\.pool(/.*)?)",
+    r"(checkpoint|abort|lock|mqstore\.shm|mqstore\.config\.json|mqstore\.node\.json|mqstore\.clean\.json|mqstore\.pool(/.*)?)",
 )]
 
 

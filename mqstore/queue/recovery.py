@@ -55,11 +55,13 @@ from mqstore._codec import check_record, decode_record
 from mqstore._commitlog import scan_records
 from mqstore.errors import CorruptRecordError
 from mqstore.log.mapped_file_queue import MappedFileQueue
+from mqstore.log.clean_close import mismatch as clean_close_mismatch
 from mqstore.progress import LogProgress
 from mqstore.log.scan import is_zero, why_invalid
 
 if TYPE_CHECKING:
     from mqstore._shm import CellName
+    from mqstore.log.clean_close import CleanClose
     from mqstore._shm import ControlBlock
     from mqstore.log.checkpoint import StoreCheckpoint
     from mqstore.queue.consume_queue import ConsumeQueue, ConsumeQueueTable
@@ -112,6 +114,8 @@ class RecoveryReport:
     dispatch_from: int = 0
     redispatched_records: int = 0
     last_store_timestamp: int = -1
+    #: why a clean-close record was there but not used ("" when it was used or absent)
+    clean_close_problem: str = ""
     elapsed_ms: float = 0.0
 
     @property
@@ -129,9 +133,14 @@ class RecoveryReport:
 
     def summary(self) -> str:
         how = "clean" if self.clean_shutdown else "abnormal (abort file present)"
-        text = (f"recovery after {how} shutdown: {self.records} records in {self.files_scanned} files "
-                f"checked from {self.first_file_scanned or '-'}, valid end {self.valid_end}, {self.queues} queues, "
+        if self.stop_reason == "clean-close record":
+            checked = "valid end from the clean-close record (no scan)"
+        else:
+            checked = f"{self.records} records in {self.files_scanned} files checked from {self.first_file_scanned or '-'}"
+        text = (f"recovery after {how} shutdown: {checked}, valid end {self.valid_end}, {self.queues} queues, "
                 f"{self.redispatched_records} records dispatched from {self.dispatch_from}")
+        if self.clean_close_problem:
+            text += f"; the clean-close record was not used: {self.clean_close_problem}"
         if self.short_files:
             text += f"; CommitLog files cut short: {', '.join(self.short_files)}"
         if self.short_empty_files:
@@ -336,9 +345,13 @@ def _check_first_file(cq: ConsumeQueue, min_phy: int) -> str:
 def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueueTable | None,
                   checkpoint: StoreCheckpoint | None, *, check_crc: bool, clean_shutdown: bool,
                   index_safe: bool = False, progress: Callable[[int, int], None] | None = None,
-                  index: Any = None) -> RecoveryReport:
+                  index: Any = None, clean_close: CleanClose | None = None) -> RecoveryReport:
     """Recover the CommitLog and the ConsumeQueues (and the index files, when given); rebuild
-    the (fresh) control block. Sets report.dispatch_from: where the start-up dispatch must begin."""
+    the (fresh) control block. Sets report.dispatch_from: where the start-up dispatch must begin.
+
+    After a clean shutdown, a clean-close record (mqstore.log.clean_close) that agrees with the
+    files stands for the scan of the last files: its write position is the valid end and its
+    queue offsets fill the topic-queue table."""
     t0 = time.monotonic()
     report = RecoveryReport(clean_shutdown=clean_shutdown, mode="normal" if clean_shutdown else "abnormal")
     if checkpoint is not None:
@@ -375,6 +388,14 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
             queues.destroy_all()
         report.valid_end = 0
     else:
+        trusted = None
+        if clean_shutdown and clean_close is not None:
+            report.clean_close_problem = clean_close_mismatch(queue, clean_close)
+            if report.clean_close_problem:
+                log.warning("recovery: the clean-close record is not used (%s); scanning the last files",
+                            report.clean_close_problem)
+            else:
+                trusted = clean_close
         if clean_shutdown:
             start = max(0, len(files) - NORMAL_RECOVERY_FILES)
         else:
@@ -383,7 +404,15 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
                 min_ts = checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
             start = choose_abnormal_start(queue, min_ts)
         scan_start = files[start].file_from
-        valid_end = scan_commitlog(queue, start, check_crc=check_crc, report=report, progress=progress, ctl=ctl)
+        if trusted is not None:
+            report.mode = "normal, from the clean-close record"
+            report.stop_reason = "clean-close record"
+            valid_end = trusted.wrote
+            report.last_store_timestamp = trusted.last_store_timestamp
+            for topic, qid, n in trusted.table:
+                ctl.table_set(topic, qid, n)
+        else:
+            valid_end = scan_commitlog(queue, start, check_crc=check_crc, report=report, progress=progress, ctl=ctl)
         report.deleted_data_files = [mf.file_name for mf in files if mf.file_from > valid_end
                                      and not is_zero(mf, 0, 8)]
         report.deleted_files, report.dropped_bytes = queue.truncate_dirty_files(valid_end)

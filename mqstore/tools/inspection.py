@@ -58,6 +58,7 @@ from mqstore.queue.files import (LogFile, QueueFiles, QueueInfo, ReadOnlyFileQue
                            log_end, log_files, open_commitlog, queue_dirs, queue_info, store_config)
 from mqstore.queue.index import IndexLoadPlan, _geometry_vouched, plan_index_load
 from mqstore.log.record import DecodedRecord
+from mqstore.log import clean_close as clean_close_record
 from mqstore.queue.recovery import RecoveryReport, recover_store
 
 INDEX_HEADER = struct.Struct(">qqqqii")  # spec §4.1
@@ -370,7 +371,8 @@ def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progres
         scan_progress = None if progress is None else functools.partial(progress, "commitlog")
         with _silenced("mqstore"):
             report = recover_store(log, ctl, table, checkpoint, check_crc=check, clean_shutdown=clean,
-                                   index_safe=index_safe, progress=scan_progress, index=index)
+                                   index_safe=index_safe, progress=scan_progress, index=index,
+                                   clean_close=clean_close_record.read(root)[0] if clean else None)
         scan_mf = log.get(int(report.first_file_scanned)) if report.first_file_scanned else None
         report.redispatched_records = _count_records(log, report.dispatch_from, report.valid_end)
         min_ts = 0 if clean else checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
