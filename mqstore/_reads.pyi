@@ -11,6 +11,9 @@ from typing_extensions import deprecated, disjoint_base
 from mqstore._mapped import MappedFile
 from mqstore.log.record import DecodedRecord
 
+def record_problem(status: int) -> str:
+    """What a record status (mqstore._search RECORD_*) says is wrong with a record."""
+
 @disjoint_base
 class LogMap:
     """CommitLog files by index for C readers (maps the available files, pins the mappings)."""
@@ -60,6 +63,9 @@ class GetMessageResult:
     def physical_offsets(self) -> list[int]: ...
     @property
     def sizes_list(self) -> list[int]: ...
+    def bodies(self) -> list[bytes]:
+        """Every message's body as bytes, in one call."""
+
     def buffers(self) -> list[memoryview]:
         """One zero-copy memoryview per message (the whole record)."""
 
@@ -111,6 +117,9 @@ class MessageView:
     def body(self) -> memoryview:
         """The body bytes, zero-copy (bytes(view.body) copies)."""
 
+    def body_bytes(self) -> bytes:
+        """The body as bytes: one copy, without the memoryview ``bytes(view.body)`` goes through."""
+
     @property
     def topic(self) -> str: ...
     @property
@@ -131,6 +140,7 @@ class ReadKernel:
     """The C side of mqstore.queue.reads.MessageReader: getMessage and the look-ups by queue offset
     in one call (units of a queue's current file read through its C append state)."""
 
+    check_crc_on_read: bool
     def __init__(self, queues: dict[tuple[str, int], Any], log_files: Any, control_block: Any) -> None: ...
     def set_transfer_limits(
         self, *, max_bytes_memory: int, max_count_memory: int, max_bytes_disk: int, max_count_disk: int
@@ -153,15 +163,25 @@ class ReadKernel:
         """Tags codes of a subscription expression "A || B" (spec §11), cached; None = all."""
 
     def get_message(
-        self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int, tags: str | None = None
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        tags: str | None = None,
+        capped: bool = True,
     ) -> GetMessageResult:
-        """getMessage (spec §11): up to max_msg_nums messages of a queue from offset."""
+        """getMessage (spec §11): up to max_msg_nums messages of a queue from offset; capped=False
+        lifts the transfer caps (a local bulk read)."""
 
-    def look_message_by_offset(self, phy_offset: int) -> MessageView | None:
-        """The message at a CommitLog offset, or None (spec §11 lookMessageByOffset)."""
+    def look_message_by_offset(self, phy_offset: int, check: bool | None = None) -> MessageView | None:
+        """The message at a CommitLog offset, or None (spec §11 lookMessageByOffset); with check
+        (default: check_crc_on_read), CorruptRecordError when its record fails its checks or body
+        CRC."""
 
     def look_message_by_queue_offset(self, topic: str, queue_id: int, queue_offset: int) -> MessageView | None:
-        """The message at a queue offset, or None."""
+        """The message at a queue offset, or None; checked as look_message_by_offset."""
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """STORETIMESTAMP of the message at a queue offset, -1 if none (spec §11)."""

@@ -22,7 +22,7 @@ from mqstore.store import AttachedStore
 ARGS = {
     "put_message": (Message("T", b"x"),), "put_messages": ([Message("T", b"x")],), "put": ("T", b"x"),
     "next_queue_offset": ("T", 0), "positions": (), "stats": (), "flush": (), "commit": (),
-    "get_message": ("g", "T", 0, 0), "look_message_by_offset": (0,), "look_message_by_queue_offset": ("T", 0, 0),
+    "get_message": ("g", "T", 0, 0), "read_messages": ("T", 0, 0), "look_message_by_offset": (0,), "look_message_by_queue_offset": ("T", 0, 0),
     "get_message_store_timestamp": ("T", 0, 0), "get_offset_in_queue_by_time": ("T", 0, 0),
     "offset_in_queue_by_time": ("T", 0, 0), "get_max_offset_in_queue": ("T", 0),
     "get_min_offset_in_queue": ("T", 0), "get_max_phy_offset": (), "get_min_phy_offset": (),
@@ -83,6 +83,8 @@ def _attached_refuses(root: str) -> None:
     (lambda s: s.get_message("g", "T", 0, 0, tags=5), TypeError, "get_message(): tags must be"),
     (lambda s: s.get_message("g", "T", 0, 0, tags=["A", 1]), TypeError, "the list holds 1"),
     (lambda s: s.get_message("g", "T", 0, 0, tags=[]), ValueError, "tags is an empty list"),
+    (lambda s: s.read_messages("T", "0", 0), TypeError, "read_messages(): queue_id must be an int"),
+    (lambda s: s.read_messages("T", 0, 0, 2**40), ValueError, "max_msg_nums=1099511627776 is out of range"),
     (lambda s: s.look_message_by_offset("0"), TypeError, "look_message_by_offset(): phy_offset must be an int"),
     (lambda s: s.look_message_by_queue_offset("T", 0, 1.5), TypeError, "queue_offset must be an int"),
     (lambda s: s.get_max_offset_in_queue("T", None), TypeError, "queue_id must be an int"),
@@ -109,6 +111,38 @@ def test_tags_may_be_a_list(open_store):
     store.wait_dispatched()
     assert [bytes(m.body) for m in store.get_message("g", "T", 0, 0, tags=["A", "C"])] == [b"A", b"C"]
     assert [bytes(m.body) for m in store.get_message("g", "T", 0, 0, tags=("B",))] == [b"B"]
+
+
+def test_bodies_as_bytes_in_one_call(open_store):
+    store = open_store()
+    bodies = [b"", b"x", bytes(range(256)) * 3] + [b"b%d" % i * i for i in range(27)]  # 30: under the cap of 32
+    for i, body in enumerate(bodies):
+        store.put_message(Message("T", body, tags="A" if i % 2 else None, properties={"p": "v"} if i % 3 else None,
+                                  born_host=("::1", 9) if i % 5 == 0 else None)).check()
+    store.wait_dispatched()
+    got = store.get_message("g", "T", 0, 0, 64)
+    assert got.bodies() == [bytes(m.body) for m in got] == [m.body_bytes() for m in got] == bodies
+    view = store.look_message_by_queue_offset("T", 0, 2)
+    assert view is not None and view.body_bytes() == bytes(view.body) == bodies[2]
+    assert store.get_message("g", "T", 0, len(bodies), 4).bodies() == []  # nothing found: no bodies
+
+
+def test_read_messages_is_get_message_without_the_transfer_caps(open_store):
+    store = open_store()
+    for start in range(0, 1000, 100):
+        store.put_messages([Message("T", b"%05d" % i, tags="A" if i % 3 else "B")
+                            for i in range(start, start + 100)]).check()
+    for _ in range(100):
+        store.put_message(Message("T", b"z" * 4000)).check()  # 400 KiB: over the 256 KiB cap
+    store.wait_dispatched()
+    assert len(store.get_message("g", "T", 0, 0, 1000)) == 32  # RocketMQ's cap, kept for get_message
+    got = store.read_messages("T", 0, 0, 1000)
+    assert got.status.name == "FOUND" and len(got) == 1000 and got.next_begin_offset == 1000
+    assert got.bodies() == [b"%05d" % i for i in range(1000)]
+    assert store.read_messages("T", 0, 1000).bodies() == [b"z" * 4000] * 100  # 1024 asked, 100 there
+    tagged = store.read_messages("T", 0, 0, 2000, tags="B")
+    assert tagged.bodies() == [b"%05d" % i for i in range(0, 1000, 3)]
+    assert store.read_messages("T", 0, 1100).status.name == "OFFSET_OVERFLOW_ONE"
 
 
 @pytest.mark.parametrize("max_msg_nums", [0, -1])

@@ -9,6 +9,7 @@
   current file through its ``ConsumeQueueKernel`` (mqstore._consumequeue).
 """
 
+import logging
 import warnings
 
 cimport cython
@@ -24,9 +25,38 @@ from mq_ctl cimport *
 from mq_record cimport *
 from mq_status cimport *
 
+from mq_check cimport REC_CRC_MISMATCH, REC_OK, c_record_status, mq_crc_fold_detect
+
 from mqstore._consumequeue cimport CQ_UNIT, FILLER_SIZE, ConsumeQueueKernel
 from mqstore._mapped cimport MappedFile
 from mqstore._shm cimport ControlBlock
+
+from mqstore.errors import CorruptRecordError
+
+_log = logging.getLogger("mqstore.reads")
+mq_crc32_init()
+mq_crc_fold_detect()
+
+
+def record_problem(int status) -> str:
+    """What a record status (mqstore._search RECORD_*) says is wrong with a record."""
+    if status == REC_CRC_MISMATCH:
+        return "its body does not match its BODYCRC"
+    return "its header does not parse (magic code or lengths damaged)"
+
+
+cdef object _checked(object view, bint check):
+    """view, or CorruptRecordError naming its physical offset when check is on and its record
+    fails the structure checks or its body CRC (the look-ups that return one message)."""
+    if not check or view is None:
+        return view
+    cdef MessageView v = <MessageView>view
+    cdef int status = c_record_status(v.p, v._size)
+    if status == REC_OK:
+        return view
+    problem = record_problem(status)
+    _log.error("the record at physical offset %d is damaged: %s", v._phy, problem)
+    raise CorruptRecordError(f"the record at physical offset {v._phy} is damaged: {problem}")
 
 
 cdef class LogMap:
@@ -209,6 +239,22 @@ cdef class GetMessageResult:
     def sizes_list(self) -> list:
         return [self.sizes[i] for i in range(self.count)]
 
+    def bodies(self) -> list:
+        """Every message's body as bytes, in one call (what ``[bytes(m.body) for m in result]``
+        gives, without a view and a memoryview per message)."""
+        cdef int i
+        cdef LogMap m = self.log_map
+        cdef const char *p
+        cdef RecordHead h
+        cdef list out = []
+        for i in range(self.count):
+            p = m.at(self.phys[i], self.sizes[i])
+            if p == NULL or self.sizes[i] < MQ_MIN_RECORD or parse_record_head(p, self.sizes[i], &h) != MQ_PARSE_OK:
+                raise CorruptRecordError(f"the record at physical offset {self.phys[i]} is damaged: its lengths "
+                                         f"do not fit its {self.sizes[i]} bytes")
+            out.append(PyBytes_FromStringAndSize(p + h.body_pos, h.body_len))
+        return out
+
     def buffers(self) -> list:
         """One zero-copy memoryview per message (the whole record)."""
         cdef int i
@@ -374,6 +420,11 @@ cdef class MessageView:
         self._parse()
         return (<LogMap>self.owner).slice_of(self._phy + self._h.body_pos, self._h.body_len)
 
+    def body_bytes(self) -> bytes:
+        """The body as bytes: one copy, without the memoryview ``bytes(view.body)`` goes through."""
+        self._parse()
+        return PyBytes_FromStringAndSize(self.p + self._h.body_pos, self._h.body_len)
+
     @property
     def topic(self) -> str:
         """The topic the record was stored under."""
@@ -535,6 +586,7 @@ cdef class ReadKernel:
     cdef object k_lmap_version
     cdef dict k_tag_cache
     cdef ScanLimits k_lim
+    cdef public bint check_crc_on_read   # the look-ups check the record they return
 
     def __init__(self, dict queues, log_files, control_block):
         self.k_queues = queues
@@ -618,8 +670,17 @@ cdef class ReadKernel:
         r.max_phy_offset_pulling = 0
         return r
 
-    def get_message(self, group, str topic, int queue_id, int64_t offset, int max_msg_nums, tags=None):
-        """getMessage (spec §11): up to max_msg_nums messages of a queue from offset."""
+    def get_message(self, group, str topic, int queue_id, int64_t offset, int max_msg_nums, tags=None,
+                    bint capped=True):
+        """getMessage (spec §11): up to max_msg_nums messages of a queue from offset. capped=False
+        lifts the transfer caps (count and bytes, from memory and from disk), which RocketMQ sets
+        for a network pull: a local bulk read takes max_msg_nums messages."""
+        cdef ScanLimits lim = self.k_lim
+        if not capped:
+            lim.max_bytes_memory = INT64_MAX
+            lim.max_count_memory = INT32_MAX
+            lim.max_bytes_disk = INT64_MAX
+            lim.max_count_disk = INT32_MAX
         cq_obj = self.k_queues.get((topic, queue_id))
         if cq_obj is None:
             return self._result(MQ_GET_NO_MESSAGE_IN_QUEUE, 0, 0, 0)
@@ -640,14 +701,14 @@ cdef class ReadKernel:
         cdef int64_t logic = offset * CQ_UNIT, consumed = 0, end, per_file
         cdef int status
         cdef const unsigned char[::1] view
-        self.k_lim.max_phy = self.readable_end()
-        self.k_lim.min_phy = lmap.first_from
-        self.k_lim.max_msg_nums = max_msg_nums
-        self.k_lim.scan_bytes_max = max(16000, <int64_t>max_msg_nums * CQ_UNIT)
+        lim.max_phy = self.readable_end()
+        lim.min_phy = lmap.first_from
+        lim.max_msg_nums = max_msg_nums
+        lim.scan_bytes_max = max(16000, <int64_t>max_msg_nums * CQ_UNIT)
         if cq.cur_base != NULL and cq.cur_from <= logic:
             # the current file: its units up to the C write position
             end = cq.cur_wrote if cq.cur_wrote < cq.file_size else cq.file_size
-            status = scan_units_into(r, lmap, cq.cur_base, logic - cq.cur_from, end, &self.k_lim, codes, &consumed)
+            status = scan_units_into(r, lmap, cq.cur_base, logic - cq.cur_from, end, &lim, codes, &consumed)
         else:
             got = cq_obj.get_index_buffer(offset)
             pinned = None
@@ -673,11 +734,11 @@ cdef class ReadKernel:
             r.log_map = lmap
             status = MQ_GET_NO_MATCHED_MESSAGE
             if pos < end:
-                status = scan_units_into(r, lmap, <const char *>&view[0], pos, end, &self.k_lim, codes, &consumed)
+                status = scan_units_into(r, lmap, <const char *>&view[0], pos, end, &lim, codes, &consumed)
         r.status = _STATUSES[status]
         r.next_begin_offset = offset + consumed
         if r.max_phy_offset_pulling >= 0:
-            r.suggest_pulling_from_slave = self.k_lim.max_phy - r.max_phy_offset_pulling > self.k_lim.in_memory_bytes_limit
+            r.suggest_pulling_from_slave = lim.max_phy - r.max_phy_offset_pulling > lim.in_memory_bytes_limit
         return r
 
     cdef int64_t _unit_phy(self, ConsumeQueueKernel cq, object cq_obj, int64_t queue_offset) except? -2:
@@ -690,22 +751,24 @@ cdef class ReadKernel:
         unit = cq_obj.unit(queue_offset)
         return -1 if unit is None else unit[0]
 
-    def look_message_by_offset(self, int64_t phy_offset):
+    def look_message_by_offset(self, int64_t phy_offset, check=None):
         """The message at a CommitLog offset, or None (at/after the max offset, deleted, or
-        not the start of a message; spec §11 lookMessageByOffset)."""
+        not the start of a message; spec §11 lookMessageByOffset). With check (default:
+        check_crc_on_read), CorruptRecordError when its record fails its structure checks or
+        body CRC."""
         if phy_offset < 0 or phy_offset >= self.readable_end():
             return None
-        return c_view_at(self.log_map(), phy_offset)
+        return _checked(c_view_at(self.log_map(), phy_offset), self.check_crc_on_read if check is None else check)
 
     def look_message_by_queue_offset(self, str topic, int queue_id, int64_t queue_offset):
-        """The message at a queue offset, or None."""
+        """The message at a queue offset, or None; checked as look_message_by_offset."""
         cq_obj = self.k_queues.get((topic, queue_id))
         if cq_obj is None:
             return None
         cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
         if phy < 0 or phy >= self.readable_end():
             return None
-        return c_view_at(self.log_map(), phy)
+        return _checked(c_view_at(self.log_map(), phy), self.check_crc_on_read)
 
     def get_message_store_timestamp(self, str topic, int queue_id, int64_t queue_offset):
         """STORETIMESTAMP of the message at a queue offset, -1 if none (spec §11)."""

@@ -7,7 +7,7 @@ kernels (mqstore._consumequeue, mqstore._search).
 
 With ``check_crc_on_read`` every message a read returns has its body CRC checked first
 (mqstore._search.first_corrupt / record_status, one C call per getMessage result): see
-``MessageReader.verified``, ``MessageReader.verify_view`` and ``query_message``.
+``MessageReader.verified``, the look-ups of ``ReadKernel`` (mqstore._reads) and ``query_message``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE
-from mqstore._reads import GetMessageResult, LogMap, MessageView, ReadKernel
-from mqstore._search import RECORD_CRC_MISMATCH, RECORD_OK, first_corrupt, offset_by_time, record_status
+from mqstore._reads import GetMessageResult, LogMap, MessageView, ReadKernel, record_problem
+from mqstore._search import RECORD_OK, first_corrupt, offset_by_time, record_status
 from mqstore.errors import CorruptRecordError
 from mqstore.status import GetMessageStatus
 
@@ -60,13 +60,6 @@ class QueryMessageResult:
     index_last_update_timestamp: int = 0
     index_last_update_phy_offset: int = 0
     corrupt_offsets: list[int] = field(default_factory=list)
-
-
-def record_problem(status: int) -> str:
-    """What a record_status / first_corrupt status says is wrong with a record."""
-    if status == RECORD_CRC_MISMATCH:
-        return "its body does not match its BODYCRC"
-    return "its header does not parse (magic code or lengths damaged)"
 
 
 class CorruptedMessageResult(GetMessageResult):
@@ -301,7 +294,7 @@ class MessageReader(ReadKernel):
 
     # -- body CRC on read (check_crc_on_read) ---------------------------------------------------
     def verified(self, result: GetMessageResult, group: str, topic: str, queue_id: int, offset: int,
-                 max_msg_nums: int, tags: str | None) -> GetMessageResult:
+                 max_msg_nums: int, tags: str | None, capped: bool = True) -> GetMessageResult:
         """result (of get_message with these arguments) with every message's body CRC checked
         in one C call. All good: result itself. The first damaged message at index i > 0: the
         get is repeated for the i messages before it (FOUND, next_begin_offset right after
@@ -321,7 +314,7 @@ class MessageReader(ReadKernel):
                 return self._corrupted(result, topic, queue_id, status)
             else:
                 limit = 1
-            result = ReadKernel.get_message(self, group, topic, queue_id, offset, limit, tags)
+            result = ReadKernel.get_message(self, group, topic, queue_id, offset, limit, tags, capped)
         return result
 
     def _corrupted(self, result: GetMessageResult, topic: str, queue_id: int, status: int) -> CorruptedMessageResult:
@@ -333,16 +326,6 @@ class MessageReader(ReadKernel):
         log.error("get_message: %s", detail)
         return CorruptedMessageResult(queue_offset, result.min_offset, result.max_offset, physical_offset=phy,
                                       detail=detail)
-
-    def verify_view(self, view: MessageView) -> MessageView:
-        """view, once its record passed the structure checks and its body CRC; else
-        CorruptRecordError naming its physical offset (the look-ups that return one message)."""
-        status = record_status(view.buffer)
-        if status != RECORD_OK:
-            phy = view.physical_offset
-            log.error("the record at physical offset %d is damaged: %s", phy, record_problem(status))
-            raise CorruptRecordError(f"the record at physical offset {phy} is damaged: {record_problem(status)}")
-        return view
 
     # -- by key (spec §4.4) -----------------------------------------------------------------
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
@@ -364,7 +347,7 @@ class MessageReader(ReadKernel):
         result.index_last_update_phy_offset = found.index_last_update_phy_offset
         check = self.check_crc_on_read
         for phy in sorted(set(found.phy_offsets)):  # a re-dispatched newest entry may repeat
-            view = self.look_message_by_offset(phy)
+            view = self.look_message_by_offset(phy, check=False)  # checked below, once it matches
             if view is None:
                 continue
             try:
