@@ -24,6 +24,7 @@ class TypedKeys:
     flush_disk_type: FlushDiskType
     store_host: str
     mapped_file_size_commit_log: int
+    commit_log_allocate_step_bytes: int
     mapped_file_size_consume_queue: int
     max_message_size: int
     max_topic_length: int

@@ -63,6 +63,10 @@ class MappedFile:
         once the file is mapped (the mapping does not need it), so a store of many small
         files never runs out of descriptors."""
 
+    def reserve(self, start: int, end: int) -> None:
+        """Allocate the file's blocks in [start, end) (clamped to the file) whatever this object
+        believes is allocated (another process may have created the file sparse). OSError
+        (ENOSPC...) when the disk has no room; nothing is written."""
     def allocate_to(self, end: int) -> int:
         """Allocate the file's blocks up to end (at most its size) if not done yet; returns
         ``allocated``. OSError (ENOSPC...) when the disk has no room: nothing was written."""
@@ -114,8 +118,9 @@ class MappedFile:
         then mlock + madvise(WILLNEED). Returns timings and whether mlock succeeded:
         {"pages", "forces", "warm_ns", "mlock_ok" (a bool), "mlock_errno"}."""
 
-    def populate(self) -> dict[str, int]:
-        """Read every page of the file into the page cache and map it read-only
+    def populate(self, end: int = -1) -> dict[str, int]:
+        """Read every page of the file (of its first ``end`` bytes, end >= 0) into the page cache
+        and map it read-only
         (madvise MADV_POPULATE_READ, Linux 5.14+): the pages of a new, fallocated file are
         zero-filled here instead of on the writer's first touch. Nothing is dirtied or
         locked; unlike warm() this writes nothing to disk. Returns timings and the errno if

@@ -30,7 +30,7 @@ CellName = Literal[
     "flush_request_upto", "flush_error_count", "flush_last_errno", "flush_error_offset",
     "alloc_request_upto", "alloc_ready_upto", "alloc_error_errno", "alloc_error_offset",
     "alloc_error_count", "running_flags", "lock_begin_time_ms", "lock_takeovers",
-    "lock_entry_wrote", "lock_owner_pid", "manual_delete_request", "dispatch_idle",
+    "lock_entry_wrote", "lock_owner_pid", "manual_delete_request", "dispatch_idle", "reserved",
 ]
 #: the statistics counters of add_stat / max_stat / set_stat (STAT_NAMES)
 StatName = Literal[

@@ -101,6 +101,7 @@ APPENDIX_A: dict[str, Any] = {
 }
 
 OWN_KEYS: dict[str, Any] = {
+    "commit_log_allocate_step_bytes": 64 * 1024 * 1024,
     "store_host": "127.0.0.1:10911",
     "topic_queue_table_slots": 16384,
     "service_mode": "threads",

@@ -57,6 +57,9 @@ enum {
     MQ_CTL_FLUSH_ERROR_OFFSET = 856,
     MQ_CTL_ALLOC_REQUEST_UPTO = 896, MQ_CTL_ALLOC_READY_UPTO = 904, MQ_CTL_ALLOC_ERROR_ERRNO = 912,
     MQ_CTL_ALLOC_ERROR_OFFSET = 920, MQ_CTL_ALLOC_ERROR_COUNT = 928,
+    /* the log offset up to which the current CommitLog file's disk blocks are allocated
+     * (commit_log_allocate_step): a put never writes past it */
+    MQ_CTL_RESERVED = 936,
     MQ_CTL_STATS = 1024
 };
 

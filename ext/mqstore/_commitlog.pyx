@@ -46,6 +46,7 @@ cdef enum:
     APPEND_TABLE_FULL = 3
     APPEND_NOT_WRITEABLE = 4
     APPEND_POOL_EXHAUSTED = 5
+    APPEND_NEED_SPACE = 6       # the current file's blocks are not allocated that far yet
 
 cdef enum:
     VALID_TOPICS_CACHED = 4096
@@ -529,12 +530,18 @@ cdef class CommitLogAppender:
     cdef mq_tq_slot *slot_cached
     cdef object delay_levels
     cdef int64_t block_created_ms
+    cdef object space_provider    # space_provider(end): allocate the current file up to log offset end
 
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
                  int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
                  bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
-                 delay_levels=None, pool=None, Py_ssize_t max_topic_length=MQ_MAX_TOPIC_BYTES_V1):
+                 delay_levels=None, pool=None, Py_ssize_t max_topic_length=MQ_MAX_TOPIC_BYTES_V1,
+                 space_provider=None):
         self.ctl_obj = control_block
+        # with a space provider, a put never writes past the control block's reserved offset:
+        # the provider allocates the current file's blocks further first (a full disk is then
+        # a status, never SIGBUS on a write into a hole); None: files are allocated whole
+        self.space_provider = space_provider
         if not 1 <= max_topic_length <= MQ_MAX_TOPIC_BYTES_V1:
             raise ValueError(f"max_topic_length={max_topic_length}: must be 1..{MQ_MAX_TOPIC_BYTES_V1}")
         self.max_topic_length = max_topic_length
@@ -858,6 +865,16 @@ cdef class CommitLogAppender:
             if r == APPEND_NOT_WRITEABLE:
                 self._detail = self._service_detail(MQ_PUT_SERVICE_NOT_AVAILABLE)
                 return MQ_PUT_SERVICE_NOT_AVAILABLE
+            if r == APPEND_NEED_SPACE:
+                detail = self.space_provider(out.need_offset)
+                if detail is not None:
+                    self._detail = detail
+                    return MQ_PUT_CREATE_MAPEDFILE_FAILED
+                attempts += 1
+                if attempts > 64:
+                    self._detail = "could not reserve disk space in the current CommitLog file after 64 attempts"
+                    return MQ_PUT_UNKNOWN_ERROR
+                continue
             if r == APPEND_POOL_EXHAUSTED:
                 mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_POOL_EXHAUSTED), 1)
                 self._detail = self._pool_detail()
@@ -931,7 +948,7 @@ cdef class CommitLogAppender:
         cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
         mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_ENTRY_WROTE), wrote)
         cdef int64_t file_pos = wrote - self.cur_from
-        cdef int64_t remaining, acc, q, hold
+        cdef int64_t remaining, acc, q, hold, need
         cdef int i, tx, ts_pos
         cdef bint advance
         cdef mq_tq_slot *slot
@@ -953,7 +970,13 @@ cdef class CommitLogAppender:
                 result = APPEND_TABLE_FULL
             else:
                 remaining = self.file_size - file_pos
-                if total + MQ_END_FILE_MIN_BLANK_LENGTH > remaining:
+                # the bytes this append writes: its records and room for the next blank, or the blank
+                need = wrote + (total + MQ_END_FILE_MIN_BLANK_LENGTH if total + MQ_END_FILE_MIN_BLANK_LENGTH <= remaining
+                                else MQ_END_FILE_MIN_BLANK_LENGTH)
+                if self.space_provider is not None and mq_load(mq_cell(ctl, MQ_CTL_RESERVED)) < need:
+                    out.need_offset = need
+                    result = APPEND_NEED_SPACE
+                elif total + MQ_END_FILE_MIN_BLANK_LENGTH > remaining:
                     # spec §1.7: blank record, file full, the put goes to the next file
                     mq_put_i32(self.cur_base + file_pos, <int32_t>remaining)
                     mq_put_i32(self.cur_base + file_pos + 4, MQ_BLANK_MAGIC_CODE)

@@ -146,6 +146,31 @@ cdef class MappedFile:
         self.allocated = end
         return end
 
+    def reserve(self, int64_t start, int64_t end):
+        """Allocate the file's blocks in [start, end) (clamped to the file) whatever this object
+        believes is allocated: another process may have created the file sparse (the CommitLog's
+        reservation ahead of the write position, commit_log_allocate_step). OSError (ENOSPC...)
+        when the disk has no room; nothing is written."""
+        cdef int r
+        cdef int fd = self.fd
+        start = max(0, start)
+        end = min(end, self.file_size)
+        if end <= start:
+            return
+        self._w()
+        if fd < 0:
+            fd = c_open(os.fsencode(self.path), O_RDWR, 0)
+            if fd < 0:
+                raise OSError(errno, f"cannot open {self.path}: {os.strerror(errno)}", self.path)
+        with nogil:
+            r = posix_fallocate(fd, start, end - start)
+        if fd != self.fd:
+            c_close(fd)
+        if r != 0:
+            raise OSError(r, f"cannot allocate {self.file_name} bytes [{start}, {end}): {os.strerror(r)}", self.path)
+        if start <= self.allocated < end:
+            self.allocated = end
+
     @staticmethod
     def open(str path, int64_t file_size, bint readonly=False, bint keep_fd=False):
         """Map an existing file; its size must be exactly file_size (spec §2).
@@ -384,17 +409,20 @@ cdef class MappedFile:
         return {"pages": pages, "forces": forces, "warm_ns": warm_ns, "mlock_ok": lock_memory and mr == 0,
                 "mlock_errno": merr}
 
-    def populate(self) -> dict:
-        """Read every page of the file into the page cache and map it read-only
-        (madvise MADV_POPULATE_READ, Linux 5.14+): the pages of a new, fallocated file are
+    def populate(self, int64_t end=-1) -> dict:
+        """Read every page of the file (of its first ``end`` bytes, end >= 0) into the page cache
+        and map it read-only (madvise MADV_POPULATE_READ, Linux 5.14+): the pages of a new, fallocated file are
         zero-filled here instead of on the writer's first touch. Nothing is dirtied or
         locked; unlike warm() this writes nothing to disk. Returns timings and the errno if
         the kernel refused (then the writer simply takes the first-touch faults)."""
         cdef char *b = self._b()
         cdef int64_t t0 = mq_mono_ns()
         cdef int r, err = 0
+        cdef int64_t n = self.file_size if end < 0 or end > self.file_size else (end + PAGE - 1) // PAGE * PAGE
+        if n > self.file_size:
+            n = self.file_size
         with nogil:
-            r = madvise(b, self.file_size, MADV_POPULATE_READ)
+            r = madvise(b, n, MADV_POPULATE_READ)
             if r != 0:
                 err = errno
         return {"populate_ns": mq_mono_ns() - t0, "ok": r == 0, "errno": err}

@@ -83,7 +83,8 @@ _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": M
               "alloc_error_count": MQ_CTL_ALLOC_ERROR_COUNT, "running_flags": MQ_CTL_RUNNING_FLAGS,
               "lock_begin_time_ms": MQ_CTL_LOCK_BEGIN_MS, "lock_takeovers": MQ_CTL_LOCK_TAKEOVERS,
               "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE, "lock_owner_pid": MQ_CTL_LOCK_OWNER_PID,
-              "manual_delete_request": MQ_CTL_MANUAL_DELETE, "dispatch_idle": MQ_CTL_DISPATCH_IDLE}
+              "manual_delete_request": MQ_CTL_MANUAL_DELETE, "dispatch_idle": MQ_CTL_DISPATCH_IDLE,
+              "reserved": MQ_CTL_RESERVED}
 
 
 cdef tuple _reusable_block(str path, int64_t size, object why):

@@ -175,6 +175,14 @@ _TABLE: tuple[Definition, ...] = (
          "created with; another size is refused (ConfigError). Whole 4 KiB pages so flush/msync "
          "ranges and warm-up stay page aligned (RocketMQ accepts any int).",
          java="mappedFileSizeCommitLog"),
+    _key("commit_log_allocate_step_bytes", int, 64 * 1024 * 1024, "bytes",
+         _int_range(0, _INT_MAX // OS_PAGE_SIZE * OS_PAGE_SIZE, step=OS_PAGE_SIZE),
+         "Disk space of a CommitLog file is allocated (posix_fallocate) this much at a time, ahead of "
+         "the write position, instead of the whole file when it is created: a small store takes "
+         "little disk. A put never writes past what is allocated, so a full disk is a "
+         "CREATE_MAPEDFILE_FAILED status naming the error, never SIGBUS. 0 = whole files, as "
+         "before. Whole 4 KiB pages.",
+         java=None, origin=_OWN),
     _key("mapped_file_size_consume_queue", int, 300_000 * CQ_STORE_UNIT_SIZE, "bytes",
          _int_range(CQ_STORE_UNIT_SIZE, _INT_MAX // CQ_STORE_UNIT_SIZE * CQ_STORE_UNIT_SIZE,
                     step=CQ_STORE_UNIT_SIZE),

@@ -28,6 +28,12 @@ log = logging.getLogger("mqstore.commitlog")
 MUNLOCK_DELAY_S = 6.0  # spec §6.3: a warmed file is munlock'ed 6 s after the put path leaves it
 
 
+def allocate_step_of(config: StoreConfig) -> int:
+    """The step the CommitLog's files are allocated in: 0 (whole files) when warm-up writes
+    every page anyway (warm_maped_file_enable), else commit_log_allocate_step_bytes."""
+    return 0 if config.warm_maped_file_enable else config.commit_log_allocate_step_bytes
+
+
 class CommitLog:
     def __init__(self, root: str, config: StoreConfig, ctl: ControlBlock,
                  pool: TransientStorePool | None = None) -> None:
@@ -36,6 +42,9 @@ class CommitLog:
         self.pool = pool
         self.file_size = config.mapped_file_size_commit_log
         self.queue = MappedFileQueue(config.commit_log_dir(root), self.file_size)
+        #: new files get this much of their disk space at creation, the rest as puts reach it
+        self.allocate_step = allocate_step_of(config)
+        self.queue.allocate_step = self.allocate_step
         self.allocator: AllocateMappedFileService | AllocateClient | None = None
         self._flush_lock = threading.Lock()
         self._commit_lock = threading.Lock()
@@ -53,6 +62,7 @@ class CommitLog:
             lock_hold_warn_ms=config.lock_hold_warn_ms,
             slave=config.is_slave,
             pool=pool,
+            space_provider=self._reserve_space if self.allocate_step else None,
         )
 
     # -- files for the put path (called by the kernel outside the put lock) ---------------
@@ -80,6 +90,28 @@ class CommitLog:
             timer = threading.Timer(MUNLOCK_DELAY_S, previous.munlock)
             timer.daemon = True
             timer.start()
+        return None
+
+    def _reserve_space(self, end: int) -> str | None:
+        """Allocate the current file's blocks up to log offset end (rounded up to a whole step)
+        and publish it in the control block's ``reserved``; called by the put path outside the
+        lock. Returns None, or a detail string for CREATE_MAPEDFILE_FAILED (a full disk)."""
+        file_from = end - 1 - (end - 1) % self.file_size
+        mf = self.appender.current_file
+        if mf is None or mf.file_from != file_from:
+            mf = self.queue.get(file_from)
+            if mf is None:
+                return f"CommitLog file {file_from:020d} is not mapped: cannot allocate up to {end}"
+        start = max(self.ctl.get("reserved"), file_from) - file_from
+        step = self.allocate_step
+        target = min(self.file_size, (end - file_from + step - 1) // step * step)
+        try:
+            mf.reserve(start, target)
+        except OSError as exc:
+            self.ctl.add_stat("alloc_errors")
+            return f"cannot allocate disk space for CommitLog file {mf.file_name} up to byte {target}: " \
+                   f"{exc.strerror or exc}"
+        self.ctl.advance("reserved", file_from + target)
         return None
 
     def prepare_for_writes(self) -> None:

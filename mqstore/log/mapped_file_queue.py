@@ -86,6 +86,13 @@ class MappedFileQueue:
         #: short all-zero files after them (allocated ahead, never written) extended by load
         self.extended_empty: list[tuple[str, int]] = []
         self._removal_listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
+        #: bytes of a new file's disk space allocated when it is created (0: all of it); the
+        #: CommitLog allocates the rest ahead of its write position (commit_log_allocate_step_bytes)
+        self.allocate_step = 0
+
+    def initial_allocation(self) -> int:
+        """What MappedFile.create allocates of a new file: -1 (all) or the first step."""
+        return -1 if not self.allocate_step or self.allocate_step >= self.file_size else self.allocate_step
 
     # -- loading -----------------------------------------------------------------------
     def load(self, last_file_was_cut: Callable[[str], bool] | None = None) -> None:
@@ -317,7 +324,7 @@ class MappedFileQueue:
             if existing is not None:
                 return existing
             os.makedirs(self.store_path, exist_ok=True)
-            mf = MappedFile.create(self.path_of(start), self.file_size)
+            mf = MappedFile.create(self.path_of(start), self.file_size, self.initial_allocation())
             self._files[start] = mf
             self.version += 1
             return mf

@@ -25,7 +25,7 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
     kind needs, mapped in this process, and the services mqstore.services.registry builds
     over them (the same table the threads-mode owner uses)."""
     from mqstore.log.checkpoint import StoreCheckpoint
-    from mqstore.log.commitlog import CommitLog
+    from mqstore.log.commitlog import CommitLog, allocate_step_of
     from mqstore.log.mapped_file_queue import MappedFileQueue
     from mqstore.services.registry import ServiceParts, build_services
 
@@ -35,6 +35,7 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
     closers: list[Any] = []
     if kind == "allocator":
         parts.log_files = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
+        parts.log_files.allocate_step = allocate_step_of(cfg)
         closers = [parts.log_files]
     elif kind == "flusher":
         from mqstore.log.pool import attach_pool

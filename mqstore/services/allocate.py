@@ -174,7 +174,8 @@ class AllocateMappedFileService(ServiceThread):
     def _allocate(self, req: AllocateRequest) -> None:
         t0 = time.monotonic_ns()
         try:
-            mf = self.queue.map_existing(req.offset) or MappedFile.create(req.path, req.size)
+            mf = self.queue.map_existing(req.offset) or MappedFile.create(req.path, req.size,
+                                                                           self.queue.initial_allocation())
         except OSError as exc:
             with self._lock:
                 self._table.pop(req.path, None)
@@ -192,7 +193,7 @@ class AllocateMappedFileService(ServiceThread):
             # this: the kernel zero-fills the pages here, not on the writer's first touch
             # (populating pages the writer has reached already is harmless)
             try:
-                mf.populate()
+                mf.populate(mf.allocated)
             finally:
                 mf.release()
 
@@ -292,7 +293,7 @@ class ProcessAllocateService(ServiceThread):
             return
         t0 = time.monotonic_ns()
         try:
-            mf = MappedFile.create(self.queue.path_of(start), self.queue.file_size)
+            mf = MappedFile.create(self.queue.path_of(start), self.queue.file_size, self.queue.initial_allocation())
         except FileExistsError:
             return
         except OSError as exc:
@@ -304,7 +305,7 @@ class ProcessAllocateService(ServiceThread):
                 self.ctl.add_stat("warm_ns_total", mf.warm(self.sync_flush, self.warm_flush_least_pages)["warm_ns"])
             elif mf.hold():
                 try:
-                    mf.populate()
+                    mf.populate(mf.allocated)
                 finally:
                     mf.release()
         finally:

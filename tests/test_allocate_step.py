@@ -1,0 +1,134 @@
+"""CommitLog disk space is allocated in steps ahead of the write position
+(commit_log_allocate_step_bytes): a small store takes little disk, a put never writes past what
+is allocated (the control block's ``reserved``), and on a full disk the put that needs more gets
+CREATE_MAPEDFILE_FAILED naming the error, never SIGBUS, and puts resume once there is room."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from mqstore import Message, MessageStore
+from mqstore.tools.checker import check_store
+
+from helpers_fs import run_in_tmpfs, tmpfs_supported
+
+MiB = 1 << 20
+CFG = {"mapped_file_size_commit_log": 4 * MiB, "commit_log_allocate_step_bytes": 256 * 1024}
+
+
+def disk_bytes(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def commitlog_files(root: str) -> list[str]:
+    d = os.path.join(root, "commitlog")
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def test_files_are_allocated_in_steps_ahead_of_the_writes(tmp_path):
+    root = str(tmp_path / "store")
+    with MessageStore(root, **CFG) as store:
+        store.put_message(Message("T", b"first")).check()
+        first = commitlog_files(root)[0]
+        assert os.path.getsize(first) == 4 * MiB  # full length, sparse
+        assert disk_bytes(first) <= 256 * 1024 + 64 * 1024  # one step (and a filesystem block or so)
+        assert store.ctl.get("reserved") == 256 * 1024
+        body = b"x" * 1000
+        for i in range(1000):  # ~1 MiB: several steps
+            store.put_message(Message("T", body)).check()
+            wrote = store.positions()["wrote"]
+            assert store.ctl.get("reserved") >= wrote + 8, "a put never writes past what is allocated"
+        assert store.ctl.get("reserved") % (256 * 1024) == 0
+        assert disk_bytes(first) < 2 * MiB
+        for i in range(4000):  # into the second file: its allocation starts over
+            store.put_message(Message("T", body)).check()
+        assert len(commitlog_files(root)) >= 2
+        wrote = store.positions()["wrote"]
+        assert wrote // (4 * MiB) * (4 * MiB) < store.ctl.get("reserved") <= (wrote // (4 * MiB) + 1) * (4 * MiB)
+    check_store(root).raise_if_failed()
+    with MessageStore(root, **CFG) as store:  # a reopen reserves from the write position again
+        assert store.put_message(Message("T", b"after")).check().queue_offset == 5001
+        assert store.ctl.get("reserved") > store.positions()["wrote"]
+    check_store(root).raise_if_failed()
+
+
+def test_zero_allocates_whole_files(tmp_path):
+    root = str(tmp_path / "store")
+    with MessageStore(root, mapped_file_size_commit_log=4 * MiB, commit_log_allocate_step_bytes=0) as store:
+        store.put_message(Message("T", b"first")).check()
+        assert disk_bytes(commitlog_files(root)[0]) >= 4 * MiB
+        assert store.ctl.get("reserved") == 0  # not used
+
+
+def test_warm_up_allocates_whole_files(tmp_path):
+    root = str(tmp_path / "store")
+    with MessageStore(root, **CFG, warm_maped_file_enable=True) as store:
+        store.put_message(Message("T", b"first")).check()
+        store.wait_dispatched()
+        assert disk_bytes(commitlog_files(root)[0]) >= 4 * MiB
+
+
+def test_the_step_is_whole_pages():
+    from mqstore.config import StoreConfig
+    from mqstore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="commit_log_allocate_step_bytes"):
+        StoreConfig(commit_log_allocate_step_bytes=1000)
+    with pytest.raises(ConfigError, match="commit_log_allocate_step_bytes"):
+        StoreConfig(commit_log_allocate_step_bytes=-4096)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not tmpfs_supported(), reason="needs a tmpfs in a private mount namespace (root + unshare)")
+def test_a_full_disk_refuses_the_put_that_needs_more_space_and_puts_resume(tmp_path):
+    """A 6 MiB disk, 4 MiB files allocated 256 KiB at a time: a ballast file takes the rest of
+    the disk, the puts run until the next step cannot be allocated (a status, no SIGBUS), the
+    ballast goes, and the same store takes puts again; the checker passes on what it wrote."""
+    out = run_in_tmpfs(textwrap.dedent(r'''
+        from mqstore import Message, MessageStore
+        from mqstore.tools.checker import check_store
+
+        root = os.path.join(TMPFS, "store")
+        cfg = dict(mapped_file_size_commit_log=4 << 20, commit_log_allocate_step_bytes=256 << 10,
+                   mapped_file_size_consume_queue=20 * 6000, message_index_enable=False,
+                   disk_max_used_space_ratio=99, disk_space_clean_forcibly_ratio=99, disk_space_warning_level_ratio=99)
+        out = {}
+        s = MessageStore(root, **cfg)
+        s.put_message(Message("T", b"one")).check()
+        ballast = os.path.join(TMPFS, "ballast")
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            for chunk in (1 << 20, 1 << 16, 4096):
+                try:
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+        acked, refusal = 1, None
+        for i in range(10_000):
+            r = s.put_message(Message("T", b"b" * 1000))
+            if r.status.name != "PUT_OK":
+                refusal = [r.status.name, str(r.detail)]
+                break
+            acked += 1
+        out["acked"], out["refusal"] = acked, refusal
+        out["reserved_ok"] = s.ctl.get("reserved") >= s.positions()["wrote"] + 8
+        os.unlink(ballast)
+        out["after"] = s.put_message(Message("T", b"after")).status.name
+        s.wait_dispatched()
+        out["max_offset"] = s.get_max_offset_in_queue("T", 0)
+        s.shutdown()
+        out["check"] = [str(p) for p in check_store(root).problems]
+        emit(out)
+    '''), tmp_path / "mnt", size="6m")
+    assert isinstance(out, dict)
+    assert out["refusal"] is not None and out["refusal"][0] == "CREATE_MAPEDFILE_FAILED", out
+    assert "cannot allocate disk space" in out["refusal"][1] and "No space left" in out["refusal"][1], out
+    assert 100 < out["acked"] < 5000 and out["reserved_ok"]
+    assert out["after"] == "PUT_OK" and out["max_offset"] == out["acked"] + 1
+    assert out["check"] == []
