@@ -194,6 +194,19 @@ class CommitLogAppender:
         """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
         queue. All records get consecutive queue and physical offsets and one store timestamp.
         StoreClosedError after this process shut the store down."""
+    def put_bodies(
+        self,
+        topic: str,
+        bodies: Iterable[bytes | bytearray | memoryview],
+        queue_id: int = 0,
+        *,
+        tags: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+    ) -> PutMessageResult:
+        """Put many bodies of one topic and queue as one batch, without a Message each: every
+        record gets the same properties (``properties`` and TAGS=tags) and flag, consecutive
+        queue offsets and one store timestamp, like put_messages."""
 
 def topic_problem_of(topic: str, max_length: int = 127) -> str | None:
     """Why topic cannot be put (RocketMQ's TopicValidator: not empty, only letters, digits

@@ -172,6 +172,13 @@ class StoreBase:
         body) or a list of Messages. StoreClosedError after shutdown()."""
         return self.commitlog.appender.put_messages(batch)
 
+    def put_bodies(self, topic: str, bodies: Iterable[bytes], queue_id: int = 0, *, tags: str | None = None,
+                   properties: dict[str, str] | None = None, flag: int = 0) -> PutMessageResult:
+        """Put many bodies of one topic and queue as one batch without building a Message each:
+        the same properties (and TAGS=tags) and flag on every record; otherwise put_messages."""
+        return self.commitlog.appender.put_bodies(topic, bodies, queue_id, tags=tags, properties=properties,
+                                                  flag=flag)
+
     def put(self, topic: str, body: bytes = b"", **fields: Any) -> PutMessageResult:
         """Convenience: build a Message from keyword fields and put it."""
         return self.commitlog.appender.put_message(Message(topic, body, **fields))
@@ -588,6 +595,7 @@ class MessageStore(StoreBase):
         appender = self.commitlog.appender
         self.put_message = appender.put_message  # type: ignore[method-assign]
         self.put_messages = appender.put_messages  # type: ignore[method-assign]
+        self.put_bodies = appender.put_bodies  # type: ignore[method-assign]
         self._start_services()
 
     def _start_services(self) -> None:
@@ -760,6 +768,7 @@ class AttachedStore(StoreBase):
         appender = self.commitlog.appender
         self.put_message = appender.put_message  # type: ignore[method-assign]
         self.put_messages = appender.put_messages  # type: ignore[method-assign]
+        self.put_bodies = appender.put_bodies  # type: ignore[method-assign]
         self._closed = False
 
     def _attach_control_block(self) -> _shm.ControlBlock:

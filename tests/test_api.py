@@ -13,14 +13,15 @@ import pytest
 from helpers_proc import run_in_child
 
 import mqstore
-from mqstore import Message, MessageStore, StoreClosedError
+from mqstore import Message, MessageBatch, MessageStore, StoreClosedError
 from mqstore._reads import GetMessageResult, MessageView
 from mqstore.queue.reads import QueryMessageResult
 from mqstore.store import AttachedStore
 
 # plausible arguments for every public method of a store (a wrong argument must not be what fails)
 ARGS = {
-    "put_message": (Message("T", b"x"),), "put_messages": ([Message("T", b"x")],), "put": ("T", b"x"),
+    "put_message": (Message("T", b"x"),), "put_messages": ([Message("T", b"x")],), "put_bodies": ("T", [b"x"]),
+    "put": ("T", b"x"),
     "next_queue_offset": ("T", 0), "positions": (), "stats": (), "flush": (), "commit": (),
     "get_message": ("g", "T", 0, 0), "read_messages": ("T", 0, 0), "look_message_by_offset": (0,), "look_message_by_queue_offset": ("T", 0, 0),
     "get_message_store_timestamp": ("T", 0, 0), "get_offset_in_queue_by_time": ("T", 0, 0),
@@ -230,3 +231,36 @@ def test_python_dash_m_mqstore_and_version_and_truthful_help():
                                        text=True).stdout.split())
     assert "'node' owns a store and writes it" in helptext and "only read" in helptext
     assert "node" in helptext.split("positional arguments:")[1]
+
+
+def test_put_bodies_is_a_batch_without_messages(open_store):
+    store = open_store()
+    r = store.put_bodies("T", [b"a", bytearray(b"bb"), memoryview(b"ccc")], 1, tags="X", properties={"p": "v"})
+    assert r.check().queue_offset == 0 and r.msg_num == 3
+    assert store.put_bodies("T", iter([b"d"]), 1).check().queue_offset == 3
+    store.wait_dispatched()
+    got = store.read_messages("T", 1, 0)
+    assert got.bodies() == [b"a", b"bb", b"ccc", b"d"]
+    assert [m.tags for m in got] == ["X", "X", "X", None] and got[0].properties["p"] == "v"
+    assert len(store.get_message("g", "T", 1, 0, tags="X")) == 3
+    for bad, status, needle in (([], "MESSAGE_ILLEGAL", "empty"), ([b"a", 5], "MESSAGE_ILLEGAL", "body 1 is a int"),
+                                ([b"x" * 20000], "MESSAGE_ILLEGAL", "max_message_size")):
+        res = store.put_bodies("T", bad)
+        assert res.status.name == status and needle in str(res.detail), res.detail
+    assert store.put_bodies("bad topic", [b"a"]).status.name == "MESSAGE_ILLEGAL"
+    assert store.put_bodies("T", [b"a"], properties={"a\x01": "b"}).status.name == "MESSAGE_ILLEGAL"
+    assert store.put_bodies("T", [b"a"], properties={"DELAY": "3"}).status.name == "MESSAGE_ILLEGAL"
+    assert store.get_max_offset_in_queue("T", 1) == 4  # nothing refused was stored
+
+
+def test_a_message_batch_from_messages_puts_like_the_messages(open_store):
+    store = open_store()
+    msgs = [Message("T", b"m%d" % i, queue_id=2, tags="A", properties={"k": str(i)}) for i in range(5)]
+    batch = MessageBatch.from_messages(msgs)  # raised AttributeError before (a private field read)
+    assert (batch.topic, batch.queue_id) == ("T", 2)
+    assert store.put_messages(batch).check().msg_num == 5
+    store.wait_dispatched()
+    got = store.read_messages("T", 2, 0)
+    assert got.bodies() == [m.body for m in msgs] and [m.properties["k"] for m in got] == ["0", "1", "2", "3", "4"]
+    with pytest.raises(TypeError):
+        MessageBatch.from_messages([msgs[0], b"not a message"])

@@ -205,7 +205,12 @@ cdef class MessageBatch:
         first = messages[0]
         topic = topic if topic is not None else first.topic
         queue_id = queue_id if queue_id is not None else first.queue_id
-        body = encode_batch_body([(m.body, m._properties, m.flag) for m in messages])
+        cdef Message m
+        cdef list items = []
+        for item in messages:
+            m = <Message?>item
+            items.append((m.body, m._properties, m.flag))
+        body = encode_batch_body(items)
         return MessageBatch(topic, body, queue_id=queue_id, properties=properties, sys_flag=first.sys_flag,
                             born_timestamp=first.born_timestamp, born_host=first.born_host)
 
@@ -393,6 +398,35 @@ cdef class BatchPlan:
                 self.props_p[i] = PyBytes_AS_STRING(pb)
             self.props_len[i] = <int32_t>plen
             self.flags[i] = m.flag
+            size += 22 + self.body_len[i] + plen
+            self.sizes[i] = mq_record_length(self.body_len[i], topic_len, plen, sys_flag, False)
+            self.total += self.sizes[i]
+        if size > max_message_size:
+            return MQ_PUT_MESSAGE_ILLEGAL, f"batch is {size} bytes, more than max_message_size={max_message_size}"
+        return None
+
+    cdef object from_bodies(self, list bodies, bytes props_b, int flag, Py_ssize_t topic_len, int sys_flag,
+                            int64_t max_message_size):
+        """Plan bodies that share one properties string and flag; None, or (status, reason)."""
+        cdef Py_ssize_t i, n = len(bodies)
+        cdef int64_t size = 0
+        cdef Py_ssize_t plen = PyBytes_GET_SIZE(props_b)
+        cdef const char *pp = PyBytes_AS_STRING(props_b) if plen else NULL
+        cdef object body
+        self._alloc(n)
+        self.keep.append(props_b)
+        for i in range(n):
+            body = bodies[i]
+            if type(body) is not bytes:
+                if not isinstance(body, (bytearray, memoryview)):
+                    return MQ_PUT_MESSAGE_ILLEGAL, f"body {i} is a {type(body).__name__}, not bytes"
+                body = bytes(body)
+            self.keep.append(body)
+            self.body_p[i] = PyBytes_AS_STRING(body)
+            self.body_len[i] = <int32_t>PyBytes_GET_SIZE(body)
+            self.props_p[i] = pp
+            self.props_len[i] = <int32_t>plen
+            self.flags[i] = flag
             size += 22 + self.body_len[i] + plen
             self.sizes[i] = mq_record_length(self.body_len[i], topic_len, plen, sys_flag, False)
             self.total += self.sizes[i]
@@ -842,6 +876,56 @@ cdef class CommitLogAppender:
             plan.encode(topic_b, queue_id, sys_flag, born_ts, born_b, self.store_host_b, reconsume)
             status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag,
                                   born_ts == 0, &out_holder)
+            record_sizes = plan.size_list() if status == MQ_PUT_OK or status == MQ_PUT_FLUSH_DISK_TIMEOUT else None
+            return self._finish(status, &out_holder, plan.n, record_sizes, wait)
+        finally:
+            plan.release()
+
+    def put_bodies(self, str topic, bodies, int queue_id=0, *, tags=None, properties=None, int flag=0):
+        """Put many bodies of one topic and queue as one batch, without a Message each: every
+        record gets the same properties (``properties`` and TAGS=tags) and flag, consecutive
+        queue offsets and one store timestamp, like put_messages. Returns its PutMessageResult;
+        the statuses and limits are put_messages' (the whole batch <= max_message_size)."""
+        cdef int status = self._check_service(mq_now_ms_coarse())
+        if status != MQ_PUT_OK:
+            return self._fail(status, self._service_detail(status))
+        mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
+        cdef list items = bodies if type(bodies) is list else list(bodies)
+        if not items:
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, "the batch is empty")
+        cdef dict props = dict(properties) if properties else {}
+        if tags is not None:
+            props["TAGS"] = tags
+        if "DELAY" in props:
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, "batch messages cannot be delay messages")
+        cdef bint wait = wait_store_msg_ok(props)
+        cdef bytes props_b = b""
+        if props:
+            try:
+                props_b = checked_properties_string(props).encode("utf-8")
+            except ValueError as exc:
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, str(exc))
+            if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
+                return self._fail(MQ_PUT_PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} "
+                                  f"UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+        cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
+        problem = self._check_topic(topic, topic_b, queue_id)
+        if problem is not None:
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, problem)
+        cdef bytes born_b = self._host_bytes(None)
+        cdef int sys_flag = with_host_flags(0, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
+        cdef BatchPlan plan = BatchPlan()
+        cdef AppendOut out_holder
+        try:
+            problem = plan.from_bodies(items, props_b, flag, PyBytes_GET_SIZE(topic_b), sys_flag, self.max_message_size)
+            if problem is not None:
+                return self._fail(problem[0], problem[1])
+            if plan.total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
+                                  f"of {self.file_size} bytes")
+            plan.encode(topic_b, queue_id, sys_flag, 0, born_b, self.store_host_b, 0)
+            status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag, True,
+                                  &out_holder)
             record_sizes = plan.size_list() if status == MQ_PUT_OK or status == MQ_PUT_FLUSH_DISK_TIMEOUT else None
             return self._finish(status, &out_holder, plan.n, record_sizes, wait)
         finally:
