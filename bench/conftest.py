@@ -279,6 +279,9 @@ NODE_LIMITS = [
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    from bench._peers import terminal_summary as peers_summary
+
+    peers_summary(terminalreporter, config)  # bench/test_peers.py: one table, mqstore next to its peers
     session = getattr(config, "_benchmarksession", None)
     every = [b for b in getattr(session, "benchmarks", []) if "case" in b.extra_info]
     benches = [b for b in every if "msgs_per_s_median" in b.extra_info]
