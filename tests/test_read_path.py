@@ -433,3 +433,33 @@ def test_order_break_matches_the_twin(run, file_from, prev_end, prev_pos):
     file_from -= file_from % 20
     assert order_break(data, end, file_from, prev_end, prev_pos) == twin_order_break(data, end, file_from, prev_end,
                                                                                       prev_pos)
+
+
+def test_units_in_older_queue_files_are_read_in_c_and_their_map_goes_with_the_files(tmp_path):
+    """A queue over several ConsumeQueue files: reads in the files before the current one go
+    through a LogMap of the queue's files kept on the queue (not a Python file search per
+    call), give what the current-file path gives, and the map is dropped when files go."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, mapped_file_size_consume_queue=UNIT * 50, mapped_file_size_commit_log=64 * 1024) as store:
+        for i in range(400):
+            store.put_message(Message("T", b"m%d" % i, tags="even" if i % 2 == 0 else "odd")).check()
+        store.wait_dispatched()
+        cq = store.consume_queues.get("T", 0)
+        assert len(cq.files.files) == 8 and cq.queue_map is None
+        assert bytes(store.look_message_by_queue_offset("T", 0, 7).body) == b"m7"
+        assert cq.queue_map is not None and len(cq.queue_map) == 8
+        kept = cq.queue_map
+        for start in (0, 45, 49, 50, 120, 349):
+            got = store.read_messages("T", 0, start, 60)
+            assert got.bodies() == [b"m%d" % i for i in range(start, min(start + 60, (start // 50 + 1) * 50))]
+            evens = store.get_message("g", "T", 0, start, 32, tags="even")
+            assert all(int(bytes(m.body)[1:]) % 2 == 0 for m in evens)
+            assert len(evens) > 0 or start % 50 == 49  # a get ends at its file's end (49: odd)
+            assert store.get_message_store_timestamp("T", 0, start) > 0
+        assert cq.queue_map is kept  # reused while the file list is the same
+        store.put_message(Message("T", b"more")).check()
+        store.wait_dispatched()
+        assert bytes(store.look_message_by_queue_offset("T", 0, 3).body) == b"m3"
+        cq._forget_queue_map()  # what a removal of files calls
+        assert cq.queue_map is None
+        assert bytes(store.look_message_by_queue_offset("T", 0, 3).body) == b"m3"

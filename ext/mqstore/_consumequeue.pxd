@@ -43,6 +43,8 @@ cdef class ConsumeQueueKernel:
     cdef int64_t *published      # the queue's dispatched_next cell in the control block, or NULL
     cdef object published_ctl    # keeps that mapping alive
     cdef bint sync_due                      # the dispatch kernel appended units since the last sync
+    cdef public object queue_map            # the read kernel's mqstore._reads.LogMap of the files, or None
+    cdef object queue_map_version           # the files' version it was built at
 
     # byte offset after the last unit (min_logic_offset when the queue has no file)
     cdef int64_t c_max_logic(self) noexcept

@@ -699,6 +699,7 @@ cdef class ReadKernel:
         cdef LogMap lmap = self.log_map()
         cdef GetMessageResult r = self._result(MQ_GET_NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
         cdef int64_t logic = offset * CQ_UNIT, consumed = 0, end, per_file
+        cdef const char *older = NULL
         cdef int status
         cdef const unsigned char[::1] view
         lim.max_phy = self.readable_end()
@@ -710,44 +711,82 @@ cdef class ReadKernel:
             end = cq.cur_wrote if cq.cur_wrote < cq.file_size else cq.file_size
             status = scan_units_into(r, lmap, cq.cur_base, logic - cq.cur_from, end, &lim, codes, &consumed)
         else:
-            got = cq_obj.get_index_buffer(offset)
-            pinned = None
-            if got is not None:
-                mf, pos, end = got
-                try:
-                    pinned = memoryview(mf).cast("B")
-                except ValueError:
-                    pass  # spec §14: retention deleted the file since the lookup
-            if pinned is None:
-                # no file holds the offset (RocketMQ getIndexBuffer: null); if retention moved
-                # the queue's min offset past it meanwhile, say so
-                min_offset = cq.min_logic_offset // CQ_UNIT
-                if offset < min_offset:
-                    return self._result(MQ_GET_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-                per_file = cq.file_size // CQ_UNIT
-                r.status = _STATUSES[MQ_GET_OFFSET_FOUND_NULL]
-                r.next_begin_offset = offset + per_file - offset % per_file
-                return r
-            view = pinned
-            if end > view.shape[0]:
-                end = view.shape[0]
-            r.log_map = lmap
-            status = MQ_GET_NO_MATCHED_MESSAGE
-            if pos < end:
-                status = scan_units_into(r, lmap, <const char *>&view[0], pos, end, &lim, codes, &consumed)
+            older = self._older_units(cq, cq_obj, logic, &end)
+            queue_map = cq.queue_map  # keeps the file older points into mapped while it is scanned
+            if older != NULL:
+                # an older file of the queue, through its LogMap (which keeps the file mapped)
+                r.log_map = lmap
+                status = MQ_GET_NO_MATCHED_MESSAGE
+                if logic % cq.file_size < end:
+                    status = scan_units_into(r, lmap, older, logic % cq.file_size, end, &lim, codes, &consumed)
+            else:
+                got = cq_obj.get_index_buffer(offset)
+                pinned = None
+                if got is not None:
+                    mf, pos, end = got
+                    try:
+                        pinned = memoryview(mf).cast("B")
+                    except ValueError:
+                        pass  # spec §14: retention deleted the file since the lookup
+                if pinned is None:
+                    # no file holds the offset (RocketMQ getIndexBuffer: null); if retention moved
+                    # the queue's min offset past it meanwhile, say so
+                    min_offset = cq.min_logic_offset // CQ_UNIT
+                    if offset < min_offset:
+                        return self._result(MQ_GET_OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+                    per_file = cq.file_size // CQ_UNIT
+                    r.status = _STATUSES[MQ_GET_OFFSET_FOUND_NULL]
+                    r.next_begin_offset = offset + per_file - offset % per_file
+                    return r
+                view = pinned
+                if end > view.shape[0]:
+                    end = view.shape[0]
+                r.log_map = lmap
+                status = MQ_GET_NO_MATCHED_MESSAGE
+                if pos < end:
+                    status = scan_units_into(r, lmap, <const char *>&view[0], pos, end, &lim, codes, &consumed)
         r.status = _STATUSES[status]
         r.next_begin_offset = offset + consumed
         if r.max_phy_offset_pulling >= 0:
             r.suggest_pulling_from_slave = lim.max_phy - r.max_phy_offset_pulling > lim.in_memory_bytes_limit
         return r
 
+    cdef LogMap _queue_map(self, ConsumeQueueKernel cq, object cq_obj):
+        """The queue's files as a LogMap (kept on the queue, rebuilt when its file list changes;
+        dropped when files are removed): units in files before the current one are read in C."""
+        files = cq_obj.files
+        version = files.version
+        if cq.queue_map is None or cq.queue_map_version != version:
+            cq.queue_map = LogMap(files.files, cq.file_size)
+            cq.queue_map_version = version
+        return <LogMap>cq.queue_map
+
+    cdef const char *_older_units(self, ConsumeQueueKernel cq, object cq_obj, int64_t logic, int64_t *end):
+        """The base of the (not current) queue file holding byte logic, and in end its written
+        end (the file's wrote_position, at most its size); NULL when that file is not mapped."""
+        cdef LogMap qm = self._queue_map(cq, cq_obj)
+        cdef int64_t avail = 0
+        cdef const char *p = qm.rest_at(logic, &avail)
+        if p == NULL:
+            return NULL
+        cdef MappedFile mf = <MappedFile?>qm.file_of(logic)
+        end[0] = mf.wrote_position if mf.wrote_position < cq.file_size else cq.file_size
+        return p - (logic - mf.file_from)
+
     cdef int64_t _unit_phy(self, ConsumeQueueKernel cq, object cq_obj, int64_t queue_offset) except? -2:
         """phyOffset of a queue's unit, -1 if the queue has no such unit."""
         cdef int64_t logic = queue_offset * CQ_UNIT
+        cdef int64_t end = 0
+        cdef const char *base
         if queue_offset < 0 or logic < cq.min_logic_offset or logic >= cq.c_max_logic():
             return -1
         if cq.cur_base != NULL and logic >= cq.cur_from:
             return mq_get_i64(cq.cur_base + (logic - cq.cur_from))
+        base = self._older_units(cq, cq_obj, logic, &end)
+        if base != NULL:
+            if logic % cq.file_size + CQ_UNIT <= end:
+                return mq_get_i64(base + logic % cq.file_size)
+            return -1
         unit = cq_obj.unit(queue_offset)
         return -1 if unit is None else unit[0]
 

@@ -75,6 +75,12 @@ class ConsumeQueue(ConsumeQueueKernel):
         self.load_damage: list[str] = []  # what load() repaired (short files), for recover()
         self.load_dropped_units = 0
         self._followed_min_phy = 0  # follow_cleaning: the last min_phy acted on
+        self.files.on_files_removed(self._forget_queue_map)
+
+    def _forget_queue_map(self) -> None:
+        """Files were removed: drop the read kernel's map of them, so their mappings (and disk
+        space) go once no result taken from it is left."""
+        self.queue_map = None
 
     def __repr__(self) -> str:
         return (f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset_in_queue}, "
