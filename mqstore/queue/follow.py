@@ -44,17 +44,24 @@ class Follower(NotFollowing):
         self.consume_queues = consume_queues
         self.ctl = ctl
         self.index_service = index
+        # the committed position and min_phy the files were last followed to: a read finds them
+        # unchanged most of the time, and then has nothing to map or drop
+        self._seen = (-1, -1)
 
     def log(self) -> None:
         """Map the CommitLog files other processes created up to the committed position, and
         drop the ones the cleaner deleted (below min_phy)."""
+        ctl = self.ctl
+        seen = (ctl.get("committed"), ctl.get("min_phy"))
+        if seen == self._seen:
+            return
         queue = self.commitlog.queue
-        if queue.mapped_end < self.ctl.get("committed"):
+        if queue.mapped_end < seen[0]:
             queue.map_new_files()
         first = queue.first()
-        min_phy = self.ctl.get("min_phy")
-        if first is not None and first.file_from + self.commitlog.file_size <= min_phy:
-            queue.drop_below(min_phy)
+        if first is not None and first.file_from + self.commitlog.file_size <= seen[1]:
+            queue.drop_below(seen[1])
+        self._seen = seen
 
     def queue(self, topic: str, queue_id: int) -> None:
         """The log, then the queue up to the unit count the dispatcher published and its min
@@ -68,7 +75,7 @@ class Follower(NotFollowing):
             return
         if units != cq.max_offset_in_queue:
             cq.follow(units)
-        min_phy = self.ctl.get("min_phy")
+        min_phy = self._seen[1]
         if min_phy > 0:
             cq.follow_cleaning(min_phy)
 
