@@ -113,12 +113,12 @@ def test_statistics_and_export_agree_with_the_store(spark, store, tmp_path):
 
 
 def test_the_jobs_need_only_rocketmqs_files(spark, tmp_path):
-    """A directory as RocketMQ leaves it: no mqstore.config.json, control block or node file, and
+    """A directory as RocketMQ leaves it: no mqstore.config.json, control block, node file or clean-close record, and
     RocketMQ's default ConsumeQueue and index geometry."""
     root = str(tmp_path / "rmq")
     with MessageStore(root, mapped_file_size_commit_log=256 * 1024) as s:
         _fill(s, 1500)
-    for name in ("mqstore.config.json", "mqstore.shm", "mqstore.node.json"):
+    for name in ("mqstore.config.json", "mqstore.shm", "mqstore.node.json", "mqstore.clean.json"):
         if os.path.exists(os.path.join(root, name)):
             os.unlink(os.path.join(root, name))
     assert sorted(os.listdir(root)) == ["checkpoint", "commitlog", "config", "consumequeue", "index", "lock"] or \
