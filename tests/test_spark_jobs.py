@@ -113,8 +113,8 @@ def test_statistics_and_export_agree_with_the_store(spark, store, tmp_path):
 
 
 def test_the_jobs_need_only_rocketmqs_files(spark, tmp_path):
-    """A directory as RocketMQ leaves it: no mqstore.config.json, control block, node file or clean-close record, and
-    RocketMQ's default ConsumeQueue and index geometry."""
+    """A directory as RocketMQ leaves it: no mqstore.config.json, control block, node file or
+    clean-close record, and RocketMQ's default ConsumeQueue and index geometry."""
     root = str(tmp_path / "rmq")
     with MessageStore(root, mapped_file_size_commit_log=256 * 1024) as s:
         _fill(s, 1500)
