@@ -250,6 +250,8 @@ def test_put_bodies_is_a_batch_without_messages(open_store):
     assert store.put_bodies("bad topic", [b"a"]).status.name == "MESSAGE_ILLEGAL"
     assert store.put_bodies("T", [b"a"], properties={"a\x01": "b"}).status.name == "MESSAGE_ILLEGAL"
     assert store.put_bodies("T", [b"a"], properties={"DELAY": "3"}).status.name == "MESSAGE_ILLEGAL"
+    too_long = store.put_bodies("T", [b"a"], properties={"k": "x" * 40000})
+    assert too_long.status.name == "MESSAGE_ILLEGAL" and "more than 32767" in str(too_long.detail)
     assert store.get_max_offset_in_queue("T", 1) == 4  # nothing refused was stored
 
 

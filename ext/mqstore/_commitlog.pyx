@@ -736,24 +736,15 @@ cdef class CommitLogAppender:
         cdef int sys_flag = msg.sys_flag
         cdef int tx = sys_flag & MQ_TRANSACTION_TYPE_MASK
         cdef bint wait = True
-        cdef str props_s = ""
         cdef bytes props_b = b""
-        cdef Py_ssize_t props_chars
         if props:
             wait = wait_store_msg_ok(props)
             if "DELAY" in props and tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
                 topic, queue_id, props = self._schedule(topic, queue_id, props)
-            try:
-                props_s = checked_properties_string(props)
-            except ValueError as exc:
-                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, str(exc))
-            props_chars = utf16_length(props_s)
-            if props_chars > 32767:
-                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
-            props_b = props_s.encode("utf-8")
-            if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
-                return self._fail(MQ_PUT_PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 "
-                                  f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+            encoded = self._properties_bytes(props)
+            if type(encoded) is not bytes:
+                return encoded
+            props_b = <bytes>encoded
         cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
@@ -791,6 +782,22 @@ cdef class CommitLogAppender:
             if rec != &stack_buf[0]:
                 free(rec)
         return self._finish(status, &out, 1, None, wait)
+
+    cdef object _properties_bytes(self, dict props):
+        """The stored properties string of props as UTF-8 bytes, or the failed PutMessageResult
+        saying why it cannot be stored (put_message, put_bodies)."""
+        try:
+            props_s = checked_properties_string(props)
+        except ValueError as exc:
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, str(exc))
+        cdef Py_ssize_t props_chars = utf16_length(props_s)
+        if props_chars > 32767:
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"properties string is {props_chars} characters, more than 32767")
+        cdef bytes props_b = props_s.encode("utf-8")
+        if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
+            return self._fail(MQ_PUT_PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} UTF-8 "
+                              f"bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+        return props_b
 
     cdef tuple _schedule(self, str topic, int queue_id, dict props):
         """Delay messages go to SCHEDULE_TOPIC_XXXX, queue level-1 (spec §9.2 step 4)."""
@@ -861,7 +868,6 @@ cdef class CommitLogAppender:
         cdef bytes born_b = self._host_bytes(born_host)
         sys_flag = with_host_flags(sys_flag, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
         cdef BatchPlan plan = BatchPlan()
-        cdef AppendOut out_holder
         try:
             if mb is not None:
                 problem = plan.from_body(mb.body, batch_b, PyBytes_GET_SIZE(topic_b), sys_flag)
@@ -870,16 +876,22 @@ cdef class CommitLogAppender:
                                              self.max_message_size)
             if problem is not None:
                 return self._fail(problem[0], problem[1])
-            if plan.total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
-                                  f"of {self.file_size} bytes")
-            plan.encode(topic_b, queue_id, sys_flag, born_ts, born_b, self.store_host_b, reconsume)
-            status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag,
-                                  born_ts == 0, &out_holder)
-            record_sizes = plan.size_list() if status == MQ_PUT_OK or status == MQ_PUT_FLUSH_DISK_TIMEOUT else None
-            return self._finish(status, &out_holder, plan.n, record_sizes, wait)
+            return self._put_planned(plan, topic_b, queue_id, sys_flag, born_ts, born_b, reconsume, wait)
         finally:
             plan.release()
+
+    cdef PutMessageResult _put_planned(self, BatchPlan plan, bytes topic_b, int queue_id, int sys_flag,
+                                       int64_t born_ts, bytes born_b, int reconsume, bint wait):
+        """Encode a planned batch and append it (put_messages, put_bodies)."""
+        cdef AppendOut out
+        if plan.total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
+                              f"of {self.file_size} bytes")
+        plan.encode(topic_b, queue_id, sys_flag, born_ts, born_b, self.store_host_b, reconsume)
+        cdef int status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag,
+                                       born_ts == 0, &out)
+        record_sizes = plan.size_list() if status == MQ_PUT_OK or status == MQ_PUT_FLUSH_DISK_TIMEOUT else None
+        return self._finish(status, &out, plan.n, record_sizes, wait)
 
     def put_bodies(self, str topic, bodies, int queue_id=0, *, tags=None, properties=None, int flag=0):
         """Put many bodies of one topic and queue as one batch, without a Message each: every
@@ -901,13 +913,10 @@ cdef class CommitLogAppender:
         cdef bint wait = wait_store_msg_ok(props)
         cdef bytes props_b = b""
         if props:
-            try:
-                props_b = checked_properties_string(props).encode("utf-8")
-            except ValueError as exc:
-                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, str(exc))
-            if PyBytes_GET_SIZE(props_b) > MQ_MAX_PROPERTIES_BYTES:
-                return self._fail(MQ_PUT_PROPERTIES_SIZE_EXCEEDED, f"properties are {PyBytes_GET_SIZE(props_b)} "
-                                  f"UTF-8 bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+            encoded = self._properties_bytes(props)
+            if type(encoded) is not bytes:
+                return encoded
+            props_b = <bytes>encoded
         cdef bytes topic_b = self._topic_bytes(topic) if topic is not None else b""
         problem = self._check_topic(topic, topic_b, queue_id)
         if problem is not None:
@@ -915,19 +924,11 @@ cdef class CommitLogAppender:
         cdef bytes born_b = self._host_bytes(None)
         cdef int sys_flag = with_host_flags(0, PyBytes_GET_SIZE(born_b), PyBytes_GET_SIZE(self.store_host_b))
         cdef BatchPlan plan = BatchPlan()
-        cdef AppendOut out_holder
         try:
             problem = plan.from_bodies(items, props_b, flag, PyBytes_GET_SIZE(topic_b), sys_flag, self.max_message_size)
             if problem is not None:
                 return self._fail(problem[0], problem[1])
-            if plan.total + MQ_END_FILE_MIN_BLANK_LENGTH > self.file_size:
-                return self._fail(MQ_PUT_MESSAGE_ILLEGAL, f"batch of {plan.total} bytes can never fit in a CommitLog file "
-                                  f"of {self.file_size} bytes")
-            plan.encode(topic_b, queue_id, sys_flag, 0, born_b, self.store_host_b, 0)
-            status = self._append(plan.buf, plan.total, plan.n, plan.sizes, topic_b, queue_id, sys_flag, True,
-                                  &out_holder)
-            record_sizes = plan.size_list() if status == MQ_PUT_OK or status == MQ_PUT_FLUSH_DISK_TIMEOUT else None
-            return self._finish(status, &out_holder, plan.n, record_sizes, wait)
+            return self._put_planned(plan, topic_b, queue_id, sys_flag, 0, born_b, 0, wait)
         finally:
             plan.release()
 
