@@ -118,8 +118,8 @@ class MappedFile:
         then mlock + madvise(WILLNEED). Returns timings and whether mlock succeeded:
         {"pages", "forces", "warm_ns", "mlock_ok" (a bool), "mlock_errno"}."""
 
-    def populate(self, end: int = -1) -> dict[str, int]:
-        """Read every page of the file (of its first ``end`` bytes, end >= 0) into the page cache
+    def populate(self, end: int = -1, start: int = 0) -> dict[str, int]:
+        """Read every page of the file (of bytes [start, end) when end >= 0) into the page cache
         and map it read-only
         (madvise MADV_POPULATE_READ, Linux 5.14+): the pages of a new, fallocated file are
         zero-filled here instead of on the writer's first touch. Nothing is dirtied or

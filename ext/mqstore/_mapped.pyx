@@ -409,8 +409,8 @@ cdef class MappedFile:
         return {"pages": pages, "forces": forces, "warm_ns": warm_ns, "mlock_ok": lock_memory and mr == 0,
                 "mlock_errno": merr}
 
-    def populate(self, int64_t end=-1) -> dict:
-        """Read every page of the file (of its first ``end`` bytes, end >= 0) into the page cache
+    def populate(self, int64_t end=-1, int64_t start=0) -> dict:
+        """Read every page of the file (of bytes [start, end) when end >= 0) into the page cache
         and map it read-only (madvise MADV_POPULATE_READ, Linux 5.14+): the pages of a new, fallocated file are
         zero-filled here instead of on the writer's first touch. Nothing is dirtied or
         locked; unlike warm() this writes nothing to disk. Returns timings and the errno if
@@ -421,8 +421,11 @@ cdef class MappedFile:
         cdef int64_t n = self.file_size if end < 0 or end > self.file_size else (end + PAGE - 1) // PAGE * PAGE
         if n > self.file_size:
             n = self.file_size
+        start = max(0, start) // PAGE * PAGE
+        if start >= n:
+            return {"populate_ns": 0, "ok": True, "errno": 0}
         with nogil:
-            r = madvise(b, n, MADV_POPULATE_READ)
+            r = madvise(b + start, n - start, MADV_POPULATE_READ)
             if r != 0:
                 err = errno
         return {"populate_ns": mq_mono_ns() - t0, "ok": r == 0, "errno": err}

@@ -21,11 +21,20 @@ from mqstore.log.pool import commit_range
 if TYPE_CHECKING:
     from mqstore._shm import ControlBlock, TransientStorePool
     from mqstore.config import StoreConfig
+    from mqstore._mapped import MappedFile
     from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 
 log = logging.getLogger("mqstore.commitlog")
 
 MUNLOCK_DELAY_S = 6.0  # spec §6.3: a warmed file is munlock'ed 6 s after the put path leaves it
+
+
+def _populate(mf: MappedFile, start: int, end: int) -> None:
+    """Zero-fill the pages of [start, end) of a held file in the page cache, then release it."""
+    try:
+        mf.populate(end, start)
+    finally:
+        mf.release()
 
 
 def allocate_step_of(config: StoreConfig) -> int:
@@ -104,14 +113,27 @@ class CommitLog:
                 return f"CommitLog file {file_from:020d} is not mapped: cannot allocate up to {end}"
         start = max(self.ctl.get("reserved"), file_from) - file_from
         step = self.allocate_step
-        target = min(self.file_size, (end - file_from + step - 1) // step * step)
+        need = min(self.file_size, (end - file_from + step - 1) // step * step)
         try:
-            mf.reserve(start, target)
+            mf.reserve(start, need)
         except OSError as exc:
             self.ctl.add_stat("alloc_errors")
-            return f"cannot allocate disk space for CommitLog file {mf.file_name} up to byte {target}: " \
+            return f"cannot allocate disk space for CommitLog file {mf.file_name} up to byte {need}: " \
                    f"{exc.strerror or exc}"
+        target = need
+        ahead = min(self.file_size, need + step)
+        if ahead > need:
+            # one step ahead, so the writer finds the next step allocated and its pages in the page
+            # cache (zero-filled by a background thread, not by the writer's first touch); a full
+            # disk here costs nothing: the next reservation tries again and reports it
+            try:
+                mf.reserve(need, ahead)
+                target = ahead
+            except OSError:
+                pass
         self.ctl.advance("reserved", file_from + target)
+        if target > start and mf.hold():
+            threading.Thread(target=_populate, args=(mf, start, target), name="mqstore-populate", daemon=True).start()
         return None
 
     def prepare_for_writes(self) -> None:
