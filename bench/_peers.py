@@ -370,6 +370,18 @@ class MqstorePeer(Peer):
                 n += 1
             offset = res.next_begin_offset
 
+    def consume_bulk(self) -> int:
+        """The same through the local bulk read: read_messages (no per-pull transfer caps) and
+        every body as bytes in one call (GetMessageResult.bodies())."""
+        read, offset, n = self.store.read_messages, 0, 0
+        while True:
+            res = read(TOPIC, 0, offset, 1024)
+            bodies = res.bodies()
+            if not bodies:
+                return n
+            n += len(bodies)
+            offset = res.next_begin_offset
+
     def lookup(self, positions: list[int]) -> int:
         look, found = self.store.look_message_by_queue_offset, 0
         for i in positions:
@@ -723,11 +735,14 @@ if __name__ == "__main__":
 
 # -- the closing table (called from bench/conftest.py's pytest_terminal_summary) ------------------
 #: (row, label, unit, higher is better, target: (peer, ratio) | ("<=", limit) | None)
-ROWS: list[tuple[str, str, str, bool, tuple[str, float] | None]] = [
+#: a target may name the row its peer's figure comes from as a third item (the bulk consume of
+#: mqstore is measured against the peers' own consume)
+ROWS: list[tuple[str, str, str, bool, tuple[Any, ...] | None]] = [
     ("append-100B", "1. append 100 B, 1,000 per call", "msg/s", True, ("lmdb", 2.0)),
     ("append-1KiB", "2. append 1 KiB, 1,000 per call", "msg/s", True, ("lmdb", 1.5)),
     ("put-each", "3. one put per message", "msg/s", True, ("lmdb", 1.0)),
     ("consume", "4. consume all, bytes", "msg/s", True, ("lmdb", 1.5)),
+    ("consume-bulk", "4b. the same, read_messages + bodies()", "msg/s", True, ("lmdb", 1.5, "consume")),
     ("lookup-static", "5. lookup by position, static", "us", False, None),
     ("lookup-live", "5. lookup by position, live", "us", False, ("<=", 0.5)),
     ("durable-1", "6. durable, 1 flush/msg", "msg/s", True, ("sqlite", 1.2)),
@@ -773,8 +788,8 @@ def summary_rows(benchmarks: list[Any]) -> list[dict[str, Any]]:
                 line["target"] = f"<= {target[1]:g} us"
                 line["ratio"] = f"{mq:.3g} us"
                 line["verdict"] = "MET" if mq <= target[1] else "NOT MET"
-            elif target[0] in vals:
-                ratio = mq / vals[target[0]]
+            elif (target[2] if len(target) > 2 else row, target[0]) in got:
+                ratio = mq / got[(target[2] if len(target) > 2 else row, target[0])]["value"]
                 line["target"] = f">= {target[1]:g}x {target[0]}"
                 line["ratio"] = f"{ratio:.2f}x"
                 line["verdict"] = "MET" if ratio >= target[1] else "NOT MET"

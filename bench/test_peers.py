@@ -19,7 +19,8 @@ Workloads (each for every peer that can do it), one pytest-benchmark group each:
    ``execute`` inside 1,000-put transactions; one XADD round trip per message for Redis).
 4. ``consume``: every message in order, each body as bytes (``get_message`` batches of 32, which
    RocketMQ's transfer caps allow per call; lmdb cursor; SQLite SELECT; XRANGE pages of 1,000;
-   the mmap log's offsets).
+   the mmap log's offsets). ``consume-bulk``: mqstore's local bulk read, ``read_messages`` of
+   1,024 and ``result.bodies()``, against the peers' figures of ``consume``.
 5. ``lookup-static`` / ``lookup-live``: 100k random positions, each body as bytes
    (``bytes(look_message_by_queue_offset(topic, 0, i).body)``; lmdb ``txn.get`` with a read
    transaction per 1,000; SQLite SELECT by key; XRANGE id id; ``MmapLog.read``), on the store
@@ -339,6 +340,17 @@ def test_consume(benchmark, datasets, name):
     got = benchmark.pedantic(peer.consume, rounds=ROUNDS_READ, warmup_rounds=1, iterations=1)
     assert got == ds.n
     record(benchmark, "consume", name, ds.n, "rate")
+
+
+@pytest.mark.benchmark(group=G_CONSUME)
+def test_consume_bulk(benchmark, datasets):
+    """mqstore's local bulk read (read_messages + bodies()), next to the peers' consume above."""
+    need("mqstore")
+    ds = datasets("mqstore", 100)
+    peer = ds.open()
+    got = benchmark.pedantic(peer.consume_bulk, rounds=ROUNDS_READ, warmup_rounds=1, iterations=1)
+    assert got == ds.n
+    record(benchmark, "consume-bulk", "mqstore", ds.n, "rate")
 
 
 # -- 5: lookups by position ------------------------------------------------------------------------------
