@@ -175,6 +175,7 @@ class CommitLogAppender:
         pool: TransientStorePool | None = None,
         max_topic_length: int = 127,
         space_provider: Callable[[int], str | None] | None = None,
+        flush_provider: Callable[[], bool] | None = None,
     ) -> None:
         """file_provider(offset) maps the file holding offset and makes it current (with
         set_current_file); it returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""

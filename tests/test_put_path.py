@@ -334,11 +334,41 @@ def test_failed_flush_is_never_success(open_store):
     assert store.positions()["flushed"] >= r2.wrote_offset + r2.wrote_bytes
 
 
-def test_flush_disk_timeout_when_flusher_is_gone(open_store):
+def test_a_sync_put_flushes_on_its_own_side(open_store):
+    """With nobody else flushing, the putting thread flushes (no hand-off to the group commit
+    thread): puts stay durable with that thread gone."""
     store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=300)
     store._services[1].shutdown()  # the group commit service
-    r = store.put_message(Message("T", b"x"))
+    r = store.put_message(Message("T", b"x")).check()
+    assert store.positions()["flushed"] >= r.wrote_offset + r.wrote_bytes
+
+
+def test_flush_disk_timeout_when_the_flush_never_comes(open_store):
+    """Another thread of the process holds the flush (a stuck msync) and the group commit
+    service is gone: the put waits sync_flush_timeout and says so."""
+    store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=300)
+    store._services[1].shutdown()
+    with store.commitlog._flush_lock:
+        r = store.put_message(Message("T", b"x"))
     assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "300 ms" in r.detail
+
+
+def test_concurrent_sync_puts_are_all_flushed(open_store):
+    store = open_store(flush_disk_type="SYNC_FLUSH")
+    results: list[list] = [[] for _ in range(4)]
+
+    def writer(k: int) -> None:
+        for i in range(100):
+            results[k].append(store.put_message(Message("T", b"w%d-%d" % (k, i), queue_id=k)).check())
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ends = [r.wrote_offset + r.wrote_bytes for rs in results for r in rs]
+    assert len(ends) == 400 and store.positions()["flushed"] >= max(ends)
+    assert store.stats()["flush_errors"] == 0
 
 
 def test_async_flush_realtime_flushes_soon(open_store):

@@ -565,17 +565,21 @@ cdef class CommitLogAppender:
     cdef object delay_levels
     cdef int64_t block_created_ms
     cdef object space_provider    # space_provider(end): allocate the current file up to log offset end
+    cdef object flush_provider    # flush_provider(): flush what is written here, False if a flush is running
 
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
                  int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
                  bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
                  delay_levels=None, pool=None, Py_ssize_t max_topic_length=MQ_MAX_TOPIC_BYTES_V1,
-                 space_provider=None):
+                 space_provider=None, flush_provider=None):
         self.ctl_obj = control_block
         # with a space provider, a put never writes past the control block's reserved offset:
         # the provider allocates the current file's blocks further first (a full disk is then
         # a status, never SIGBUS on a write into a hole); None: files are allocated whole
         self.space_provider = space_provider
+        # SYNC_FLUSH: a waiting put flushes in its own thread when no other is flushing (no hand-off
+        # to the group commit thread and back); the group commit service flushes the rest
+        self.flush_provider = flush_provider
         if not 1 <= max_topic_length <= MQ_MAX_TOPIC_BYTES_V1:
             raise ValueError(f"max_topic_length={max_topic_length}: must be 1..{MQ_MAX_TOPIC_BYTES_V1}")
         self.max_topic_length = max_topic_length
@@ -1155,6 +1159,12 @@ cdef class CommitLogAppender:
         cdef bint failed = False
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_GROUP_COMMIT_WAITS), 1)
         mq_max(mq_cell(ctl, MQ_CTL_FLUSH_REQUEST_UPTO), end)
+        cdef int tries = 0
+        if self.flush_provider is not None:
+            while tries < 3 and mq_load(flushed) < end and mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)) == errors0:
+                tries += 1
+                if not self.flush_provider():
+                    break  # another thread is flushing: wait for it below
         with nogil:
             mq_notify(ctl, MQ_CH_FLUSH)
             while True:

@@ -72,6 +72,7 @@ class CommitLog:
             slave=config.is_slave,
             pool=pool,
             space_provider=self._reserve_space if self.allocate_step else None,
+            flush_provider=self.flush_here if config.is_sync_flush and pool is None else None,
         )
 
     # -- files for the put path (called by the kernel outside the put lock) ---------------
@@ -193,38 +194,57 @@ class CommitLog:
         file boundaries. Returns True if the flushed position moved. A failed msync is recorded
         in the control block (waiters return FLUSH_DISK_TIMEOUT) and re-raised, never hidden."""
         with self._flush_lock:
-            # the store timestamp read first is covered by the position read after it
-            ts = self.ctl.get("committed_store_timestamp" if self.pool is not None else "last_store_timestamp")
-            target = self.ctl.get("committed")
-            flushed = self.ctl.get("flushed")
-            if target <= flushed:
-                return False
-            same_file = flushed // self.file_size == target // self.file_size
-            if least_pages > 0 and same_file and target // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
-                return False
-            t0 = time.monotonic_ns()
-            if self.queue.mapped_end < target:
-                self.queue.map_new_files()  # files another process (the allocator) created
-            try:
-                self.queue.flush_between(flushed, target)
-            except OSError as exc:
-                self.ctl.set("flush_last_errno", exc.errno or 5)
-                self.ctl.set("flush_error_offset", flushed)
-                self.ctl.advance("flush_error_count", self.ctl.get("flush_error_count") + 1)
-                self.ctl.add_stat("flush_errors")
-                self.ctl.broadcast("flushed")
-                raise
-            elapsed = time.monotonic_ns() - t0
-            self.ctl.advance("flushed", target)
-            if ts > 0:
-                self.ctl.advance("flushed_store_timestamp", ts)
-            self.ctl.add_stat("flush_count")
-            self.ctl.add_stat("flush_ns_total", elapsed)
-            self.ctl.max_stat("flush_ns_max", elapsed)
-            self.ctl.set_stat("flush_ns_last", elapsed)
-            self.ctl.add_stat("flush_bytes", target - flushed)
+            return self._flush_locked(least_pages)
+
+    def flush_here(self) -> bool:
+        """The caller-side flush of a SYNC_FLUSH put: flush everything written, in the putting
+        thread, unless another thread of this process is flushing (then False: the caller waits
+        for that flush, and the group commit service flushes what it did not cover). A failed
+        msync is recorded in the control block as by flush(); the waiter reports it."""
+        if not self._flush_lock.acquire(blocking=False):
+            return False
+        try:
+            self._flush_locked(0)
+        except OSError:
+            pass  # recorded in the control block: the waiter answers FLUSH_DISK_TIMEOUT naming it
+        finally:
+            self._flush_lock.release()
+        return True
+
+    def _flush_locked(self, least_pages: int) -> bool:
+        """flush() with its lock held."""
+        # the store timestamp read first is covered by the position read after it
+        ts = self.ctl.get("committed_store_timestamp" if self.pool is not None else "last_store_timestamp")
+        target = self.ctl.get("committed")
+        flushed = self.ctl.get("flushed")
+        if target <= flushed:
+            return False
+        same_file = flushed // self.file_size == target // self.file_size
+        if least_pages > 0 and same_file and target // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
+            return False
+        t0 = time.monotonic_ns()
+        if self.queue.mapped_end < target:
+            self.queue.map_new_files()  # files another process (the allocator) created
+        try:
+            self.queue.flush_between(flushed, target)
+        except OSError as exc:
+            self.ctl.set("flush_last_errno", exc.errno or 5)
+            self.ctl.set("flush_error_offset", flushed)
+            self.ctl.advance("flush_error_count", self.ctl.get("flush_error_count") + 1)
+            self.ctl.add_stat("flush_errors")
             self.ctl.broadcast("flushed")
-            return True
+            raise
+        elapsed = time.monotonic_ns() - t0
+        self.ctl.advance("flushed", target)
+        if ts > 0:
+            self.ctl.advance("flushed_store_timestamp", ts)
+        self.ctl.add_stat("flush_count")
+        self.ctl.add_stat("flush_ns_total", elapsed)
+        self.ctl.max_stat("flush_ns_max", elapsed)
+        self.ctl.set_stat("flush_ns_last", elapsed)
+        self.ctl.add_stat("flush_bytes", target - flushed)
+        self.ctl.broadcast("flushed")
+        return True
 
     def close(self) -> None:
         self.appender.closed = True
