@@ -72,11 +72,12 @@ def test_a_holder_killed_inside_the_lock_is_not_busy_but_taken_over(tmp_path, lo
         assert store.stats()["lock_takeovers"] == 1
 
 
-def test_sync_puts_time_out_while_the_flusher_process_is_stopped(tmp_path):
-    """SYNC_FLUSH in a node: a put waits (futex on the control block) for the flusher process;
-    with the flusher stopped (SIGSTOP) it returns FLUSH_DISK_TIMEOUT after sync_flush_timeout,
-    the message stored; once the flusher runs again puts are acknowledged and everything is
-    flushed."""
+def test_sync_puts_flush_themselves_while_the_flusher_process_is_stopped(tmp_path):
+    """SYNC_FLUSH in a node: a put flushes on its own side when no other thread of its process
+    is flushing, so it is acknowledged with the flusher process stopped (SIGSTOP); a put whose
+    process is already flushing waits (futex on the control block) for that flush or the
+    flusher, and with neither coming returns FLUSH_DISK_TIMEOUT after sync_flush_timeout, the
+    message stored; once the flusher runs again everything is flushed."""
     root = str(tmp_path / "s")
     with MessageStore(root, service_mode="processes", flush_disk_type="SYNC_FLUSH", sync_flush_timeout=300,
                       mapped_file_size_commit_log=256 * 1024) as node:
@@ -84,7 +85,10 @@ def test_sync_puts_time_out_while_the_flusher_process_is_stopped(tmp_path):
         flusher = node.supervisor.pids()["flusher"]
         freeze(flusher)
         try:
-            r = node.put("T", b"not flushed in time")
+            node.put("T", b"flushed by its putter").check()
+            assert node.positions()["flushed"] == node.positions()["wrote"]
+            with node.commitlog._flush_lock:  # a flush of this process that never ends
+                r = node.put("T", b"not flushed in time")
             assert r.status.name == "FLUSH_DISK_TIMEOUT" and "sync_flush_timeout=300" in r.detail
             assert node.stats()["flush_timeouts"] == 1
             assert node.positions()["flushed"] < node.positions()["wrote"]
@@ -95,4 +99,4 @@ def test_sync_puts_time_out_while_the_flusher_process_is_stopped(tmp_path):
         assert pos["flushed"] == pos["wrote"]
         node.wait_dispatched()
         assert [bytes(m.body) for m in node.get_message("g", "T", 0, 0, 32)] == [
-            b"ok", b"not flushed in time", b"flushed again"]
+            b"ok", b"flushed by its putter", b"not flushed in time", b"flushed again"]
