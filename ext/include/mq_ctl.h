@@ -47,7 +47,11 @@ enum {
     MQ_CTL_FILE_SIZE = 32, MQ_CTL_GENERATION = 40, MQ_CTL_OWNER_PID = 48, MQ_CTL_STATE = 56,
     MQ_CTL_LOCK_KIND = 64, MQ_CTL_RUNNING_FLAGS = 72, MQ_CTL_FLUSH_DISK_TYPE = 80, MQ_CTL_CREATED_MS = 88,
     MQ_CTL_TABLE_COUNT = 96, MQ_CTL_POOL_BUFFERS = 104, MQ_CTL_MANUAL_DELETE = 112, MQ_CTL_DISPATCH_IDLE = 120,
-    MQ_CTL_WROTE = 128, MQ_CTL_COMMITTED = 192, MQ_CTL_COMMITTED_STORE_TS = 200, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
+    MQ_CTL_WROTE = 128,
+    /* the log offset up to which the current CommitLog file's disk blocks are allocated
+     * (commit_log_allocate_step_bytes): a put never writes past it. On the write position's line:
+     * the put lock's holder reads it there, and it changes once per step */
+    MQ_CTL_RESERVED = 136, MQ_CTL_COMMITTED = 192, MQ_CTL_COMMITTED_STORE_TS = 200, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
     MQ_CTL_DISPATCHED_STORE_TS = 328, MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
     MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
     MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672, MQ_CTL_LOCK_OWNER_PID = 680,
@@ -57,9 +61,7 @@ enum {
     MQ_CTL_FLUSH_ERROR_OFFSET = 856,
     MQ_CTL_ALLOC_REQUEST_UPTO = 896, MQ_CTL_ALLOC_READY_UPTO = 904, MQ_CTL_ALLOC_ERROR_ERRNO = 912,
     MQ_CTL_ALLOC_ERROR_OFFSET = 920, MQ_CTL_ALLOC_ERROR_COUNT = 928,
-    /* the log offset up to which the current CommitLog file's disk blocks are allocated
-     * (commit_log_allocate_step): a put never writes past it */
-    MQ_CTL_RESERVED = 936,
+
     MQ_CTL_STATS = 1024
 };
 
