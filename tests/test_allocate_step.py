@@ -13,7 +13,7 @@ import pytest
 from mqstore import Message, MessageStore
 from mqstore.tools.checker import check_store
 
-from helpers_fs import run_in_tmpfs, tmpfs_supported
+from helpers_fs import CHILD_HELPERS, run_in_tmpfs, tmpfs_supported
 
 MiB = 1 << 20
 CFG = {"mapped_file_size_commit_log": 4 * MiB, "commit_log_allocate_step_bytes": 256 * 1024}
@@ -87,7 +87,7 @@ def test_a_full_disk_refuses_the_put_that_needs_more_space_and_puts_resume(tmp_p
     """A 6 MiB disk, 4 MiB files allocated 256 KiB at a time: a ballast file takes the rest of
     the disk, the puts run until the next step cannot be allocated (a status, no SIGBUS), the
     ballast goes, and the same store takes puts again; the checker passes on what it wrote."""
-    out = run_in_tmpfs(textwrap.dedent(r'''
+    out = run_in_tmpfs(CHILD_HELPERS + textwrap.dedent(r'''
         from mqstore import Message, MessageStore
         from mqstore.tools.checker import check_store
 
@@ -99,16 +99,7 @@ def test_a_full_disk_refuses_the_put_that_needs_more_space_and_puts_resume(tmp_p
         s = MessageStore(root, **cfg)
         s.put_message(Message("T", b"one")).check()
         ballast = os.path.join(TMPFS, "ballast")
-        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            for chunk in (1 << 20, 1 << 16, 4096):
-                try:
-                    while True:
-                        os.write(fd, b"\0" * chunk)
-                except OSError:
-                    pass
-        finally:
-            os.close(fd)
+        fill(ballast)
         acked, refusal = 1, None
         for i in range(10_000):
             r = s.put_message(Message("T", b"b" * 1000))

@@ -11,37 +11,8 @@ import textwrap
 
 import pytest
 
-from helpers_fs import run_in_tmpfs, tmpfs_supported
+from helpers_fs import CHILD_HELPERS, run_in_tmpfs, tmpfs_supported
 
-#: prepended to every child: a ballast file that takes every free block, and polling
-CHILD_HELPERS = r"""
-import time
-
-
-def fill(path):
-    # zeros appended until the disk refuses a single byte; returns the free blocks left
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        for chunk in (1 << 20, 1 << 16, 4096, 512, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * chunk)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
-    return os.statvfs(TMPFS).f_bavail
-
-
-def wait_for(pred, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
-
-"""
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.skipif(not tmpfs_supported(),
                                 reason="needs a tmpfs in a private mount namespace (root + unshare)")]
