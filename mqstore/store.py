@@ -235,7 +235,7 @@ class StoreBase:
         the damaged one comes first, the status is MESSAGE_CORRUPTED, the result (a
         mqstore.queue.reads.CorruptedMessageResult) holds no message, its ``detail`` names the
         physical and queue offsets, and next_begin_offset stays at the damaged message."""
-        return self._get("get_message", group, topic, queue_id, offset, max_msg_nums, tags, True)
+        return self._get(group, topic, queue_id, offset, max_msg_nums, tags, capped=True)
 
     def read_messages(self, topic: str, queue_id: int, offset: int, max_msg_nums: int = 1024,
                       tags: str | Iterable[str] | None = None) -> GetMessageResult:
@@ -243,10 +243,11 @@ class StoreBase:
         not held to the transfer caps RocketMQ sets for a network pull (32 messages, 256 KiB
         from memory); statuses, tags filter and the body CRC check as get_message.
         ``result.bodies()`` gives the bodies as bytes in one call."""
-        return self._get("read_messages", "", topic, queue_id, offset, max_msg_nums, tags, False)
+        return self._get("", topic, queue_id, offset, max_msg_nums, tags, capped=False)
 
-    def _get(self, method: str, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-             tags: str | Iterable[str] | None, capped: bool) -> GetMessageResult:
+    def _get(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+             tags: str | Iterable[str] | None, *, capped: bool) -> GetMessageResult:
+        """get_message (capped) or read_messages (not capped)."""
         self._check_open()
         self.follower.queue(topic, queue_id)
         reader = self.reader
@@ -254,9 +255,9 @@ class StoreBase:
             result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags, capped)  # type: ignore[arg-type]
         except (TypeError, OverflowError) as exc:
             if tags is None or isinstance(tags, str):
-                args = dict(topic=topic, queue_id=queue_id, offset=offset, max_msg_nums=max_msg_nums, tags=tags)
-                raise argument_error(method, exc, **(args if method == "read_messages" else dict(group=group, **args))
-                                     ) from None
+                named = dict(group=group) if capped else {}
+                raise argument_error("get_message" if capped else "read_messages", exc, **named, topic=topic,
+                                     queue_id=queue_id, offset=offset, max_msg_nums=max_msg_nums, tags=tags) from None
             tags = tags_expression(tags)
             result = reader.get_message(group, topic, queue_id, offset, max_msg_nums, tags, capped)
         if reader.check_crc_on_read:
@@ -687,9 +688,11 @@ class MessageStore(StoreBase):
             errors += [f"the {kind} process exited with {code}" for kind, code in codes.items() if code != 0]
         flushed_all = self.ctl.get("flushed") >= self.ctl.get("wrote")
         behind = self.dispatcher.behind()
-        closing = CleanClose(self.ctl.get("wrote"), 0, self.ctl.get("last_store_timestamp"),
-                             [(t, q, n) for t, q, n in self.ctl.table_items() if n > 0])
-        crc = clean_close_record.tail_crc(self.commitlog.queue, closing.wrote)
+        # what the clean-close record needs, read while the control block and files are open
+        wrote = self.ctl.get("wrote")
+        crc = clean_close_record.tail_crc(self.commitlog.queue, wrote)
+        closing = None if crc is None else CleanClose(
+            wrote, crc, self.ctl.get("last_store_timestamp"), [(t, q, n) for t, q, n in self.ctl.table_items() if n > 0])
         ts = self.ctl.get("flushed_store_timestamp")
         if ts > 0:
             self.checkpoint.physic_msg_timestamp = ts
@@ -706,8 +709,7 @@ class MessageStore(StoreBase):
         self.ctl.mark_closed()
         self.ctl.close()
         if flushed_all and not errors and behind == 0:
-            if crc is not None:
-                closing.tail_crc = crc
+            if closing is not None:
                 clean_close_record.write(self.root, closing)
             os.unlink(self.abort_path)
         else:
