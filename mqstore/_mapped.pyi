@@ -10,8 +10,9 @@ from typing_extensions import disjoint_base
 
 OS_PAGE_SIZE: Final = 4096
 
-def inject_flush_failure(err: int, count: int = 1) -> None:
-    """Make the next `count` MappedFile flushes in this process fail with errno `err`."""
+def inject_flush_failure(err: int, count: int = 1, where: str | None = None) -> None:
+    """Make the next `count` MappedFile flushes in this process fail with errno `err`; with
+    `where`, only flushes of files whose path contains that string."""
 
 def file_name(offset: int) -> str:
     """20-digit zero-padded decimal start offset (spec §2)."""

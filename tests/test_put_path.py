@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import threading
 import time
 
@@ -322,7 +323,8 @@ def test_sync_flush_spanning_a_roll(open_store):
 def test_failed_flush_is_never_success(open_store):
     store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=3000)
     store.put_message(Message("T", b"ok")).check()
-    inject_flush_failure(errno.EIO, 1)
+    # only the CommitLog's flush: the ConsumeQueue flush thread must not take the failure
+    inject_flush_failure(errno.EIO, 1, where=os.sep + "commitlog" + os.sep)
     t0 = time.monotonic()
     r = store.put_message(Message("T", b"lost?"))
     assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT

@@ -334,6 +334,7 @@ cdef struct AppendOut:
     int64_t queue_offset
     int64_t store_timestamp
     int64_t need_offset
+    int64_t flush_errors  # SYNC_FLUSH: the flush error count before the records were published
 
 
 cdef class BatchPlan:
@@ -1091,6 +1092,11 @@ cdef class CommitLogAppender:
                         acc += sizes[i]
                         r += sizes[i]
                     memcpy(self.cur_base + file_pos, rec, total)
+                    if self.sync_flush:
+                        # a flush failing from here on may have covered these records: read before
+                        # they are published, so a later msync that succeeds over pages the kernel
+                        # already failed to write (and marked clean) cannot turn the put into PUT_OK
+                        out.flush_errors = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT))
                     # publish the write position before the queue offset (see _repair_after_takeover)
                     mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + total)
                     if not self.pool_buffers:  # no transient pool: committed == wrote
@@ -1138,19 +1144,20 @@ cdef class CommitLogAppender:
             mq_notify(self.ctl, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush
         elif self.sync_flush:
             if wait:
-                self._wait_flushed(res, out.wrote_offset + out.wrote_bytes)
+                self._wait_flushed(res, out.wrote_offset + out.wrote_bytes, out.flush_errors)
             else:
                 mq_notify(self.ctl, MQ_CH_FLUSH)
         elif self.wake_flusher:
             mq_notify(self.ctl, MQ_CH_FLUSH)
         return res
 
-    cdef _wait_flushed(self, PutMessageResult res, int64_t end):
+    cdef _wait_flushed(self, PutMessageResult res, int64_t end, int64_t errors0):
         """Group commit: ask the flusher for `end` and wait until the flushed position passes it,
-        a flush fails, or sync_flush_timeout passes (FLUSH_DISK_TIMEOUT)."""
+        or a flush fails, or sync_flush_timeout passes (FLUSH_DISK_TIMEOUT). `errors0` is the flush
+        error count read before the records were published: any flush failure after it may have
+        covered them, and the put is then FLUSH_DISK_TIMEOUT even if a later flush succeeds."""
         cdef char *ctl = self.ctl
         cdef int64_t *flushed = mq_cell(ctl, MQ_CTL_FLUSHED)
-        cdef int64_t errors0 = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT))
         cdef int64_t t0 = mq_mono_ns()
         cdef int64_t deadline = t0 + self.sync_flush_timeout_ms * 1000000
         cdef int64_t left
@@ -1179,7 +1186,9 @@ cdef class CommitLogAppender:
                     break
                 mq_futex_wait(seq, s, left if left < 100000000 else 100000000)
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_WAIT_NS_TOTAL), mq_mono_ns() - t0)
-        if mq_load(flushed) < end:
+        if mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)) != errors0:
+            failed = True
+        if failed or mq_load(flushed) < end:
             mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_TIMEOUTS), 1)
             res.c_status = MQ_PUT_FLUSH_DISK_TIMEOUT
             if failed:

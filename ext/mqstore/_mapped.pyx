@@ -48,15 +48,22 @@ cdef int64_t FLUSH_SLICE = 4 << 20
 
 # Fault injection (inject_flush_failure, for tests): the next N flushes fail with this errno instead
 # of calling msync, so tests can prove a failed flush is never reported as success.
+# `where`, when set, limits the failures to files whose path contains it (the ConsumeQueue flush
+# thread must not take a failure meant for the CommitLog).
 cdef int _fail_flush_errno = 0
 cdef int _fail_flush_count = 0
+cdef object _fail_flush_where = None
 
 
-def inject_flush_failure(int err, int count=1):
-    """Make the next `count` MappedFile flushes in this process fail with errno `err`."""
-    global _fail_flush_errno, _fail_flush_count
+def inject_flush_failure(int err, int count=1, where=None):
+    """Make the next `count` MappedFile flushes in this process fail with errno `err`; with
+    `where`, only flushes of files whose path contains that string."""
+    global _fail_flush_errno, _fail_flush_count, _fail_flush_where
+    if where is not None and not isinstance(where, str):
+        raise TypeError(f"where must be a str or None, not {type(where).__name__}")
     _fail_flush_errno = err
     _fail_flush_count = count
+    _fail_flush_where = where
 
 
 def file_name(int64_t offset) -> str:
@@ -336,7 +343,7 @@ cdef class MappedFile:
         cdef int64_t a = (start // PAGE) * PAGE
         cdef int r
         cdef int err = 0
-        if _fail_flush_count > 0:
+        if _fail_flush_count > 0 and (_fail_flush_where is None or _fail_flush_where in self.path):
             _fail_flush_count -= 1
             raise OSError(_fail_flush_errno, f"msync of {self.file_name} [{start}, {end}) failed: "
                           f"{os.strerror(_fail_flush_errno)} (injected)")
