@@ -156,6 +156,11 @@ class ReadKernel:
     def log_map(self) -> LogMap:
         """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
 
+    def follow_with(self, follower: Any) -> None:
+        """Reads in a process that follows what other processes build: the look-ups by queue
+        offset call ``follower.queue`` only when what they need is not there yet. None: this
+        process builds what it reads."""
+
     def forget_log_map(self) -> None:
         """Drop the cached LogMap (its file list changed)."""
 

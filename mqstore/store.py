@@ -219,6 +219,11 @@ class StoreBase:
         self._check_open()
         return {**self.ctl.stats(), **self.ctl.positions()}
 
+    def _follow(self, follower: NotFollowing) -> None:
+        """Reads in this process follow what other processes build, through `follower`."""
+        self.follower = follower
+        self.reader.follow_with(follower)
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {self.root} is shut down")
@@ -269,10 +274,8 @@ class StoreBase:
         lookMessageByOffset). With check_crc_on_read, CorruptRecordError naming phy_offset
         when the record's body fails its CRC (or its header does not parse)."""
         self._check_open()
-        self.follower.log()
-        reader = self.reader
-        try:
-            return reader.look_message_by_offset(phy_offset)
+        try:  # the reader calls the follower when the file is not mapped yet (follow_with)
+            return self.reader.look_message_by_offset(phy_offset)
         except (TypeError, OverflowError) as exc:
             raise argument_error("look_message_by_offset", exc, phy_offset=phy_offset) from None
 
@@ -280,13 +283,12 @@ class StoreBase:
         """The message at a queue offset (through its ConsumeQueue unit), or None. With
         check_crc_on_read, CorruptRecordError naming the physical offset when the record's
         body fails its CRC (or its header does not parse)."""
-        self._check_open()
+        if self._closed:  # _check_open() inline: this is the per-message look-up
+            self._check_open()
         if type(queue_offset) is not int:
             check_arguments("look_message_by_queue_offset", topic=topic, queue_id=queue_id, queue_offset=queue_offset)
-        self.follower.queue(topic, queue_id)
-        reader = self.reader
-        try:
-            return reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
+        try:  # the reader calls the follower when what it needs is not there yet (follow_with)
+            return self.reader.look_message_by_queue_offset(topic, queue_id, queue_offset)
         except (TypeError, OverflowError) as exc:
             raise argument_error("look_message_by_queue_offset", exc, topic=topic, queue_id=queue_id,
                                  queue_offset=queue_offset) from None
@@ -629,7 +631,7 @@ class MessageStore(StoreBase):
         self.consume_queues.flush()
         if self.index is not None:
             self.index.flush()
-        self.follower = Follower(self.commitlog, self.consume_queues, self.ctl, self.index)
+        self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
         self.supervisor = Supervisor(self.root)
         try:
             self.supervisor.start()
@@ -761,7 +763,7 @@ class AttachedStore(StoreBase):
             self.index = IndexService(self.root, cfg, None) if cfg.message_index_enable else None  # type: ignore[arg-type]
             self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, None, self.ctl)
             self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
-            self.follower = Follower(self.commitlog, self.consume_queues, self.ctl, self.index)
+            self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
         except BaseException:
             if self.pool is not None:
                 self.pool.close()

@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
+from typing import Any
 import time
 
 import pytest
@@ -735,4 +736,48 @@ def test_a_manual_request_from_an_attached_store_reaches_the_node_cleaner_proces
         assert node.get_message("g", "T", 0, 0, 32).status is S.OFFSET_TOO_SMALL
         r = node.get_message("g", "T", 0, low, 32)
         assert r.status is S.FOUND and next(iter(r)).queue_offset == low
+    check_store(root).raise_if_failed()
+
+
+def test_a_node_owners_look_ups_follow_new_units_new_files_and_deletions(tmp_path):
+    """The owner of a node reads what its dispatcher, allocator and cleaner processes build and
+    delete. Its look-ups call the follower only when what they need is missing (a unit past the
+    last one followed, a CommitLog file not mapped yet) or min_phy moved: each of those cases
+    still answers as a store that builds everything itself would."""
+    root = str(tmp_path / "s")
+    cfg = {**CFG, "service_mode": "processes", "disk_space_warning_level_ratio": 100,
+           "disk_space_clean_forcibly_ratio": 100}
+
+    def eventually(read: Callable[[], Any]) -> Any:  # the dispatcher process builds units a moment later
+        deadline = time.monotonic() + 30
+        while (got := read()) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return got
+
+    with MessageStore(root, **cfg) as node:
+        first = node.put_message(Message("T", b"first")).check()
+        view = eventually(lambda: node.look_message_by_queue_offset("T", 0, 0))
+        assert view is not None and bytes(view.body) == b"first"
+        files_before = len(node.commitlog.queue)
+        results = fill(node, 300, queues=1, start=1)  # ~15 CommitLog files more, each mapped here later
+        assert len(node.commitlog.queue) > files_before + 10
+        last = results[-1]
+        view = node.look_message_by_queue_offset("T", 0, last.queue_offset)
+        assert view is not None and view.physical_offset == last.wrote_offset
+        assert bytes(view.body) == b"body-0300-" + b"x" * 60
+        assert node.look_message_by_queue_offset("T", 0, last.queue_offset + 1) is None
+        assert node.look_message_by_offset(last.wrote_offset).queue_offset == last.queue_offset
+        # the cleaner process deletes the oldest files: what they held is gone for the look-ups too
+        queue = node.commitlog.queue
+        age(queue, queue.files[:4], time.time() * 1000, hours=73)
+        min_after = queue.files[4].file_from
+        node.execute_delete_files_manually()
+        deadline = time.monotonic() + 60
+        while node.ctl.get("min_phy") < min_after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert node.ctl.get("min_phy") == min_after
+        assert node.look_message_by_queue_offset("T", 0, 0) is None
+        assert node.look_message_by_offset(first.wrote_offset) is None
+        view = node.look_message_by_queue_offset("T", 0, last.queue_offset)
+        assert view is not None and view.physical_offset == last.wrote_offset
     check_store(root).raise_if_failed()

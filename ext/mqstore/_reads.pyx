@@ -587,6 +587,8 @@ cdef class ReadKernel:
     cdef dict k_tag_cache
     cdef ScanLimits k_lim
     cdef public bint check_crc_on_read   # the look-ups check the record they return
+    cdef object k_follower               # None, or what catches this process up (follow_with)
+    cdef int64_t k_seen_min_phy          # the min_phy the follower last caught up to
 
     def __init__(self, dict queues, log_files, control_block):
         self.k_queues = queues
@@ -596,6 +598,8 @@ cdef class ReadKernel:
         self.k_lmap = None
         self.k_lmap_version = None
         self.k_tag_cache = {}
+        self.k_follower = None
+        self.k_seen_min_phy = -1
         # no caps until set_transfer_limits (MessageReader sets them from the store's config)
         self.k_lim.in_memory_bytes_limit = 0
         self.k_lim.max_bytes_memory = INT64_MAX
@@ -630,6 +634,28 @@ cdef class ReadKernel:
             self.k_lmap = lmap
             self.k_lmap_version = version
         return lmap
+
+    def follow_with(self, follower):
+        """Reads in a process that follows what other processes build (an attached store, a
+        node's owner): the look-ups by queue offset call ``follower.queue(topic, queue_id)``
+        (mqstore.queue.follow.Follower) only when what they need is not there yet (the queue,
+        a unit past the last one followed, a CommitLog file not mapped) or the cleaner moved
+        min_phy, instead of on every call. None: this process builds what it reads."""
+        self.k_follower = follower
+        self.k_seen_min_phy = -1
+
+    cdef object _follow_queue(self, str topic, int queue_id):
+        """The follower catches the queue (and the log) up; the queue's kernel, or None."""
+        cdef int64_t min_phy = mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY))
+        self.k_follower.queue(topic, queue_id)
+        self.k_seen_min_phy = min_phy
+        return self.k_queues.get((topic, queue_id))
+
+    cdef _follow_log(self):
+        """The follower maps the CommitLog files created and drops the ones deleted since."""
+        cdef int64_t min_phy = mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY))
+        self.k_follower.log()
+        self.k_seen_min_phy = min_phy
 
     def forget_log_map(self):
         """Drop the cached LogMap (its file list changed): the mappings of deleted files go
@@ -797,17 +823,31 @@ cdef class ReadKernel:
         body CRC."""
         if phy_offset < 0 or phy_offset >= self.readable_end():
             return None
-        return _checked(c_view_at(self.log_map(), phy_offset), self.check_crc_on_read if check is None else check)
+        if self.k_follower is not None and mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY)) != self.k_seen_min_phy:
+            self._follow_log()
+        view = c_view_at(self.log_map(), phy_offset)
+        if view is None and self.k_follower is not None:
+            self._follow_log()  # a CommitLog file another process created since
+            view = c_view_at(self.log_map(), phy_offset)
+        return _checked(view, self.check_crc_on_read if check is None else check)
 
     def look_message_by_queue_offset(self, str topic, int queue_id, int64_t queue_offset):
         """The message at a queue offset, or None; checked as look_message_by_offset."""
         cq_obj = self.k_queues.get((topic, queue_id))
+        if self.k_follower is not None and (
+                cq_obj is None or mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY)) != self.k_seen_min_phy
+                or queue_offset >= (<ConsumeQueueKernel>cq_obj).c_max_logic() // CQ_UNIT):
+            cq_obj = self._follow_queue(topic, queue_id)
         if cq_obj is None:
             return None
         cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
         if phy < 0 or phy >= self.readable_end():
             return None
-        return _checked(c_view_at(self.log_map(), phy), self.check_crc_on_read)
+        view = c_view_at(self.log_map(), phy)
+        if view is None and self.k_follower is not None:
+            self._follow_log()  # a CommitLog file another process created since
+            view = c_view_at(self.log_map(), phy)
+        return _checked(view, self.check_crc_on_read)
 
     def get_message_store_timestamp(self, str topic, int queue_id, int64_t queue_offset):
         """STORETIMESTAMP of the message at a queue offset, -1 if none (spec §11)."""
