@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from mqstore import Message, MessageStore
+from mqstore.log.mapped_file_queue import reservation_step
 from mqstore.tools.checker import check_store
 
 from helpers_fs import CHILD_HELPERS, run_in_tmpfs, tmpfs_supported
@@ -52,6 +53,30 @@ def test_files_are_allocated_in_steps_ahead_of_the_writes(tmp_path):
     with MessageStore(root, **CFG) as store:  # a reopen reserves from the write position again
         assert store.put_message(Message("T", b"after")).check().queue_offset == 5001
         assert store.ctl.get("reserved") > store.positions()["wrote"]
+    check_store(root).raise_if_failed()
+
+
+def test_the_step_doubles_with_what_the_file_holds_up_to_the_setting():
+    assert [reservation_step(pos, 64 * MiB) for pos in (0, 1, MiB, MiB + 1, 3 * MiB, 40 * MiB, 900 * MiB)] == \
+        [MiB, MiB, MiB, 2 * MiB, 4 * MiB, 64 * MiB, 64 * MiB]
+    assert reservation_step(0, 256 * 1024) == reservation_step(5 * MiB, 256 * 1024) == 256 * 1024
+    assert reservation_step(10 * MiB, 12 * 4096) == 12 * 4096  # a setting that is no power of two
+
+
+def test_a_small_store_takes_little_disk_whatever_the_step(tmp_path):
+    """64 MiB steps in 64 MiB files: a store of a few messages reserves 1 MiB and 1 MiB ahead,
+    not the whole step; one of ~3 MiB reserves 4 MiB and 4 MiB ahead."""
+    root = str(tmp_path / "store")
+    with MessageStore(root, mapped_file_size_commit_log=64 * MiB, commit_log_allocate_step_bytes=64 * MiB,
+                      message_index_enable=False) as store:
+        store.put_message(Message("T", b"first")).check()
+        first = commitlog_files(root)[0]
+        assert store.ctl.get("reserved") == 2 * MiB
+        assert disk_bytes(first) <= 2 * MiB + 64 * 1024
+        store.put_messages([Message("T", b"y" * 1000) for _ in range(3000)]).check()
+        assert 3 * MiB < store.positions()["wrote"] < 4 * MiB
+        assert store.ctl.get("reserved") == 8 * MiB
+        assert disk_bytes(first) <= 8 * MiB + 64 * 1024
     check_store(root).raise_if_failed()
 
 

@@ -177,9 +177,10 @@ _TABLE: tuple[Definition, ...] = (
          java="mappedFileSizeCommitLog"),
     _key("commit_log_allocate_step_bytes", int, 64 * 1024 * 1024, "bytes",
          _int_range(0, _INT_MAX // OS_PAGE_SIZE * OS_PAGE_SIZE, step=OS_PAGE_SIZE),
-         "Disk space of a CommitLog file is allocated (posix_fallocate) this much at a time, ahead of "
-         "the write position, instead of the whole file when it is created: a small store takes "
-         "little disk. A put never writes past what is allocated, so a full disk is a "
+         "Disk space of a CommitLog file is allocated (posix_fallocate) in steps ahead of the write "
+         "position, instead of the whole file when it is created: 1 MiB first, each step the size "
+         "written in the file so far (doubling), at most this much, and one step more ahead, so a "
+         "small store takes little disk. A put never writes past what is allocated, so a full disk is a "
          "CREATE_MAPEDFILE_FAILED status naming the error, never SIGBUS. 0 = whole files, as "
          "before. Whole 4 KiB pages.",
          java=None, origin=_OWN),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from mqstore.layout import OS_PAGE_SIZE
 from mqstore._commitlog import CommitLogAppender
-from mqstore.log.mapped_file_queue import MappedFileQueue
+from mqstore.log.mapped_file_queue import MappedFileQueue, reservation_step
 from mqstore.log.pool import commit_range
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class CommitLog:
             if mf is None:
                 return f"CommitLog file {file_from:020d} is not mapped: cannot allocate up to {end}"
         start = max(self.ctl.get("reserved"), file_from) - file_from
-        step = self.allocate_step
+        step = reservation_step(end - file_from, self.allocate_step)
         need = min(self.file_size, (end - file_from + step - 1) // step * step)
         try:
             mf.reserve(start, need)

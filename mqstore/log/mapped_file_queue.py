@@ -72,6 +72,18 @@ def mapped_file_names(directory: str) -> list[str]:
     return names
 
 
+#: a CommitLog file's first disk reservation; each later one doubles, up to
+#: commit_log_allocate_step_bytes, so a small store takes little disk and a busy one large steps
+ALLOCATE_STEP_MIN = 1 << 20
+
+
+def reservation_step(pos: int, max_step: int) -> int:
+    """The disk reservation step of a CommitLog file written up to byte pos: the power of two
+    at or above pos, at least ALLOCATE_STEP_MIN (or max_step if smaller), at most max_step."""
+    step = 1 << max(0, (pos - 1).bit_length())
+    return max(min(max_step, ALLOCATE_STEP_MIN), min(max_step, step))
+
+
 class MappedFileQueue:
     """Files of one directory keyed by start offset, each exactly ``file_size`` bytes."""
 
@@ -92,7 +104,8 @@ class MappedFileQueue:
 
     def initial_allocation(self) -> int:
         """What MappedFile.create allocates of a new file: -1 (all) or the first step."""
-        return -1 if not self.allocate_step or self.allocate_step >= self.file_size else self.allocate_step
+        first = reservation_step(0, self.allocate_step) if self.allocate_step else self.file_size
+        return -1 if first >= self.file_size else first
 
     # -- loading -----------------------------------------------------------------------
     def load(self, last_file_was_cut: Callable[[str], bool] | None = None) -> None:
