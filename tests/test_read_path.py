@@ -326,6 +326,16 @@ def test_damaged_log_tail_truncates_queues_and_reports_them(store_dir):
         assert last.wrote_offset > rep.valid_end
 
 
+def test_a_queue_offset_too_far_past_the_end_is_refused_not_filled(tmp_path):
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 10 * UNIT)
+    cq.put_message_position_info(0, 100, 0, 0)
+    with pytest.raises(ValueError, match="queue offset 1099511627776 lies more than 1000000 units past the queue's end 1"):
+        cq.put_message_position_info(100, 100, 0, 1 << 40)
+    assert cq.max_offset_in_queue == 1 and cq.gaps == 0 and len(os.listdir(cq.store_path)) == 1
+    assert cq.put_message_position_info(100, 100, 0, 1) and cq.unit(1) == (100, 100, 0)
+    cq.close()
+
+
 def test_gap_of_whole_files_keeps_queue_files_contiguous(tmp_path):
     cq = ConsumeQueue(str(tmp_path), "T", 0, 10 * UNIT)
     cq.put_message_position_info(0, 100, 0, 0)

@@ -207,3 +207,26 @@ def test_cut_stops_before_a_blank_and_at_batch_size():
 def test_apply_takes_only_parsed_batches():
     with pytest.raises(TypeError):
         DispatchKernel(lambda t, q: None).apply(object())
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_damaged_queue_offset_far_past_the_end_is_skipped_not_filled(batched):
+    """QUEUEOFFSET is outside the body CRC: a flipped high byte must not make dispatch write
+    millions of filler units (the disk). The record is skipped and reported; the queue goes on."""
+    log = b""
+    for q in (0, (1 << 40) + 1, 1):
+        log += raw_record(b"T", b"", queue_offset=q, phy=len(log), store_ts=1_700_000_000_000 + len(log),
+                          body=b"q%d" % q)
+    queues, lookup = queue_table()
+    skipped: list = []
+    kernel = DispatchKernel(lookup, delay_levels_ms=DELAYS, on_skipped=lambda *a: skipped.append(a))
+    if batched:
+        batch = BatchParser(DELAYS).parse(log, 0, 0, len(log), 3)
+        assert kernel.apply(batch) == 2 and batch.stop == len(log)
+    else:
+        stop, reason, records, units, _ = kernel.dispatch(log, 0, 0, len(log))
+        assert (stop, records, units) == (len(log), 3, 2)
+    second = len(raw_record(b"T", b"", body=b"q0"))
+    assert skipped == [(second, b"T", 0)]
+    q = queues[("T", 0)]
+    assert q.max_offset_in_queue == 2 and q.gaps == 0 and len(q.files) == 1

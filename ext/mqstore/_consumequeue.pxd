@@ -9,6 +9,11 @@ from mqstore._mapped cimport MappedFile
 cdef enum:
     CQ_UNIT = 20
     FILLER_SIZE = 0x7FFFFFFF      # Integer.MAX_VALUE: size of the pre-fill units (spec §3 step 3)
+    # a unit whose queue offset lies further past its queue's end is refused (put_unit returns
+    # PUT_UNIT_TOO_FAR; dispatch skips the record and counts it): skipped offsets become filler
+    # units, and a damaged QUEUEOFFSET (no CRC covers it) must not fill the disk with them
+    MAX_GAP_UNITS = 1000000
+    PUT_UNIT_TOO_FAR = 2
 
 
 cdef inline int64_t unit_end(int64_t phy, int32_t size) noexcept nogil:
@@ -48,7 +53,7 @@ cdef class ConsumeQueueKernel:
 
     # byte offset after the last unit (min_logic_offset when the queue has no file)
     cdef int64_t c_max_logic(self) noexcept
-    # 1 = appended, 0 = already built (the queue's unit of queue offset q)
+    # 1 = appended, 0 = already built (the queue's unit of queue offset q), PUT_UNIT_TOO_FAR
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags, int64_t q) except -1
     cdef int _roll(self, int64_t expect) except -1
     cdef int _fill_gap(self, int64_t expect) except -1

@@ -201,18 +201,29 @@ cdef class ConsumeQueueKernel:
 
     # -- the append (spec §3 putMessagePositionInfo) --------------------------------------
     def put_message_position_info(self, int64_t phy, int32_t size, int64_t tags_code, int64_t queue_offset) -> bool:
-        """Append the unit of queue_offset; False when it was already built (idempotent)."""
+        """Append the unit of queue_offset; False when it was already built (idempotent).
+        ValueError when queue_offset lies more than MAX_GAP_UNITS past the queue's end."""
         cdef int r = self.put_unit(phy, size, tags_code, queue_offset)
         self.sync_position()
+        if r == PUT_UNIT_TOO_FAR:
+            raise ValueError(f"ConsumeQueue {self.topic}/{self.queue_id}: queue offset {queue_offset} lies more than "
+                             f"{MAX_GAP_UNITS} units past the queue's end {self.c_max_logic() // CQ_UNIT}")
         return r == 1
 
     cdef int put_unit(self, int64_t phy, int32_t size, int64_t tags, int64_t q) except -1:
-        """1 = appended, 0 = already built. Slow paths (no file, file full, first file of a
-        queue that starts above 0, a skipped offset) go through Python."""
+        """1 = appended, 0 = already built, PUT_UNIT_TOO_FAR = refused: q lies more than
+        MAX_GAP_UNITS past the queue's end (a damaged QUEUEOFFSET, which no CRC covers; filling
+        the gap could take the whole disk), nothing written. Slow paths (no file, file full,
+        first file of a queue that starts above 0, a skipped offset) go through Python."""
         if phy + size <= self.max_physic_offset:
             return 0
+        if q > INT64_MAX // CQ_UNIT:
+            return PUT_UNIT_TOO_FAR
         cdef int64_t expect = q * CQ_UNIT
         cdef int64_t current
+        if self.cur_base != NULL and self.cur_from >= 0 and \
+                expect - (self.cur_from + self.cur_wrote) > <int64_t>MAX_GAP_UNITS * CQ_UNIT:
+            return PUT_UNIT_TOO_FAR
         if self.cur_base == NULL or self.cur_wrote >= self.file_size or self.cur_from < 0:
             self._roll(expect)
         current = self.cur_from + self.cur_wrote

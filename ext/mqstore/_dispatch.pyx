@@ -16,14 +16,18 @@ from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcmp
 
+import logging
+
 from mq_bytes cimport *
 from mq_ctl cimport *
 from mq_dispatch cimport *
 from mq_record cimport *
 
-from mqstore._consumequeue cimport ConsumeQueueKernel
+from mqstore._consumequeue cimport CQ_UNIT, MAX_GAP_UNITS, PUT_UNIT_TOO_FAR, ConsumeQueueKernel
 from mqstore._reput cimport ParsedBatch
 from mqstore._shm cimport ControlBlock
+
+log = logging.getLogger("mqstore.dispatch")
 
 
 # Test hook of DispatchKernel._grow (tests/test_status_codes.py): 1 or 2 makes the first
@@ -185,12 +189,27 @@ cdef class DispatchKernel:
                 cq.sync_due = True
                 self.touched.append(cq)
         cdef int r = cq.put_unit(e.phy_offset, e.size, e.tags_code, e.queue_offset)
+        if r == PUT_UNIT_TOO_FAR:
+            self._skip_too_far(e.phy_offset, cq, e.queue_offset)
+            return 0
         if raise_table and self.ctl != NULL:
             slot = mq_tq_get_or_insert(self.ctl, topic, tlen, qid)
             if slot == NULL:
                 raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
             mq_max(&slot.next_offset, e.queue_offset + 1)
         return r
+
+    cdef int _skip_too_far(self, int64_t phy, ConsumeQueueKernel cq, int64_t q) except -1:
+        """A record whose queue offset lies more than MAX_GAP_UNITS past its queue's end (a
+        damaged QUEUEOFFSET): no unit, no filler, counted and reported like the records no
+        queue can take."""
+        log.error("ConsumeQueue %s/%d: the record at physical offset %d has queue offset %d, more than %d units "
+                  "past the queue's end %d: no unit is built for it", cq.topic, cq.queue_id, phy, q, MAX_GAP_UNITS,
+                  cq.c_max_logic() // CQ_UNIT)
+        self.skipped += 1
+        if self.on_skipped is not None:
+            self.on_skipped(phy, cq.topic_b, cq.queue_id)
+        return 0
 
     cdef int _skip(self, int64_t phy, const char *topic, int tlen, int32_t qid) except -1:
         self.skipped += 1
@@ -264,7 +283,7 @@ cdef class DispatchKernel:
         cdef const char *b = batch.base
         cdef const BatchQueue *queues = batch.queues
         cdef const BatchUnit *units = batch.units
-        cdef int64_t i, n = batch.unit_count, nq = batch.queue_count, appended = 0
+        cdef int64_t i, n = batch.unit_count, nq = batch.queue_count, appended = 0, r
         cdef const BatchUnit *u
         cdef ConsumeQueueKernel cq
         if n == 0:
@@ -297,7 +316,11 @@ cdef class DispatchKernel:
                                queues[u.queue].queue_id)
                     continue
                 cq = <ConsumeQueueKernel>cqs[u.queue]
-                appended += cq.put_unit(u.phy_offset, u.size, u.tags_code, u.queue_offset)
+                r = cq.put_unit(u.phy_offset, u.size, u.tags_code, u.queue_offset)
+                if r == PUT_UNIT_TOO_FAR:
+                    self._skip_too_far(u.phy_offset, cq, u.queue_offset)
+                    continue
+                appended += r
                 if slots[u.queue] != NULL:
                     mq_max(&slots[u.queue].next_offset, u.queue_offset + 1)
         finally:
