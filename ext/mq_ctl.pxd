@@ -5,6 +5,7 @@ cdef extern from "mq_ctl.h" nogil:
     unsigned long long MQ_CTL_MAGIC
     int MQ_CTL_VERSION, MQ_CTL_HEADER_SIZE, MQ_TQ_SLOT_SIZE, MQ_TQ_TOPIC_MAX
     int MQ_HEARTBEAT_BASE, MQ_HEARTBEAT_SLOTS
+    int MQ_WRITER_BASE, MQ_WRITER_SLOTS, MQ_WRITER_SLOT_SIZE, MQ_WSTAT_COUNT
     int MQ_CTL_MAGIC_OFF, MQ_CTL_VERSION_OFF, MQ_CTL_TOTAL_SIZE, MQ_CTL_TABLE_SLOTS, MQ_CTL_FILE_SIZE
     int MQ_CTL_GENERATION, MQ_CTL_OWNER_PID, MQ_CTL_STATE, MQ_CTL_LOCK_KIND, MQ_CTL_RUNNING_FLAGS
     int MQ_CTL_FLUSH_DISK_TYPE, MQ_CTL_CREATED_MS, MQ_CTL_TABLE_COUNT, MQ_CTL_POOL_BUFFERS, MQ_CTL_COMMITTED_STORE_TS, MQ_CTL_MANUAL_DELETE
@@ -50,6 +51,10 @@ cdef extern from "mq_ctl.h" nogil:
     uint32_t *mq_ch_seq(char *ctl, int ch)
     uint32_t *mq_ch_pending(char *ctl, int ch)
     void mq_stat_max(char *ctl, int idx, int64_t v)
+    int64_t *mq_writer_stats(char *ctl, int64_t pid)
+    int64_t mq_stat_total(char *ctl, int idx)
+    int64_t *mq_wslot_pid(char *ctl, int k)
+    int64_t *mq_wslot_stats(char *ctl, int k)
     void mq_notify(char *ctl, int ch)
     int mq_dispatch_idle_arm(char *ctl)
     void mq_dispatch_idle_disarm(char *ctl)

@@ -8,15 +8,19 @@
  *   64     store-wide settings every process must agree on (lock kind, flush type, flags,
  *          transient store pool buffers at 104: 0 = no pool); at 120 the dispatcher's idle
  *          flag (puts read this line anyway: they wake an idle dispatcher at no extra cost)
- *   128..  positions: wrote, committed (+ the store timestamp it covers at 200), flushed,
- *          dispatched (+ its store timestamp at 328),
- *          confirmed, min_phy, timestamps
+ *   128    what a put writes under the lock: wrote, reserved, committed (when there is no
+ *          transient store pool; else the committer's), the newest store timestamp: one line
+ *   192..  positions: the store timestamp committed covers (200), flushed, dispatched (+ its
+ *          store timestamp at 328), confirmed, min_phy, timestamps
  *   640    put lock: spin word, begin_time_in_lock, entry position, takeovers
  *   704    robust process-shared pthread mutex (the "mutex" lock kind)
  *   768    futex words: wake-up sequence numbers and pending flags per service
  *   832    flush request/error cells, 896 allocation cells
  *   1024   statistics counters (MQ_STAT_*), one line per updater
  *   4096   per-process heartbeat slots (MQ_HEARTBEAT_SLOTS x 64 B)
+ *   8192   per-writer statistics slots (MQ_WRITER_SLOTS x 128 B): a writer process's pid, and
+ *          on its own line the statistics every put updates (MQ_STAT_PUT_REQUESTS ..
+ *          MQ_STAT_LOCK_HOLD_WARNS), summed (max for the hold maximum) by readers
  *   65536  topic-queue offset table: slots of MQ_TQ_SLOT_SIZE bytes, open addressing
  */
 #ifndef MQ_CTL_H
@@ -35,12 +39,16 @@
 #include "mq_atomic.h"
 
 #define MQ_CTL_MAGIC 0x314C544354534D51ULL /* "MQSTCTL1" */
-#define MQ_CTL_VERSION 2
+#define MQ_CTL_VERSION 3
 #define MQ_CTL_HEADER_SIZE 65536
 #define MQ_TQ_SLOT_SIZE 192
 #define MQ_TQ_TOPIC_MAX 127
 #define MQ_HEARTBEAT_BASE 4096
 #define MQ_HEARTBEAT_SLOTS 64
+#define MQ_WRITER_BASE 8192
+#define MQ_WRITER_SLOTS 64
+#define MQ_WRITER_SLOT_SIZE 128
+#define MQ_WSTAT_COUNT 8   /* the statistics with per-writer cells: indexes 0 .. 7 */
 
 enum {
     MQ_CTL_MAGIC_OFF = 0, MQ_CTL_VERSION_OFF = 8, MQ_CTL_TOTAL_SIZE = 16, MQ_CTL_TABLE_SLOTS = 24,
@@ -51,8 +59,9 @@ enum {
     /* the log offset up to which the current CommitLog file's disk blocks are allocated
      * (commit_log_allocate_step_bytes): a put never writes past it. On the write position's line:
      * the put lock's holder reads it there, and it changes once per step */
-    MQ_CTL_RESERVED = 136, MQ_CTL_COMMITTED = 192, MQ_CTL_COMMITTED_STORE_TS = 200, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
-    MQ_CTL_DISPATCHED_STORE_TS = 328, MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_LAST_STORE_TS = 512, MQ_CTL_FLUSHED_STORE_TS = 576,
+    MQ_CTL_RESERVED = 136, MQ_CTL_COMMITTED = 144, MQ_CTL_LAST_STORE_TS = 152,
+    MQ_CTL_COMMITTED_STORE_TS = 200, MQ_CTL_FLUSHED = 256, MQ_CTL_DISPATCHED = 320,
+    MQ_CTL_DISPATCHED_STORE_TS = 328, MQ_CTL_CONFIRMED = 384, MQ_CTL_MIN_PHY = 448, MQ_CTL_FLUSHED_STORE_TS = 576,
     MQ_CTL_LOCK_WORD = 640, MQ_CTL_LOCK_BEGIN_MS = 648, MQ_CTL_LOCK_BEGIN_NS = 656,
     MQ_CTL_LOCK_ENTRY_WROTE = 664, MQ_CTL_LOCK_TAKEOVERS = 672, MQ_CTL_LOCK_OWNER_PID = 680,
     MQ_CTL_MUTEX = 704,
@@ -99,6 +108,58 @@ static inline int64_t *mq_stat(char *ctl, int idx) { return (int64_t *)(ctl + MQ
 static inline uint32_t *mq_ch_seq(char *ctl, int ch) { return (uint32_t *)(ctl + MQ_CTL_FUTEX + 8 * ch); }
 static inline uint32_t *mq_ch_pending(char *ctl, int ch) { return (uint32_t *)(ctl + MQ_CTL_FUTEX + 8 * ch + 4); }
 static inline void mq_stat_max(char *ctl, int idx, int64_t v) { mq_max(mq_stat(ctl, idx), v); }
+
+/* ---- per-writer statistics ---- */
+
+static inline int64_t *mq_wslot_pid(char *ctl, int k) {
+    return (int64_t *)(ctl + MQ_WRITER_BASE + k * MQ_WRITER_SLOT_SIZE);
+}
+static inline int64_t *mq_wslot_stats(char *ctl, int k) {
+    return (int64_t *)(ctl + MQ_WRITER_BASE + k * MQ_WRITER_SLOT_SIZE + 64);
+}
+
+/* Move a slot's counts into the shared statistics (its process is gone). */
+static inline void mq_wslot_fold(char *ctl, int k) {
+    int64_t *w = mq_wslot_stats(ctl, k);
+    for (int i = 0; i < MQ_WSTAT_COUNT; i++) {
+        int64_t v = __atomic_exchange_n(&w[i], 0, __ATOMIC_ACQ_REL);
+        if (i == MQ_STAT_LOCK_HOLD_NS_MAX) mq_max(mq_stat(ctl, i), v);
+        else if (v) mq_add_relaxed(mq_stat(ctl, i), v);
+    }
+}
+
+/* The statistics cells (MQ_WSTAT_COUNT of them) a writer process updates on every put: its own
+ * slot (the one it has, one whose process is gone, folded into the shared statistics first, or
+ * a free one), so writers on different cores do not pull one line back and forth; the
+ * shared cells when every slot is taken by a live process. */
+static inline int64_t *mq_writer_stats(char *ctl, int64_t pid) {
+    int k;
+    for (k = 0; k < MQ_WRITER_SLOTS; k++)
+        if (mq_load(mq_wslot_pid(ctl, k)) == pid) return mq_wslot_stats(ctl, k);
+    for (k = 0; k < MQ_WRITER_SLOTS; k++) {  /* slots of dead processes first: they stay few */
+        int64_t cur = mq_load(mq_wslot_pid(ctl, k));
+        if (cur > 0 && kill((pid_t)cur, 0) != 0 && errno == ESRCH && mq_cas(mq_wslot_pid(ctl, k), cur, pid)) {
+            mq_wslot_fold(ctl, k);
+            return mq_wslot_stats(ctl, k);
+        }
+    }
+    for (k = 0; k < MQ_WRITER_SLOTS; k++)
+        if (mq_cas(mq_wslot_pid(ctl, k), 0, pid)) return mq_wslot_stats(ctl, k);
+    return mq_stat(ctl, 0);
+}
+
+/* A statistic as readers see it: the shared cell plus every writer slot's (the maximum of them
+ * for the lock hold maximum). */
+static inline int64_t mq_stat_total(char *ctl, int i) {
+    int64_t v = mq_load_relaxed(mq_stat(ctl, i)), w;
+    if (i >= MQ_WSTAT_COUNT) return v;
+    for (int k = 0; k < MQ_WRITER_SLOTS; k++) {
+        w = mq_load_relaxed(&mq_wslot_stats(ctl, k)[i]);
+        if (i == MQ_STAT_LOCK_HOLD_NS_MAX) { if (w > v) v = w; }
+        else v += w;
+    }
+    return v;
+}
 
 /* ---- wake-ups (RocketMQ ServiceThread.wakeup / waitForRunning, across processes) ---- */
 

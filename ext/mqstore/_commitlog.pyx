@@ -574,6 +574,8 @@ cdef class CommitLogAppender:
     cdef object delay_levels
     cdef int64_t block_created_ms
     cdef object space_provider    # space_provider(end): allocate the current file up to log offset end
+    cdef int64_t *wstats          # this process's writer statistics cells (mq_writer_stats)
+    cdef int64_t wstats_pid       # the pid they were claimed for (a forked child claims its own)
     cdef object flush_provider    # flush_provider(): flush what is written here, False if a flush is running
 
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
@@ -612,6 +614,8 @@ cdef class CommitLogAppender:
         self.delay_levels = delay_levels
         self.cur_base = NULL
         self.cur_from = -1
+        self.wstats = NULL
+        self.wstats_pid = 0
         # transient store pool (spec §7): appends go to the file's write buffer, and the commit
         # service moves the committed position; without it committed == wrote
         self.pool = pool
@@ -640,6 +644,14 @@ cdef class CommitLogAppender:
     @property
     def current_file(self):
         return self.cur_file
+
+    cdef inline int64_t *_writer_stats(self) noexcept:
+        """The statistics cells every put updates, in this process's writer slot of the control
+        block (readers sum the slots): writers on different cores keep to their own line."""
+        if self.wstats_pid != _pid:
+            self.wstats = mq_writer_stats(self.ctl, _pid)
+            self.wstats_pid = _pid
+        return self.wstats
 
     # -- checks before the lock (spec §9.2) -------------------------------------------------
     cdef int _check_service(self, int64_t now) except -1:
@@ -742,7 +754,7 @@ cdef class CommitLogAppender:
         cdef int status = self._check_service(mq_now_ms_coarse())
         if status != MQ_PUT_OK:
             return self._fail(status, self._service_detail(status))
-        mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
+        mq_add_relaxed(&self._writer_stats()[MQ_STAT_PUT_REQUESTS], 1)
         cdef str topic = msg.topic
         cdef int queue_id = msg.queue_id
         cdef dict props = msg._properties
@@ -835,7 +847,7 @@ cdef class CommitLogAppender:
         cdef int status = self._check_service(mq_now_ms_coarse())
         if status != MQ_PUT_OK:
             return self._fail(status, self._service_detail(status))
-        mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
+        mq_add_relaxed(&self._writer_stats()[MQ_STAT_PUT_REQUESTS], 1)
         cdef list msgs = None
         cdef MessageBatch mb = None
         cdef Message first
@@ -914,7 +926,7 @@ cdef class CommitLogAppender:
         cdef int status = self._check_service(mq_now_ms_coarse())
         if status != MQ_PUT_OK:
             return self._fail(status, self._service_detail(status))
-        mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PUT_REQUESTS), 1)
+        mq_add_relaxed(&self._writer_stats()[MQ_STAT_PUT_REQUESTS], 1)
         cdef list items = bodies if type(bodies) is list else list(bodies)
         if not items:
             return self._fail(MQ_PUT_MESSAGE_ILLEGAL, "the batch is empty")
@@ -1038,6 +1050,7 @@ cdef class CommitLogAppender:
         (also the born timestamp when born_now), copy, publish. Counters written here are only
         ever written under the put lock, so they take plain stores (mq_add_owned)."""
         cdef char *ctl = self.ctl
+        cdef int64_t *ws = self._writer_stats()  # claimed before the lock: it may scan the slots
         self._lock()
         cdef int64_t begin_ns = mq_now_ns()
         cdef int64_t begin_ms = begin_ns // 1000000
@@ -1081,7 +1094,7 @@ cdef class CommitLogAppender:
                     mq_store(mq_cell(ctl, MQ_CTL_WROTE), self.cur_from + self.file_size)
                     if not self.pool_buffers:
                         mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
-                    mq_add_owned(mq_stat(ctl, MQ_STAT_ROLLS), 1)
+                    mq_add_owned(&ws[MQ_STAT_ROLLS], 1)
                     out.need_offset = self.cur_from + self.file_size
                     result = APPEND_END_OF_FILE
                 else:
@@ -1116,17 +1129,17 @@ cdef class CommitLogAppender:
                     out.wrote_bytes = total
                     out.queue_offset = q
                     out.store_timestamp = begin_ms
-                    mq_add_owned(mq_stat(ctl, MQ_STAT_PUT_MESSAGES), n)
-                    mq_add_owned(mq_stat(ctl, MQ_STAT_PUT_BYTES), total)
+                    mq_add_owned(&ws[MQ_STAT_PUT_MESSAGES], n)
+                    mq_add_owned(&ws[MQ_STAT_PUT_BYTES], total)
         hold = mq_now_ns() - begin_ns  # wall clock, as RocketMQ's beginTimeInLock; a clock step counts 0
         if hold < 0:
             hold = 0
-        mq_add_owned(mq_stat(ctl, MQ_STAT_LOCK_ACQUIRES), 1)
-        mq_add_owned(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_TOTAL), hold)
-        if hold > mq_load_relaxed(mq_stat(ctl, MQ_STAT_LOCK_HOLD_NS_MAX)):
-            mq_stat_max(ctl, MQ_STAT_LOCK_HOLD_NS_MAX, hold)
+        mq_add_owned(&ws[MQ_STAT_LOCK_ACQUIRES], 1)
+        mq_add_owned(&ws[MQ_STAT_LOCK_HOLD_NS_TOTAL], hold)
+        if hold > ws[MQ_STAT_LOCK_HOLD_NS_MAX]:
+            mq_max(&ws[MQ_STAT_LOCK_HOLD_NS_MAX], hold)
         if hold > self.lock_hold_warn_ns:
-            mq_add_owned(mq_stat(ctl, MQ_STAT_LOCK_HOLD_WARNS), 1)
+            mq_add_owned(&ws[MQ_STAT_LOCK_HOLD_WARNS], 1)
         mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), 0)
         mq_put_unlock(ctl, self.lock_kind)
         return result

@@ -343,7 +343,22 @@ cdef class ControlBlock:
     # -- statistics -----------------------------------------------------------------------
     def stats(self) -> dict:
         cdef char *b = self._b()
-        return {STAT_NAMES[i]: mq_load_relaxed(mq_stat(b, i)) for i in range(MQ_STAT_COUNT)}
+        return {STAT_NAMES[i]: mq_stat_total(b, i) for i in range(MQ_STAT_COUNT)}
+
+    def writer_slots(self) -> dict:
+        """Per-writer statistics: {pid: {name: value}} for each writer process that has a slot
+        (the statistics every put updates; stats() sums them with the shared cells)."""
+        cdef char *b = self._b()
+        cdef int k, i
+        cdef int64_t pid
+        cdef int64_t *w
+        out = {}
+        for k in range(MQ_WRITER_SLOTS):
+            pid = mq_load(mq_wslot_pid(b, k))
+            if pid:
+                w = mq_wslot_stats(b, k)
+                out[pid] = {STAT_NAMES[i]: mq_load_relaxed(&w[i]) for i in range(MQ_WSTAT_COUNT)}
+        return out
 
     def add_stat(self, str name, int64_t value=1):
         mq_add_relaxed(mq_stat(self._w(), STAT_NAMES.index(name)), value)
