@@ -93,7 +93,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
     3: ("services", "node"),      # the service loops, their registry, the node's supervisor
     4: ("store",),                # MessageStore / AttachedStore: the composition
-    5: ("tools", "launch", "__main__"),  # the commands, checker, inspection, stats, soak
+    5: ("tools", "launch", "__main__", "broker"),  # the commands, checker, inspection, stats, soak; the broker front
     6: ("spark",),
 }
 _RANK = {name: rank for rank, names in LAYERS.items() for name in names}

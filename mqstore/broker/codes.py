@@ -1,0 +1,146 @@
+"""Request and response codes of the remoting protocol (docs/rocketmq-remoting-spec.md §2.1,
+§2.2), the short field names of SEND_MESSAGE_V2, and the answer a send gets for each
+PutMessageStatus (§3.1, SendMessageProcessor.handlePutMessageResult)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from mqstore.status import PutMessageStatus
+
+__all__ = ["RequestCode", "ResponseCode", "SEND_V2_FIELDS", "put_response", "send_fields"]
+
+
+class RequestCode(IntEnum):
+    """RocketMQ's RequestCode (4.9.7): the requests clients, brokers and admin tools send."""
+
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    GET_CONSUMER_RUNNING_INFO = 307
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+    QUERY_DATA_VERSION = 322
+
+
+class ResponseCode(IntEnum):
+    """RemotingSysResponseCode and ResponseCode (4.9.7)."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    TRANSACTION_FAILED = 4
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    VERSION_NOT_SUPPORTED = 15
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    TOPIC_EXIST_ALREADY = 18
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    SUBSCRIPTION_NOT_EXIST = 24
+    SUBSCRIPTION_NOT_LATEST = 25
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    FILTER_DATA_NOT_EXIST = 27
+    FILTER_DATA_NOT_LATEST = 28
+    TRANSACTION_SHOULD_COMMIT = 200
+    TRANSACTION_SHOULD_ROLLBACK = 201
+    TRANSACTION_STATE_UNKNOW = 202
+    TRANSACTION_STATE_GROUP_WRONG = 203
+    CONSUMER_NOT_ONLINE = 206
+    CONSUME_MSG_TIMEOUT = 207
+    NO_MESSAGE = 208
+    FLOW_CONTROL = 215
+
+
+#: SendMessageRequestHeaderV2's short extFields names (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE)
+SEND_V2_FIELDS: dict[str, str] = {
+    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+    "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes", "k": "unitMode",
+    "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
+}
+
+
+def send_fields(code: int, ext_fields: dict[str, str]) -> dict[str, str]:
+    """A send request's extFields under SendMessageRequestHeader's names: V2 (310) and batch
+    (320) requests carry them under one-letter keys (unknown keys are kept as they are)."""
+    if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        return {SEND_V2_FIELDS.get(k, k): v for k, v in ext_fields.items()}
+    return dict(ext_fields)
+
+
+def put_response(status: PutMessageStatus, detail: str | None = None, *, max_message_size: int = 4 * 1024 * 1024,
+                 disk_util: str = "") -> tuple[ResponseCode, str | None]:
+    """The response code and remark a send gets for a put's status, with RocketMQ 4.9.7's remarks
+    (SendMessageProcessor.handlePutMessageResult); the put's own detail (what mqstore says went
+    wrong) is appended, so a client sees the cause. One deliberate difference: RocketMQ answers
+    OS_PAGECACHE_BUSY with SYSTEM_ERROR (1); here it is SYSTEM_BUSY (2), the code a client backs
+    off on, with the same remark."""
+    S, C = PutMessageStatus, ResponseCode
+    if status is S.PUT_OK:
+        return C.SUCCESS, None
+    code: ResponseCode
+    remark: str | None
+    if status is S.FLUSH_DISK_TIMEOUT:
+        code, remark = C.FLUSH_DISK_TIMEOUT, None  # stored: RocketMQ's sendOK, remark null
+    elif status is S.FLUSH_SLAVE_TIMEOUT:
+        code, remark = C.FLUSH_SLAVE_TIMEOUT, None
+    elif status is S.SLAVE_NOT_AVAILABLE:
+        code, remark = C.SLAVE_NOT_AVAILABLE, None
+    elif status is S.CREATE_MAPEDFILE_FAILED:
+        code, remark = C.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."
+    elif status in (S.MESSAGE_ILLEGAL, S.PROPERTIES_SIZE_EXCEEDED):
+        code, remark = C.MESSAGE_ILLEGAL, (f"the message is illegal, maybe msg body or properties length not "
+                                           f"matched. msg body length limit {max_message_size}B, msg properties "
+                                           f"length limit 32KB.")
+    elif status is S.SERVICE_NOT_AVAILABLE:
+        code, remark = C.SERVICE_NOT_AVAILABLE, ("service not available now. It may be caused by one of the "
+                                                 f"following reasons: the broker's disk is full [{disk_util}], "
+                                                 "messages are put to the slave, message store has been shut "
+                                                 "down, etc.")
+    elif status is S.OS_PAGECACHE_BUSY:
+        code, remark = C.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+    elif status is S.LMQ_CONSUME_QUEUE_NUM_EXCEEDED:
+        code, remark = C.SYSTEM_ERROR, ("[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]broker config enableLmq and "
+                                        "enableMultiDispatch, lmq consumeQueue num exceed maxLmqConsumeQueueNum "
+                                        "config num, default limit 2w.")
+    elif status is S.UNKNOWN_ERROR:
+        code, remark = C.SYSTEM_ERROR, "UNKNOWN_ERROR"
+    else:
+        code, remark = C.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT"
+    if detail:
+        remark = f"{remark} ({detail})" if remark else detail
+    return code, remark
