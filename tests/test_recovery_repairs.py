@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from mqstore import MessageStore
+from mqstore import Message, MessageStore
 from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.tools.inspection import plan_recovery
@@ -478,3 +478,25 @@ def test_verify_deep_reads_whole_files_past_the_end_of_the_log(store_copy):
     code, report = verify(root, "--deep")
     assert code == 1 and any(p["where"] == os.path.basename(ahead) and "holds data" in p["message"]
                              for p in report["problems"]), report["problems"]
+
+
+def test_a_queue_offset_far_past_its_queue_is_skipped_and_the_queue_goes_on(store_copy):
+    """A flipped high byte in QUEUEOFFSET (no CRC covers it): the rebuild gives that record no unit
+    and no fillers (dispatch refuses offsets more than MAX_GAP_UNITS past the queue's end), the
+    topic-queue table is not raised to it, so the next put continues the real sequence; verify
+    names the record."""
+    root, acks = store_copy("clean")
+    queue = sorted((a for a in acks if (a.topic, a.qid) == ("A", 1)), key=lambda a: a.qoff)
+    victim = queue[30]
+    path, pos = commitlog_path(root, victim.phy)
+    patch(path, pos + POS_QUEUEOFFSET, struct.pack(">q", victim.qoff + (1 << 40)))
+    shutil.rmtree(os.path.join(root, "consumequeue", "A", "1"))  # the queue is rebuilt from the log
+    with MessageStore(root, **CFG) as store:
+        got = read_queue(store, "A", 1)
+        assert victim.body not in [b for _, _, b in got] and len(got) == len(queue) - 1
+        assert [q for q, _, _ in got] == [a.qoff for a in queue if a is not victim], "no fillers, no shift"
+        assert store.stats()["dispatch_skipped_records"] >= 1
+        r = store.put_message(Message("A", b"after", queue_id=1)).check()
+        assert r.queue_offset == queue[-1].qoff + 1
+    problems = check_store(root, config=StoreConfig(**CFG)).problems
+    assert any(p.offset == victim.phy for p in problems), problems

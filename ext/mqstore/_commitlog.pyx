@@ -22,6 +22,7 @@ from mq_ctl cimport *
 from mq_record cimport *
 from mq_status cimport *
 
+from mqstore._consumequeue cimport MAX_GAP_UNITS
 from mqstore._mapped cimport MappedFile
 from mqstore._shm cimport ControlBlock, TransientStorePool
 
@@ -1232,7 +1233,8 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     file_from + its position or whose QUEUEID is negative, fields no CRC covers (recovery
     stops trusting the log there; mqstore.queue.recovery.header_problem says which).
     With control_block, raises each queue's next offset in its topic-queue table to
-    queue_offset + 1. on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
+    queue_offset + 1 (not for a queue offset MAX_GAP_UNITS or more past it: a damaged
+    QUEUEOFFSET, which dispatch skips too). on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
     sys_flag, store_timestamp) is called per valid record if given.
     """
     cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
@@ -1274,7 +1276,10 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
             slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)
             if slot == NULL:
                 raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
-            mq_max(&slot.next_offset, qoff + 1)
+            # a queue offset far past the queue's next one is a damaged QUEUEOFFSET (no CRC covers
+            # it): dispatch gives such a record no unit, and the next puts must not continue from it
+            if slot.next_offset == 0 or qoff - slot.next_offset < MAX_GAP_UNITS:
+                mq_max(&slot.next_offset, qoff + 1)
         if on_record is not None:
             on_record(pos, h.size, p[h.topic_pos:h.topic_pos + h.topic_len], qid, qoff, phy, sf, ts)
         last_ts = ts
