@@ -638,6 +638,10 @@ cdef int _decode_json(RemotingCommand cmd, const char *h, Py_ssize_t n) except -
     return 0
 
 
+#: the escapes json.dumps writes in short form; other control characters become \u00XX
+cdef dict _SHORT_ESCAPES = {34: b'\\"', 92: b'\\\\', 10: b'\\n', 13: b'\\r', 9: b'\\t', 8: b'\\b', 12: b'\\f'}
+
+
 cdef inline void _json_str(bytearray out, str s):
     """s as a JSON string, escaped as Python's json.dumps(ensure_ascii=False) does."""
     cdef Py_ssize_t n, i, start = 0
@@ -649,22 +653,8 @@ cdef inline void _json_str(bytearray out, str s):
         if ch >= 0x20 and ch != 34 and ch != 92:
             continue
         out += (<char *>p)[start:i]
-        if ch == 34:
-            out += b'\\"'
-        elif ch == 92:
-            out += b'\\\\'
-        elif ch == 10:
-            out += b'\\n'
-        elif ch == 13:
-            out += b'\\r'
-        elif ch == 9:
-            out += b'\\t'
-        elif ch == 8:
-            out += b'\\b'
-        elif ch == 12:
-            out += b'\\f'
-        else:
-            out += b'\\u%04x' % ch
+        esc = _SHORT_ESCAPES.get(ch)
+        out += esc if esc is not None else b'\\u%04x' % ch
         start = i + 1
     out += (<char *>p)[start:n]
     out.append(34)
