@@ -1,5 +1,6 @@
 """The broker front: RocketMQ's remoting protocol over TCP (docs/rocketmq-remoting-spec.md).
 
-In progress. What exists: the request and response codes, and how a put's status answers a send
-(``codes``); the frame codec is the compiled ``mqstore._remoting``.
+In progress. What exists: the request and response codes and how a put's status answers a send
+(``codes``), the NameServer's route table and its JSON (``routes``); the frame codec is the
+compiled ``mqstore._remoting``.
 """
