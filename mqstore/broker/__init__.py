@@ -1,6 +1,6 @@
 """The broker front: RocketMQ's remoting protocol over TCP (docs/rocketmq-remoting-spec.md).
 
 In progress. What exists: the request and response codes and how a put's status answers a send
-(``codes``), the NameServer's route table and its JSON (``routes``); the frame codec is the
-compiled ``mqstore._remoting``.
+(``codes``), the NameServer's route table and its JSON (``routes``) and the NameServer itself
+(``namesrv``, ``mqstore namesrv``); the frame codec is the compiled ``mqstore._remoting``.
 """

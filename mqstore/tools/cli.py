@@ -42,6 +42,7 @@ from mqstore.tools.commands import inspect
 from mqstore.tools.commands import dump
 from mqstore.tools.commands import recover
 from mqstore.tools.commands import stats as stats_command
+from mqstore.tools.commands import namesrv
 
 
 # -- the command --------------------------------------------------------------------------
@@ -60,6 +61,8 @@ COMMANDS: dict[str, Command] = {
              "'node status DIR' shows a running one", node_cli.add_arguments, node_cli.run),
     "stats": ("live figures of a store from its control block: rates, latencies, positions, flags (read-only)",
               stats_command.add_arguments, stats_command.run),
+    "namesrv": ("run a RocketMQ NameServer (broker registration and topic routes) until SIGTERM/SIGINT",
+                namesrv.add_arguments, namesrv.run),
 }
 
 
@@ -70,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mqstore",
         description="Run and inspect mqstore (RocketMQ message store) directories: 'node' owns a store and "
                     "writes it; verify, info, inspect, dump, recover and stats only read (they work while a node "
-                    "runs).",
+                    "runs); 'namesrv' runs a RocketMQ NameServer.",
         epilog="exit codes: 0 clean, 1 problems found (recover: the open would drop data), 2 usage error, not a "
                "store, or an offset that holds no record, 130 interrupted")
     parser.add_argument("--version", action="version", version=f"mqstore {__version__}")

@@ -1,0 +1,145 @@
+"""The NameServer (docs/rocketmq-remoting-spec.md §2.3): brokers register with it, clients ask it for
+a topic's route. An asyncio TCP server over the route table of ``mqstore.broker.routes`` and the
+frame codec of ``mqstore._remoting``: REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC;
+any other code is answered REQUEST_CODE_NOT_SUPPORTED, a request missing a field SYSTEM_ERROR naming
+it, and a frame that cannot be decoded closes its connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.broker.codes import RequestCode, ResponseCode
+from mqstore.broker.routes import RouteTable, parse_register_body, route_json
+
+__all__ = ["NameServer", "SCAN_INTERVAL_MS", "VERSION"]
+
+log = logging.getLogger("mqstore.namesrv")
+
+#: the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
+VERSION = 407
+#: how often brokers whose registration expired are dropped (NamesrvController: every 10 s)
+SCAN_INTERVAL_MS = 10_000
+#: the first client version that gets standard JSON route data (V4_9_4)
+STANDARD_JSON_VERSION = 401
+_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _MissingField(Exception):
+    pass
+
+
+def _field(cmd: RemotingCommand, name: str) -> str:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        raise _MissingField(f"the custom field <{name}> is null")
+    return value
+
+
+def response(request: RemotingCommand, code: int, remark: str | None = None, *, ext_fields: dict[str, str] | None = None,
+             body: bytes = b"") -> RemotingCommand:
+    """The response to `request`: its opaque, the response flag, in its serialization."""
+    return RemotingCommand(code, language="JAVA", version=VERSION, opaque=request.opaque, flag=1, remark=remark,
+                           ext_fields=ext_fields, body=body, serialize_type=request.serialize_type)
+
+
+class NameServer:
+    """A NameServer on host:port (port 0: any free one; ``port`` says which after start)."""
+
+    def __init__(self, host: str = "0.0.0.0", port: int = 9876, *, clock_ms: Callable[[], int] = wall_ms,
+                 scan_interval_ms: int = SCAN_INTERVAL_MS) -> None:
+        self.host = host
+        self.port = port
+        self.routes = RouteTable()
+        self.clock_ms = clock_ms
+        self.scan_interval_ms = scan_interval_ms
+        self._server: asyncio.Server | None = None
+        self._scan: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._scan = asyncio.create_task(self._scan_loop())
+        log.info("NameServer listening on %s:%d", self.host, self.port)
+
+    async def close(self) -> None:
+        if self._scan is not None:
+            self._scan.cancel()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval_ms / 1000)
+            for addr in self.routes.expire(self.clock_ms()):
+                log.warning("broker %s dropped: no registration for %d s", addr, 120)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        frames = FrameReader()
+        try:
+            while data := await reader.read(65536):
+                frames.feed(data)
+                while (cmd := frames.next()) is not None:
+                    answer = self.handle(cmd)
+                    if answer is not None and not cmd.is_oneway:
+                        writer.write(answer.encode())
+                await writer.drain()
+        except FrameError as exc:
+            log.warning("closing the connection from %s: %s", peer, exc)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def handle(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """The response to one request (None for a response frame, which a NameServer never asked for)."""
+        if cmd.is_response:
+            return None
+        try:
+            if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                return self._route(cmd)
+            if cmd.code == RequestCode.REGISTER_BROKER:
+                return self._register(cmd)
+            if cmd.code == RequestCode.UNREGISTER_BROKER:
+                self.routes.unregister_broker(_field(cmd, "clusterName"), _field(cmd, "brokerAddr"),
+                                              _field(cmd, "brokerName"), _int_field(cmd, "brokerId"))
+                return response(cmd, ResponseCode.SUCCESS)
+        except (_MissingField, ValueError) as exc:
+            return response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        return response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+
+    def _route(self, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _field(cmd, "topic")
+        route = self.routes.route(topic)
+        if route is None:
+            return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                            f"No topic route info in name server for the topic: {topic}{_FAQ}")
+        standard = cmd.version >= STANDARD_JSON_VERSION or cmd.ext_fields.get("acceptStandardJsonOnly") == "true"
+        return response(cmd, ResponseCode.SUCCESS, body=route_json(route, standard=standard))
+
+    def _register(self, cmd: RemotingCommand) -> RemotingCommand:
+        body = parse_register_body(cmd.body, compressed=cmd.ext_fields.get("compressed", "false"),
+                                   body_crc32=cmd.ext_fields.get("bodyCrc32", "0"))
+        ha, master = self.routes.register_broker(
+            _field(cmd, "clusterName"), _field(cmd, "brokerAddr"), _field(cmd, "brokerName"),
+            _int_field(cmd, "brokerId"), cmd.ext_fields.get("haServerAddr", ""), body, self.clock_ms())
+        fields = {k: v for k, v in (("haServerAddr", ha), ("masterAddr", master)) if v is not None}
+        return response(cmd, ResponseCode.SUCCESS, ext_fields=fields, body=b'{"table":{}}')
+
+
+def _int_field(cmd: RemotingCommand, name: str) -> int:
+    text = _field(cmd, name)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the custom field <{name}> is not a number: {text!r}") from None
