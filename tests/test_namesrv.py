@@ -182,3 +182,33 @@ def test_mqstore_namesrv_runs_as_a_process_until_sigterm():
             out, err = proc.communicate()
     assert proc.returncode == 0, err
     assert f"listening on 127.0.0.1:{port}" in err
+
+
+def test_fuzzed_frames_never_stop_the_name_server():
+    """Random bytes, and well-framed commands with random codes, headers and bodies: each
+    connection gets answers or is closed, and the server keeps answering new connections."""
+    import random
+
+    from mqstore.twin import remoting as twin
+
+    rng = random.Random(1234)
+
+    async def test(ns: NameServer) -> None:
+        for i in range(60):
+            c = await Client.connect(ns.port)
+            if i % 2:
+                c.writer.write(rng.randbytes(rng.randrange(1, 200)))
+            else:
+                fields = {rng.choice(["topic", "brokerName", "brokerId", "x"]): rng.choice(["", "T", "1", "zz"])
+                          for _ in range(rng.randrange(4))}
+                h = (rng.choice([103, 104, 105, 0, 99, -1]), "JAVA", rng.randrange(500), i, rng.choice([0, 1, 2]),
+                     None, fields)
+                c.writer.write(twin.encode_frame(h, rng.randbytes(rng.randrange(50)), rng.choice([0, 1])))
+            await c.writer.drain()
+            await c.receive(timeout=0.2)
+            c.close()
+            ok = await Client.connect(ns.port)
+            r = await ok.call(105, {"topic": "T"})
+            assert r is not None and r.code == 17, f"the server stopped answering after input {i}"
+            ok.close()
+    run(test)
