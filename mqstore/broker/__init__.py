@@ -2,5 +2,6 @@
 
 In progress. What exists: the request and response codes and how a put's status answers a send
 (``codes``), the NameServer's route table and its JSON (``routes``) and the NameServer itself
-(``namesrv``, ``mqstore namesrv``); the frame codec is the compiled ``mqstore._remoting``.
+(``namesrv``, ``mqstore namesrv``), a broker's topics and ``config/topics.json`` (``topics``); the
+frame codec is the compiled ``mqstore._remoting``.
 """
