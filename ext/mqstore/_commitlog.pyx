@@ -1185,12 +1185,13 @@ cdef class CommitLogAppender:
         cdef int64_t left
         cdef uint32_t *seq = mq_ch_seq(ctl, MQ_CH_FLUSHED)
         cdef uint32_t s
-        cdef bint failed = False
+        cdef int64_t *errors = mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)
+        cdef bint failed
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_GROUP_COMMIT_WAITS), 1)
         mq_max(mq_cell(ctl, MQ_CTL_FLUSH_REQUEST_UPTO), end)
         cdef int tries = 0
         if self.flush_provider is not None:
-            while tries < 3 and mq_load(flushed) < end and mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)) == errors0:
+            while tries < 3 and mq_load(flushed) < end and mq_load(errors) == errors0:
                 tries += 1
                 if not self.flush_provider():
                     break  # another thread is flushing: wait for it below
@@ -1200,16 +1201,14 @@ cdef class CommitLogAppender:
                 s = mq_load32(seq)
                 if mq_load(flushed) >= end:
                     break
-                if mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)) != errors0:
-                    failed = True
+                if mq_load(errors) != errors0:
                     break
                 left = deadline - mq_mono_ns()
                 if left <= 0:
                     break
                 mq_futex_wait(seq, s, left if left < 100000000 else 100000000)
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_WAIT_NS_TOTAL), mq_mono_ns() - t0)
-        if mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)) != errors0:
-            failed = True
+        failed = mq_load(errors) != errors0  # a failure after the records were published, even if a later flush passed
         if failed or mq_load(flushed) < end:
             mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_TIMEOUTS), 1)
             res.c_status = MQ_PUT_FLUSH_DISK_TIMEOUT

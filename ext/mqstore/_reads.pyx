@@ -644,18 +644,27 @@ cdef class ReadKernel:
         self.k_follower = follower
         self.k_seen_min_phy = -1
 
-    cdef object _follow_queue(self, str topic, int queue_id):
-        """The follower catches the queue (and the log) up; the queue's kernel, or None."""
-        cdef int64_t min_phy = mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY))
-        self.k_follower.queue(topic, queue_id)
-        self.k_seen_min_phy = min_phy
-        return self.k_queues.get((topic, queue_id))
+    cdef inline bint _min_phy_moved(self) noexcept:
+        """The cleaner moved min_phy since the follower last caught up."""
+        return mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY)) != self.k_seen_min_phy
 
-    cdef _follow_log(self):
-        """The follower maps the CommitLog files created and drops the ones deleted since."""
+    cdef _follow(self, str topic=None, int queue_id=0):
+        """The follower catches the log up (and the queue, given one); remember the min_phy it saw."""
         cdef int64_t min_phy = mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY))
-        self.k_follower.log()
+        if topic is None:
+            self.k_follower.log()
+        else:
+            self.k_follower.queue(topic, queue_id)  # the log, then the queue
         self.k_seen_min_phy = min_phy
+
+    cdef object _view(self, int64_t phy):
+        """The record at phy; a following reader maps the CommitLog file another process
+        created since, when phy lies in one it has not mapped yet."""
+        view = c_view_at(self.log_map(), phy)
+        if view is None and self.k_follower is not None:
+            self._follow()
+            view = c_view_at(self.log_map(), phy)
+        return view
 
     def forget_log_map(self):
         """Drop the cached LogMap (its file list changed): the mappings of deleted files go
@@ -823,31 +832,24 @@ cdef class ReadKernel:
         body CRC."""
         if phy_offset < 0 or phy_offset >= self.readable_end():
             return None
-        if self.k_follower is not None and mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY)) != self.k_seen_min_phy:
-            self._follow_log()
-        view = c_view_at(self.log_map(), phy_offset)
-        if view is None and self.k_follower is not None:
-            self._follow_log()  # a CommitLog file another process created since
-            view = c_view_at(self.log_map(), phy_offset)
-        return _checked(view, self.check_crc_on_read if check is None else check)
+        if self.k_follower is not None and self._min_phy_moved():
+            self._follow()
+        return _checked(self._view(phy_offset), self.check_crc_on_read if check is None else check)
 
     def look_message_by_queue_offset(self, str topic, int queue_id, int64_t queue_offset):
         """The message at a queue offset, or None; checked as look_message_by_offset."""
         cq_obj = self.k_queues.get((topic, queue_id))
         if self.k_follower is not None and (
-                cq_obj is None or mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY)) != self.k_seen_min_phy
+                cq_obj is None or self._min_phy_moved()
                 or queue_offset >= (<ConsumeQueueKernel>cq_obj).c_max_logic() // CQ_UNIT):
-            cq_obj = self._follow_queue(topic, queue_id)
+            self._follow(topic, queue_id)
+            cq_obj = self.k_queues.get((topic, queue_id))
         if cq_obj is None:
             return None
         cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
         if phy < 0 or phy >= self.readable_end():
             return None
-        view = c_view_at(self.log_map(), phy)
-        if view is None and self.k_follower is not None:
-            self._follow_log()  # a CommitLog file another process created since
-            view = c_view_at(self.log_map(), phy)
-        return _checked(view, self.check_crc_on_read)
+        return _checked(self._view(phy), self.check_crc_on_read)
 
     def get_message_store_timestamp(self, str topic, int queue_id, int64_t queue_offset):
         """STORETIMESTAMP of the message at a queue offset, -1 if none (spec §11)."""

@@ -141,42 +141,37 @@ def decode_frame(frame) -> RemotingCommand:
 cdef RemotingCommand _decode_after_length(const char *p, Py_ssize_t total):
     """The command of the `total` bytes after a frame's length field."""
     cdef uint32_t mark = <uint32_t>mq_get_i32(p)
-    cdef int st = (mark >> 24) & 0xFF
     cdef Py_ssize_t hlen = mark & 0xFFFFFF
     if hlen > total - 4:
         raise FrameError(f"header length {hlen} runs past the frame ({total - 4} bytes after the length fields)")
+    cdef RemotingCommand cmd = _decode_header(p + 4, hlen, (mark >> 24) & 0xFF)
+    cmd.body = PyBytes_FromStringAndSize(p + 4 + hlen, total - 4 - hlen)
+    return cmd
+
+
+cdef RemotingCommand _decode_header(const char *h, Py_ssize_t n, int serialize_type):
+    """A command with the fields of the header at h (no body yet)."""
     cdef RemotingCommand cmd = RemotingCommand.__new__(RemotingCommand)
-    cmd.serialize_type = st
+    cmd.serialize_type = serialize_type
     cmd.language = "JAVA"
     cmd.remark = None
     cmd.ext_fields = {}
-    if st == JSON:
-        _decode_json(cmd, p + 4, hlen)
-    elif st == ROCKETMQ:
-        _decode_rocketmq(cmd, p + 4, hlen)
+    if serialize_type == JSON:
+        _decode_json(cmd, h, n)
+    elif serialize_type == ROCKETMQ:
+        _decode_rocketmq(cmd, h, n)
     else:
-        raise FrameError(f"unknown header serialization type {st}")
-    cmd.body = PyBytes_FromStringAndSize(p + 4 + hlen, total - 4 - hlen)
+        raise FrameError(f"unknown header serialization type {serialize_type}")
     return cmd
 
 
 def decode_header(header, int serialize_type) -> tuple:
     """(code, language, version, opaque, flag, remark, ext_fields) of a header alone."""
     cdef const unsigned char[::1] v = memoryview(header).cast("B")
-    cdef RemotingCommand cmd = RemotingCommand.__new__(RemotingCommand)
-    cmd.language = "JAVA"
-    cmd.remark = None
-    cmd.ext_fields = {}
     cdef const char *p = NULL
     if v.shape[0]:
         p = <const char *>&v[0]
-    if serialize_type == JSON:
-        _decode_json(cmd, p, v.shape[0])
-    elif serialize_type == ROCKETMQ:
-        _decode_rocketmq(cmd, p, v.shape[0])
-    else:
-        raise FrameError(f"unknown header serialization type {serialize_type}")
-    return cmd.header_tuple()
+    return _decode_header(p, v.shape[0], serialize_type).header_tuple()
 
 
 cdef class FrameReader:

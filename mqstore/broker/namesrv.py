@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.broker.codes import RequestCode, ResponseCode
-from mqstore.broker.routes import RouteTable, parse_register_body, route_json
+from mqstore.broker.routes import BROKER_CHANNEL_EXPIRED_MS, RouteTable, parse_register_body, route_json
 
 __all__ = ["NameServer", "SCAN_INTERVAL_MS", "VERSION"]
 
@@ -81,7 +81,7 @@ class NameServer:
         while True:
             await asyncio.sleep(self.scan_interval_ms / 1000)
             for addr in self.routes.expire(self.clock_ms()):
-                log.warning("broker %s dropped: no registration for %d s", addr, 120)
+                log.warning("broker %s dropped: no registration for %d s", addr, BROKER_CHANNEL_EXPIRED_MS // 1000)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["BROKER_CHANNEL_EXPIRED_MS", "MASTER_ID", "RegisterBody", "RouteTable", "parse_register_body",
@@ -187,7 +188,7 @@ def _json(value: Any, standard: bool) -> str:
     """fastjson's output for route data: keys in alphabetical order, no spaces; a map keyed by
     broker id is written with bare numeric keys unless ``standard`` (spec §2.3.1)."""
     if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: (str(kv[0]) if not isinstance(kv[0], int) else kv[0]))
+        items = sorted(value.items(), key=itemgetter(0))  # a map's keys are all ints or all strs
         parts = []
         for k, v in items:
             key = json.dumps(str(k), ensure_ascii=False) if standard or not isinstance(k, int) else str(k)

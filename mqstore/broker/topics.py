@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from typing import Any
 
@@ -144,6 +145,5 @@ class TopicConfigs:
             fh.flush()
             os.fsync(fh.fileno())
         if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as src, open(self.path + ".bak", "w", encoding="utf-8") as bak:
-                bak.write(src.read())
+            shutil.copyfile(self.path, self.path + ".bak")
         os.replace(tmp, self.path)

@@ -167,8 +167,7 @@ class CommitLog:
             committed = self.ctl.get("committed")
             if wrote <= committed:
                 return False
-            same_file = committed // self.file_size == wrote // self.file_size
-            if least_pages > 0 and same_file and wrote // OS_PAGE_SIZE - committed // OS_PAGE_SIZE < least_pages:
+            if self._too_few_pages(committed, wrote, least_pages):
                 return False
             t0 = time.monotonic_ns()
             commit_range(pool, self.queue, committed, wrote)
@@ -182,6 +181,12 @@ class CommitLog:
             self.ctl.add_stat("commit_ns_total", elapsed)
             self.ctl.max_stat("commit_ns_max", elapsed)
             return True
+
+    def _too_few_pages(self, start: int, end: int, least_pages: int) -> bool:
+        """[start, end) lies in one file and spans fewer than least_pages pages (0 = any byte
+        is enough): a commit or flush waits (a range that reaches into the next file always goes)."""
+        same_file = start // self.file_size == end // self.file_size
+        return least_pages > 0 and same_file and end // OS_PAGE_SIZE - start // OS_PAGE_SIZE < least_pages
 
     @property
     def min_offset(self) -> int:
@@ -219,8 +224,7 @@ class CommitLog:
         flushed = self.ctl.get("flushed")
         if target <= flushed:
             return False
-        same_file = flushed // self.file_size == target // self.file_size
-        if least_pages > 0 and same_file and target // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < least_pages:
+        if self._too_few_pages(flushed, target, least_pages):
             return False
         t0 = time.monotonic_ns()
         if self.queue.mapped_end < target:
