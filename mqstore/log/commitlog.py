@@ -165,9 +165,7 @@ class CommitLog:
             ts = self.ctl.get("last_store_timestamp")  # read before wrote: covered by [0, wrote)
             wrote = self.ctl.get("wrote")
             committed = self.ctl.get("committed")
-            if wrote <= committed:
-                return False
-            if self._too_few_pages(committed, wrote, least_pages):
+            if self._not_due(committed, wrote, least_pages):
                 return False
             t0 = time.monotonic_ns()
             commit_range(pool, self.queue, committed, wrote)
@@ -182,9 +180,12 @@ class CommitLog:
             self.ctl.max_stat("commit_ns_max", elapsed)
             return True
 
-    def _too_few_pages(self, start: int, end: int, least_pages: int) -> bool:
-        """[start, end) lies in one file and spans fewer than least_pages pages (0 = any byte
-        is enough): a commit or flush waits (a range that reaches into the next file always goes)."""
+    def _not_due(self, start: int, end: int, least_pages: int) -> bool:
+        """A commit or flush of [start, end) waits: the range is empty, or it lies in one file and
+        spans fewer than least_pages pages (0 = any byte is enough; a range that reaches into the
+        next file always goes)."""
+        if end <= start:
+            return True
         same_file = start // self.file_size == end // self.file_size
         return least_pages > 0 and same_file and end // OS_PAGE_SIZE - start // OS_PAGE_SIZE < least_pages
 
@@ -222,9 +223,7 @@ class CommitLog:
         ts = self.ctl.get("committed_store_timestamp" if self.pool is not None else "last_store_timestamp")
         target = self.ctl.get("committed")
         flushed = self.ctl.get("flushed")
-        if target <= flushed:
-            return False
-        if self._too_few_pages(flushed, target, least_pages):
+        if self._not_due(flushed, target, least_pages):
             return False
         t0 = time.monotonic_ns()
         if self.queue.mapped_end < target:
