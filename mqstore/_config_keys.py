@@ -83,6 +83,28 @@ class TypedKeys:
     ha_transfer_batch_size: int
     ha_slave_fallbehind_max: int
     slave_timeout: int
+    listen_port: int
+    bind_address: str
+    broker_ip1: str
+    broker_name: str
+    broker_cluster_name: str
+    broker_id: int
+    broker_permission: int
+    namesrv_addr: str
+    namesrv_listen_port: int
+    register_name_server_period: int
+    front_processes: int
+    serialize_type: str
+    auto_create_topic_enable: bool
+    default_topic_queue_nums: int
+    cluster_topic_enable: bool
+    broker_topic_enable: bool
+    auto_create_subscription_group: bool
+    broker_suspend_max_time_millis: int
+    flush_consumer_offset_interval: int
+    slave_read_enable: bool
+    notify_consumer_ids_changed_enable: bool
+    channel_expired_timeout: int
     delete_when: str
     file_reserved_time: int
     disk_max_used_space_ratio: int

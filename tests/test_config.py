@@ -112,6 +112,10 @@ OWN_KEYS: dict[str, Any] = {
     "time_lookup_warm_bytes": 8192,
     "dispatch_batch_bytes": 4 * 1024 * 1024,
     "check_crc_on_read": True,
+    "bind_address": "0.0.0.0",
+    "namesrv_listen_port": 9876,
+    "front_processes": 0,
+    "serialize_type": "JSON",
 }
 
 UNITS = {"bytes", "ms", "pages", "hours", "percent", "count", "bits", "chars", "-"}
@@ -124,6 +128,12 @@ STR_EXAMPLES: dict[str, list[str]] = {
     "message_delay_level": ["1s", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "0s 7d"],
     "delete_when": ["04", "0", "23", "04;16", "1;2;3"],
     "service_mode": ["threads", "processes"],
+    "bind_address": ["0.0.0.0", "127.0.0.1"],
+    "broker_ip1": ["127.0.0.1", "10.0.0.2"],
+    "broker_name": ["broker-a", "b_1"],
+    "broker_cluster_name": ["DefaultCluster", "c-2"],
+    "namesrv_addr": ["", "127.0.0.1:9876", "10.0.0.1:9876;10.0.0.2:9876"],
+    "serialize_type": ["JSON", "ROCKETMQ"],
 }
 
 
@@ -694,10 +704,10 @@ def test_repr_shows_changed_keys_only() -> None:
 
 
 def test_pickle_and_copy_keep_everything() -> None:
-    cfg = StoreConfig.from_broker_conf("brokerName=a\nflushDiskType=SYNC_FLUSH\n")
+    cfg = StoreConfig.from_broker_conf("brokerIP2=10.0.0.1\nflushDiskType=SYNC_FLUSH\n")
     for clone in (pickle.loads(pickle.dumps(cfg)), copy.copy(cfg), copy.deepcopy(cfg)):
         assert clone == cfg
-        assert clone.ignored_broker_keys == ("brokerName",)
+        assert clone.ignored_broker_keys == ("brokerIP2",)
 
 
 def _valid_value(definition: Definition) -> st.SearchStrategy[Any]:
@@ -782,8 +792,11 @@ def test_broker_conf_text() -> None:
     assert cfg.max_hash_slot_num == 5000000
     assert cfg.store_host == "[::1]:10911"
     assert cfg.ha_listen_port == 10912
-    assert cfg.ignored_broker_keys == ("brokerClusterName", "brokerName", "brokerId", "namesrvAddr",
-                                       "listenPort", "autoCreateTopicEnable")
+    # the broker's own settings are keys now (read by `mqstore broker`)
+    assert cfg.ignored_broker_keys == ()
+    assert (cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id) == ("DefaultCluster", "broker-a", 0)
+    assert (cfg.namesrv_addr, cfg.listen_port, cfg.auto_create_topic_enable) == ("10.0.0.1:9876;10.0.0.2:9876", 10911,
+                                                                              True)
     with pytest.raises(ConfigError, match="broker_role=SYNC_MASTER is refused: master/slave replication"):
         cfg.validate()  # loads as is; a store refuses to open with it until replication exists
     cfg.replace(broker_role="ASYNC_MASTER").validate()
@@ -833,8 +846,8 @@ def test_broker_conf_old_maped_spelling_is_refused_with_new_name() -> None:
 
 
 def test_broker_conf_unknown_unrelated_keys_are_ignored() -> None:
-    cfg = StoreConfig.from_broker_conf("someVendorSwitch=on\nbrokerIP1=10.0.0.2\nrocketmqHome=/opt\n")
-    assert cfg.ignored_broker_keys == ("someVendorSwitch", "brokerIP1", "rocketmqHome")
+    cfg = StoreConfig.from_broker_conf("someVendorSwitch=on\nbrokerIP2=10.0.0.2\nrocketmqHome=/opt\n")
+    assert cfg.ignored_broker_keys == ("someVendorSwitch", "brokerIP2", "rocketmqHome")
     assert cfg == StoreConfig()
 
 
@@ -847,9 +860,10 @@ def test_known_rocketmq_keys_never_shadow_store_keys() -> None:
 
 
 def test_broker_conf_snake_case_keys() -> None:
-    cfg = StoreConfig.from_broker_conf("flush_disk_type=SYNC_FLUSH\nlock_hold_warn_ms=50\nbroker_name=x\n")
-    assert cfg.is_sync_flush and cfg.lock_hold_warn_ms == 50
-    assert cfg.ignored_broker_keys == ("broker_name",)
+    cfg = StoreConfig.from_broker_conf("flush_disk_type=SYNC_FLUSH\nlock_hold_warn_ms=50\nbroker_name=x\n"
+                                       "rocketmq_home=/opt\n")
+    assert cfg.is_sync_flush and cfg.lock_hold_warn_ms == 50 and cfg.broker_name == "x"
+    assert cfg.ignored_broker_keys == ("rocketmq_home",)
 
 
 def test_broker_conf_own_keys_in_camel_case() -> None:

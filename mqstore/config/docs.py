@@ -31,7 +31,8 @@ def _render_default(definition: Definition) -> str:
 def _render_java_name(definition: Definition) -> str:
     if definition.java_name is None:
         return "— (mqstore)"
-    suffix = {"4.9.7": "", "5.x": " (5.x)", "BrokerConfig": " (BrokerConfig)", _OWN: " (mqstore; as in 5.x)"}
+    suffix = {"4.9.7": "", "5.x": " (5.x)", "BrokerConfig": " (BrokerConfig)",
+              "NettyServerConfig": " (NettyServerConfig)", _OWN: " (mqstore; as in 5.x)"}
     return f"`{definition.java_name}`{suffix[definition.origin]}"
 
 
@@ -87,9 +88,11 @@ def render_config_doc() -> str:
         "lines; backslash line continuation; `\\uXXXX` and other backslash escapes; values trimmed.",
         "- camelCase keys map to snake_case (`flushIntervalCommitLog` -> "
         "`flush_interval_commit_log`); snake_case keys are accepted as well.",
-        "- Broker settings that are not store settings (`brokerName`, `namesrvAddr`, `listenPort`, "
-        "...) are collected in `ignored_broker_keys`. A bad value of a store key, or an unknown key "
-        "that looks like a misspelt store key, raises `ConfigError` naming file, line and key.",
+        "- The broker's own settings (`brokerName`, `namesrvAddr`, `listenPort`, ...) are keys above, "
+        "read by `mqstore broker` and ignored by a plain store; RocketMQ settings mqstore does not "
+        "have (thread pools, ACL, ...) are collected in `ignored_broker_keys`. A bad value of a key, "
+        "or an unknown key that looks like a misspelt one, raises `ConfigError` naming file, line "
+        "and key.",
         "- `enableDLegerCommitLog=true` and a `storeType` other than `default` are refused: they "
         "change the on-disk format.",
         "- The file is read as UTF-8 (Java reads ISO-8859-1; that is the fallback).",

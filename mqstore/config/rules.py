@@ -152,3 +152,30 @@ _SERVICE_MODE_RULE = Rule("threads, processes", lambda v: None if v in ("threads
 _STORE_HOST_RULE = Rule("IPv4:port or [IPv6]:port, port 1 .. 65535", _check_store_host)
 
 
+
+
+def _check_ipv4(value: str) -> str | None:
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        return "not an IPv4 address"
+    return None
+
+
+def _check_name(value: str) -> str | None:
+    # TopicValidator's pattern: a broker's and a cluster's names are topics too
+    return None if re.fullmatch(r"[a-zA-Z0-9_-]{1,127}", value) else "not 1 .. 127 of a-z A-Z 0-9 _ -"
+
+
+def _check_namesrv(value: str) -> str | None:
+    for part in filter(None, value.split(";")):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            return f"{part!r} is not host:port"
+    return None
+
+
+_IPV4_RULE = Rule("an IPv4 address", _check_ipv4)
+_NAME_RULE = Rule("1 .. 127 of a-z A-Z 0-9 _ -", _check_name)
+_NAMESRV_RULE = Rule('"" or host:port, several separated by ";"', _check_namesrv)
+_SERIALIZE_RULE = Rule("JSON, ROCKETMQ", lambda v: None if v in ("JSON", "ROCKETMQ") else "unknown serialization")

@@ -116,40 +116,37 @@ _COMBINATIONS: tuple[_Combination, ...] = (
 # which mqstore does not keep). An unlisted key is ignored too unless it looks like a typo of a
 # store key (see _TYPO_CUTOFF).
 _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
-    brokerClusterName brokerName brokerId brokerIP1 brokerIP2 namesrvAddr listenPort rocketmqHome
-    brokerConfigPath brokerPermission defaultTopicQueueNums autoCreateTopicEnable clusterTopicEnable
-    brokerTopicEnable autoCreateSubscriptionGroup messageStorePlugIn msgTraceTopicName
+    brokerIP2 rocketmqHome brokerConfigPath messageStorePlugIn msgTraceTopicName
     traceTopicEnable sendMessageThreadPoolNums putMessageFutureThreadPoolNums
     pullMessageThreadPoolNums litePullMessageThreadPoolNums ackMessageThreadPoolNums
     processReplyMessageThreadPoolNums queryMessageThreadPoolNums adminBrokerThreadPoolNums
     clientManageThreadPoolNums consumerManageThreadPoolNums heartbeatThreadPoolNums
-    endTransactionThreadPoolNums flushConsumerOffsetInterval flushConsumerOffsetHistoryInterval
-    rejectTransactionMessage fetchNamesrvAddrByAddressServer sendThreadPoolQueueCapacity
-    putThreadPoolQueueCapacity pullThreadPoolQueueCapacity replyThreadPoolQueueCapacity
-    queryThreadPoolQueueCapacity clientManagerThreadPoolQueueCapacity
-    consumerManagerThreadPoolQueueCapacity heartbeatThreadPoolQueueCapacity
-    endTransactionPoolQueueCapacity filterServerNums notifyConsumerIdsChangedEnable highSpeedMode
-    commercialEnable commercialTimerCount commercialTransCount commercialBigCount
+    endTransactionThreadPoolNums flushConsumerOffsetHistoryInterval rejectTransactionMessage
+    fetchNamesrvAddrByAddressServer sendThreadPoolQueueCapacity putThreadPoolQueueCapacity
+    pullThreadPoolQueueCapacity replyThreadPoolQueueCapacity queryThreadPoolQueueCapacity
+    clientManagerThreadPoolQueueCapacity consumerManagerThreadPoolQueueCapacity
+    heartbeatThreadPoolQueueCapacity endTransactionPoolQueueCapacity filterServerNums
+    highSpeedMode commercialEnable commercialTimerCount commercialTransCount commercialBigCount
     commercialBaseCount transferMsgByHeap maxDelayTime regionId registerBrokerTimeoutMills
-    slaveReadEnable disableConsumeIfConsumerReadSlowly consumerFallbehindThreshold
-    brokerFastFailureEnable waitTimeMillsInSendQueue waitTimeMillsInPullQueue
-    waitTimeMillsInHeartbeatQueue waitTimeMillsInTransactionQueue startAcceptSendRequestTimeStamp
-    traceOn enableCalcFilterBitMap expectConsumerNumUseFilter maxErrorRateOfBloomFilter
+    disableConsumeIfConsumerReadSlowly consumerFallbehindThreshold brokerFastFailureEnable
+    waitTimeMillsInSendQueue waitTimeMillsInPullQueue waitTimeMillsInHeartbeatQueue
+    waitTimeMillsInTransactionQueue startAcceptSendRequestTimeStamp traceOn
+    enableCalcFilterBitMap expectConsumerNumUseFilter maxErrorRateOfBloomFilter
     filterDataCleanTimeSpan filterSupportRetry enablePropertyFilter compressedRegister
-    forceRegister registerNameServerPeriod transactionTimeOut transactionCheckMax
-    transactionCheckInterval aclEnable storeReplyMessageEnable autoDeleteUnusedStats
-    isolateLogEnable enableDetailStat enableControllerMode controllerAddr enableSlaveActingMaster
-    serverWorkerThreads serverCallbackExecutorThreads serverSelectorThreads
-    serverOnewaySemaphoreValue serverAsyncSemaphoreValue serverChannelMaxIdleTimeSeconds
-    serverSocketSndBufSize serverSocketRcvBufSize serverPooledByteBufAllocatorEnable
-    useEpollNativeSelector writeBufferHighWaterMark writeBufferLowWaterMark serverSocketBacklog
-    clientWorkerThreads clientCallbackExecutorThreads clientOnewaySemaphoreValue
-    clientAsyncSemaphoreValue connectTimeoutMillis channelNotActiveInterval
-    clientChannelMaxIdleTimeSeconds clientSocketSndBufSize clientSocketRcvBufSize
-    clientPooledByteBufAllocatorEnable clientCloseSocketIfTimeout useTLS
-    haMasterAddress flushDelayOffsetInterval debugLockEnable dLegerGroup dLegerPeers dLegerSelfId
-    preferredLeaderId enableBatchPush enableScheduleMessageStats enableLmq enableMultiDispatch
-    maxLmqConsumeQueueNum enableScheduleAsyncDeliver scheduleAsyncDeliverMaxPendingLimit
+    forceRegister transactionTimeOut transactionCheckMax transactionCheckInterval aclEnable
+    storeReplyMessageEnable autoDeleteUnusedStats isolateLogEnable enableDetailStat
+    enableControllerMode controllerAddr enableSlaveActingMaster serverWorkerThreads
+    serverCallbackExecutorThreads serverSelectorThreads serverOnewaySemaphoreValue
+    serverAsyncSemaphoreValue serverChannelMaxIdleTimeSeconds serverSocketSndBufSize
+    serverSocketRcvBufSize serverPooledByteBufAllocatorEnable useEpollNativeSelector
+    writeBufferHighWaterMark writeBufferLowWaterMark serverSocketBacklog clientWorkerThreads
+    clientCallbackExecutorThreads clientOnewaySemaphoreValue clientAsyncSemaphoreValue
+    connectTimeoutMillis channelNotActiveInterval clientChannelMaxIdleTimeSeconds
+    clientSocketSndBufSize clientSocketRcvBufSize clientPooledByteBufAllocatorEnable
+    clientCloseSocketIfTimeout useTLS haMasterAddress flushDelayOffsetInterval debugLockEnable
+    dLegerGroup dLegerPeers dLegerSelfId preferredLeaderId enableBatchPush
+    enableScheduleMessageStats enableLmq enableMultiDispatch maxLmqConsumeQueueNum
+    enableScheduleAsyncDeliver scheduleAsyncDeliverMaxPendingLimit
     scheduleAsyncDeliverMaxResendNum2Blocked storePathDLedgerCommitLog storePathEpochFile
     storePathBrokerIdentity readOnlyCommitLogStorePaths mapperFileSizeBatchConsumeQueue
     maxFilterMessageSize putMessageTimeout haMaxGapNotInSync writeWithoutMmap
