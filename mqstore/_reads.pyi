@@ -66,6 +66,8 @@ class GetMessageResult:
     def bodies(self) -> list[bytes]:
         """Every message's body as bytes, in one call."""
 
+    def records(self) -> bytes:
+        """Every message's whole record, concatenated in queue order (a pull response's body)."""
     def buffers(self) -> list[memoryview]:
         """One zero-copy memoryview per message (the whole record)."""
 
