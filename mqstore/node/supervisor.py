@@ -73,6 +73,10 @@ class Supervisor:
         self._thread = threading.Thread(target=self._watch, name="mqstore-supervisor", daemon=True)
         self._thread.start()
 
+    def argv(self, kind: str) -> list[str]:
+        """The command line of the process of ``kind`` (a subclass runs other processes the same way)."""
+        return [sys.executable, "-c", _SERVICE_ENTRY, "--service", kind, self.root]
+
     def _spawn(self, sp: ServiceProcess) -> None:
         stderr: IO[bytes] | None = None
         if self.log_dir is not None:
@@ -82,7 +86,7 @@ class Supervisor:
             # a process group of its own: Ctrl-C in a terminal signals the foreground group, and
             # only the owner must get it (it stops the services in order); a service that died
             # of it while starting failed the node's start, one killed mid-run left `abort`
-            proc = subprocess.Popen([sys.executable, "-c", _SERVICE_ENTRY, "--service", sp.kind, self.root],
+            proc = subprocess.Popen(self.argv(sp.kind),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
                                     process_group=0)
         finally:
