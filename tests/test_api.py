@@ -126,6 +126,10 @@ def test_bodies_as_bytes_in_one_call(open_store):
     view = store.look_message_by_queue_offset("T", 0, 2)
     assert view is not None and view.body_bytes() == bytes(view.body) == bodies[2]
     assert store.get_message("g", "T", 0, len(bodies), 4).bodies() == []  # nothing found: no bodies
+    # records(): the whole records, concatenated (a pull response's body), as the views see them
+    assert got.records() == b"".join(bytes(m.buffer) for m in got)
+    assert len(got.records()) == sum(got.sizes_list)
+    assert store.get_message("g", "T", 0, len(bodies), 4).records() == b""
 
 
 def test_read_messages_is_get_message_without_the_transfer_caps(open_store):
