@@ -88,12 +88,13 @@ def test_the_cycle_finder_finds_one():
 #: (``mqstore._*``) sit under everything.
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("errors", "layout", "roles", "exit_codes", "progress", "status", "config", "_config_keys", "geometry",
-        "procs", "twin"),
+        "procs", "twin", "protocol"),
     1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory
     2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
     3: ("services", "node"),      # the service loops, their registry, the node's supervisor
     4: ("store",),                # MessageStore / AttachedStore: the composition
-    5: ("tools", "launch", "__main__", "broker"),  # the commands, checker, inspection, stats, soak; the broker front
+    5: ("tools", "launch", "__main__", "broker", "client"),  # the commands, checker, inspection, stats, soak;
+    #                                                         the broker front; the RocketMQ client
     6: ("spark",),
 }
 _RANK = {name: rank for rank, names in LAYERS.items() for name in names}

@@ -1,0 +1,28 @@
+"""A RocketMQ client for asyncio (docs/client.md): a producer and a pull consumer speaking RocketMQ
+4.9.7's remoting protocol (docs/rocketmq-remoting-spec.md) to mqstore's broker or any RocketMQ
+4.x broker and NameServer.
+
+    from mqstore.client import Producer, PullConsumer
+
+It imports nothing from the broker or the store: only the compiled frame and record codecs.
+"""
+
+from __future__ import annotations
+
+from mqstore.client.consumer import PullConsumer, parse_expression
+from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedError, ConnectionClosedError,
+                                   MessageDecodeError, MQClientError, ProtocolError, RemotingConnectionError,
+                                   RemotingTimeoutError, RouteError)
+from mqstore.client.message import (Message, MessageExt, PullResult, PullStatus, SendResult, SendStatus,
+                                    UniqIdGenerator, decode_messages)
+from mqstore.client.producer import Producer
+from mqstore.client.protocol import RequestCode, ResponseCode
+from mqstore.client.remoting import RemotingConnection
+from mqstore.client.route import BrokerData, MessageQueue, QueueData, TopicRoute, parse_route_data
+
+__all__ = ["BrokerData", "ClientError", "ClientStateError", "ConnectFailedError", "ConnectionClosedError",
+           "MQClientError", "Message", "MessageDecodeError", "MessageExt", "MessageQueue", "ProtocolError",
+           "Producer", "PullConsumer", "PullResult", "PullStatus", "QueueData", "RemotingConnection",
+           "RemotingConnectionError", "RemotingTimeoutError", "RequestCode", "ResponseCode", "RouteError",
+           "SendResult", "SendStatus", "TopicRoute", "UniqIdGenerator", "decode_messages", "parse_expression",
+           "parse_route_data"]

@@ -1,0 +1,281 @@
+"""Messages going out and coming back, and the results of sends and pulls
+(docs/rocketmq-remoting-spec.md §2.4.1, §2.4.2, §2.6).
+
+``Message`` is what a producer sends (RocketMQ's Message); ``MessageExt`` is what a pull returns,
+decoded from the CommitLog records of the response body by the compiled record codec; message ids
+are made like RocketMQ's MessageClientIDSetter.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import random
+import socket
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from mqstore._codec import decode_record, properties_to_string
+from mqstore.client.errors import MessageDecodeError
+from mqstore.client.protocol import COMPRESSED_FLAG, SYSTEM_PROPERTIES
+from mqstore.client.route import MessageQueue
+
+__all__ = ["Message", "MessageExt", "PullResult", "PullStatus", "SendResult", "SendStatus", "UniqIdGenerator",
+           "decode_messages"]
+
+#: the largest body RocketMQ's client accepts (DefaultMQProducer.maxMessageSize, 4 MiB)
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+_SEPARATORS = ("\x01", "\x02")
+
+
+def _check_text(what: str, value: object, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a str, not {type(value).__name__}")
+    if not value and not allow_empty:
+        raise ValueError(f"{what} is empty")
+    for sep in _SEPARATORS:
+        if sep in value:
+            raise ValueError(f"{what} {value!r} contains {sep!r}, a separator of the properties string")
+    return value
+
+
+def _keys_text(keys: str | Iterable[str] | None) -> str | None:
+    """KEYS: one key, or several joined by a space (MessageConst.KEY_SEPARATOR)."""
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        return _check_text("keys", keys)
+    items = [_check_text("a key", k) for k in keys]
+    for k in items:
+        if " " in k:
+            raise ValueError(f"key {k!r} contains a space, the separator of KEYS")
+    if not items:
+        raise ValueError("keys is an empty list")
+    return " ".join(items)
+
+
+@dataclass
+class Message:
+    """A message to send: body, tags (one tag; what consumers filter on), keys (indexed: one str,
+    or a list), user properties (names RocketMQ reserves, e.g. TAGS or UNIQ_KEY, are refused),
+    flag (stored as is) and delay_level (> 0: delivered after that delay level of the broker's
+    ``messageDelayLevel``)."""
+
+    body: bytes
+    tags: str | None = None
+    keys: str | list[str] | None = None
+    properties: Mapping[str, str] | None = None
+    flag: int = 0
+    delay_level: int = 0
+
+    def validated_body(self) -> bytes:
+        body = self.body
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        if not isinstance(body, bytes):
+            raise ValueError(f"a message body must be bytes, not {type(body).__name__}")
+        if not body:
+            raise ValueError("the message body length is zero")
+        if len(body) > MAX_MESSAGE_SIZE:
+            raise ValueError(f"the message body size over max value, MAX: {MAX_MESSAGE_SIZE}, got {len(body)}")
+        return body
+
+    def property_map(self, uniq_key: str | None) -> dict[str, str]:
+        """Every property the message carries on the wire: the user's, TAGS, KEYS, DELAY and UNIQ_KEY."""
+        props: dict[str, str] = {}
+        for name, value in (self.properties or {}).items():
+            _check_text("a property name", name)
+            _check_text(f"property {name!r}", value, allow_empty=False)
+            if name in SYSTEM_PROPERTIES:
+                raise ValueError(f"the property {name!r} is used by the system; give tags, keys and delay_level "
+                                 "as their own arguments")
+            props[name] = value
+        if self.tags is not None:
+            props["TAGS"] = _check_text("tags", self.tags)
+        keys = _keys_text(self.keys)
+        if keys is not None:
+            props["KEYS"] = keys
+        if type(self.flag) is not int or not -2**31 <= self.flag < 2**31:
+            raise ValueError(f"flag must be an int32, not {self.flag!r}")
+        if type(self.delay_level) is not int or self.delay_level < 0:
+            raise ValueError(f"delay_level must be an int >= 0, not {self.delay_level!r}")
+        if self.delay_level:
+            props["DELAY"] = str(self.delay_level)
+        if uniq_key is not None:
+            props["UNIQ_KEY"] = uniq_key
+        return props
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """MessageDecoder.messageProperties2String, in Java HashMap order (spec §1.4)."""
+    return properties_to_string(props)
+
+
+class SendStatus(enum.Enum):
+    """How a send ended: stored (SEND_OK), or stored without the durability asked for."""
+
+    SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 10
+    FLUSH_SLAVE_TIMEOUT = 12
+    SLAVE_NOT_AVAILABLE = 11
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """A send's outcome: ``msg_id`` is the UNIQ_KEY the client gave the message (comma-joined
+    for a batch), ``offset_msg_id`` the broker's offset message id (store host + CommitLog
+    offset), ``queue_offset`` the (first) message's offset in its queue."""
+
+    status: SendStatus
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    broker_name: str
+    offset_msg_id: str
+    topic: str = ""
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+
+class PullStatus(enum.Enum):
+    """A pull's outcome (RocketMQ's PullStatus) by response code (§2.4.2)."""
+
+    FOUND = 0  # SUCCESS
+    NO_NEW_MSG = 19  # PULL_NOT_FOUND: the offset is the queue's end
+    NO_MATCHED_MSG = 20  # PULL_RETRY_IMMEDIATELY: entries scanned, none matched the expression
+    OFFSET_ILLEGAL = 21  # PULL_OFFSET_MOVED: the offset is outside the queue; use next_begin_offset
+
+
+@dataclass(frozen=True)
+class MessageExt:
+    """A message as a pull returns it, decoded from its CommitLog record (§2.6). ``msg_id`` is
+    the UNIQ_KEY property when there is one, else ``offset_msg_id``; ``properties`` holds every
+    property of the record (system ones included), ``user_properties`` only the user's."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+    offset_msg_id: str
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    store_timestamp: int
+    store_host: tuple[str, int]
+    reconsume_times: int
+    body_crc: int
+    broker_name: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get("UNIQ_KEY")
+
+    @property
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTIES}
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """A pull's outcome: status, where to pull next (``next_begin_offset``), the queue's bounds
+    when the broker answered, and the messages (FOUND only; after the client's own tag check, so
+    FOUND may come with none when tags collided by hash)."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    suggest_which_broker_id: int = 0
+
+
+def decode_messages(body: bytes, *, broker_name: str = "", address: str = "") -> list[MessageExt]:
+    """The messages of a pull response body: whole CommitLog records back to back (§2.4.2, §2.6),
+    compressed bodies (sys flag bit 0) inflated. MessageDecodeError naming the offset and the
+    problem when the body holds anything else."""
+    out: list[MessageExt] = []
+    pos, n = 0, len(body)
+    where = f" from {address}" if address else ""
+    while pos < n:
+        try:
+            rec = decode_record(body, pos)
+        except ValueError as exc:
+            raise MessageDecodeError(f"the pull response body{where} has no valid record at byte {pos} of {n}: "
+                                     f"{str(exc).split(' (hint:')[0]}") from None
+        raw = rec.body or b""
+        if rec.sys_flag & COMPRESSED_FLAG:
+            try:
+                raw = zlib.decompress(raw)
+            except zlib.error as exc:
+                raise MessageDecodeError(f"the record at byte {pos}{where} is flagged compressed but does not "
+                                         f"inflate: {exc}") from None
+        offset_id = rec.msg_id
+        out.append(MessageExt(
+            topic=rec.topic, body=raw, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
+            commit_log_offset=rec.physical_offset, msg_id=rec.properties.get("UNIQ_KEY") or offset_id,
+            offset_msg_id=offset_id, properties=dict(rec.properties), flag=rec.flag, sys_flag=rec.sys_flag,
+            born_timestamp=rec.born_timestamp, born_host=rec.born_host, store_timestamp=rec.store_timestamp,
+            store_host=rec.store_host, reconsume_times=rec.reconsume_times, body_crc=rec.body_crc,
+            broker_name=broker_name))
+        pos += rec.total_size
+    return out
+
+
+def _month_bounds(ms: int) -> tuple[int, int]:
+    """(start of the local month holding ms, start of the next), in ms since the epoch."""
+    t = time.localtime(ms / 1000)
+    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    nxt = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(nxt * 1000)
+
+
+class UniqIdGenerator:
+    """Message ids like RocketMQ's MessageClientIDSetter.createUniqID: 32 upper-case hex digits of
+    IPv4 address (4 bytes), pid (2), a per-process random salt (4; Java uses a class loader's
+    hash), ms since the start of the local month (4) and a counter (2)."""
+
+    def __init__(self, ip: str | None = None) -> None:
+        addr = b""
+        if ip is not None:
+            try:
+                addr = socket.inet_pton(socket.AF_INET, ip)
+            except OSError:
+                addr = b""
+        if not addr:  # MessageClientIDSetter.createFakeIP: 4 bytes of the clock
+            addr = (time.time_ns() // 1_000_000).to_bytes(8, "big")[4:]
+        self._fix = addr + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
+        self._counter = itertools.count(0)
+        self._start, self._next_start = _month_bounds(time.time_ns() // 1_000_000)
+
+    def next(self) -> str:
+        now = time.time_ns() // 1_000_000
+        if now >= self._next_start:
+            self._start, self._next_start = _month_bounds(now)
+        diff = now - self._start
+        if -1_000_000 < diff < 0:
+            diff = 0  # a clock stepped back a little (NTP)
+        diff = ((diff + 2**31) % 2**32) - 2**31
+        tail = diff.to_bytes(4, "big", signed=True) + (next(self._counter) & 0xFFFF).to_bytes(2, "big")
+        return (self._fix + tail).hex().upper()

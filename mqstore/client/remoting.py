@@ -1,0 +1,297 @@
+"""One remoting connection (docs/rocketmq-remoting-spec.md §1): a TCP connection to a broker or a
+NameServer carrying any number of requests at once, each matched to its response by ``opaque``
+(§1.6), oneway requests, per-request timeouts, and the requests the server sends on its own
+(NOTIFY_CONSUMER_IDS_CHANGED) handed to a callback.
+
+Frames are encoded and decoded by the compiled ``mqstore._remoting``; the header serialization
+(JSON or ROCKETMQ, §1.2, §1.4) is chosen per connection, and a 4.9.7 server answers in the
+request's.
+
+    conn = await RemotingConnection.open("127.0.0.1:9876")
+    response = await conn.request(RemotingCommand(105, ext_fields={"topic": "TopicTest"}), timeout=3)
+    await conn.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from collections.abc import Callable
+
+from mqstore._remoting import JSON, ROCKETMQ, FrameError, FrameReader, RemotingCommand
+from mqstore.client.errors import ConnectFailedError, ConnectionClosedError, RemotingTimeoutError
+from mqstore.client.protocol import VERSION, ResponseCode, request_name
+
+__all__ = ["RemotingConnection", "RequestHandler", "parse_address", "serialize_type"]
+
+log = logging.getLogger("mqstore.client")
+
+#: RemotingCommand flag bits (§1.2)
+RPC_RESPONSE, RPC_ONEWAY = 0x1, 0x2
+LANGUAGE = "PYTHON"
+
+#: what the server's requests are handed to: (connection, request) -> the response to send, or None
+RequestHandler = Callable[["RemotingConnection", RemotingCommand], "RemotingCommand | None"]
+
+# opaques are unique per process (RocketMQ's requestId counter), kept non-negative int32
+_opaques = itertools.count(1)
+
+
+def _next_opaque() -> int:
+    return next(_opaques) & 0x7FFFFFFF
+
+
+def serialize_type(name: str | int) -> int:
+    """"JSON" / "ROCKETMQ" (or the numbers 0 / 1) -> the header serialization type."""
+    if isinstance(name, int) and not isinstance(name, bool) and name in (JSON, ROCKETMQ):
+        return name
+    if isinstance(name, str) and name.upper() in ("JSON", "ROCKETMQ"):
+        return JSON if name.upper() == "JSON" else ROCKETMQ
+    raise ValueError(f"serialize must be 'JSON' or 'ROCKETMQ', not {name!r}")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """'host:port' -> (host, port); ValueError naming the address when it is not one."""
+    if not isinstance(address, str):
+        raise ValueError(f"an address must be a 'host:port' string, not {address!r}")
+    host, sep, port = address.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r} is not a 'host:port' address")
+    return host, int(port)
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, conn: RemotingConnection) -> None:
+        self.conn = conn
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.conn._made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.conn._received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._lost(exc)
+
+    def pause_writing(self) -> None:
+        self.conn._writable.clear()
+
+    def resume_writing(self) -> None:
+        self.conn._writable.set()
+
+
+class RemotingConnection:
+    """A connection to ``address`` ("host:port"). Requests are sent with ``serialize`` headers
+    ("JSON" or "ROCKETMQ"), language PYTHON and ``version``; ``on_request`` gets every request
+    the server sends (its return value, if any, is sent as the response; with no handler a
+    non-oneway request is answered REQUEST_CODE_NOT_SUPPORTED, as RocketMQ's remoting does);
+    ``on_close`` is called once when the connection ends.
+
+    ``max_in_flight`` (the most requests that waited for responses at once), ``requests`` (sent)
+    and ``unmatched`` (responses that matched no request in flight: late ones, after a timeout)
+    are counted for whoever watches the connection."""
+
+    def __init__(self, address: str, *, serialize: str | int = "JSON", version: int = VERSION,
+                 on_request: RequestHandler | None = None,
+                 on_close: Callable[[RemotingConnection], None] | None = None) -> None:
+        self.address = address
+        self.host, self.port = parse_address(address)
+        self.serialize_type = serialize_type(serialize)
+        self.version = int(version)
+        self.on_request = on_request
+        self.on_close = on_close
+        self.local_address: tuple[str, int] | None = None
+        self.max_in_flight = 0
+        self.requests = 0
+        self.unmatched = 0
+        self._transport: asyncio.Transport | None = None
+        self._frames = FrameReader()
+        self._pending: dict[int, tuple[asyncio.Future[RemotingCommand], int]] = {}
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+        self._close_reason = ""
+        self._lost_event = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @classmethod
+    async def open(cls, address: str, *, connect_timeout: float = 3.0, serialize: str | int = "JSON",
+                   version: int = VERSION, on_request: RequestHandler | None = None,
+                   on_close: Callable[[RemotingConnection], None] | None = None) -> RemotingConnection:
+        """A connected RemotingConnection; ConnectFailedError naming the address when it cannot be."""
+        conn = cls(address, serialize=serialize, version=version, on_request=on_request, on_close=on_close)
+        await conn.connect(connect_timeout)
+        return conn
+
+    async def connect(self, timeout: float = 3.0) -> None:
+        if self._transport is not None or self._closed:
+            raise ConnectionClosedError(f"the connection to {self.address} was already used; make a new one",
+                                        self.address)
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout)
+        except asyncio.TimeoutError:
+            self._closed = True
+            raise ConnectFailedError(f"cannot connect to {self.address}: no answer in {timeout:g} s",
+                                     self.address) from None
+        except OSError as exc:
+            self._closed = True
+            raise ConnectFailedError(f"cannot connect to {self.address}: {exc.strerror or exc}", self.address) from exc
+
+    def _made(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        local = transport.get_extra_info("sockname")
+        if local:
+            self.local_address = (str(local[0]), int(local[1]))
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and waiting for their responses."""
+        return len(self._pending)
+
+    def close(self, reason: str = "closed by the client") -> None:
+        """Close the connection; the requests in flight fail with ConnectionClosedError naming reason."""
+        if not self._close_reason:
+            self._close_reason = reason
+        if self._transport is not None:
+            self._transport.close()
+        else:
+            self._lost(None)
+
+    async def wait_closed(self, timeout: float = 5.0) -> None:
+        if self._transport is not None and not self._lost_event.is_set():
+            try:
+                await asyncio.wait_for(self._lost_event.wait(), timeout)
+            except asyncio.TimeoutError:
+                self._transport.abort()
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._lost_event.is_set():
+            return
+        self._closed = True
+        self._lost_event.set()
+        self._writable.set()
+        reason = self._close_reason or (f"closed by the peer: {exc}" if exc else "closed by the peer")
+        pending, self._pending = self._pending, {}
+        for opaque, (fut, code) in pending.items():
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(
+                    f"the connection to {self.address} {reason} while {request_name(code)} (opaque {opaque}) "
+                    "waited for its response", self.address))
+        if self.on_close is not None:
+            try:
+                self.on_close(self)
+            except Exception:  # a callback's failure must not hide the close
+                log.exception("on_close of the connection to %s failed", self.address)
+
+    # -- requests ------------------------------------------------------------------------------
+    def _prepare(self, cmd: RemotingCommand, flag: int) -> None:
+        if self._closed or self._transport is None:
+            why = self._close_reason or ("closed by the peer" if self._transport is not None else "not connected")
+            raise ConnectionClosedError(f"cannot send {request_name(cmd.code)} to {self.address}: the connection is "
+                                        f"{why}", self.address)
+        cmd.opaque = _next_opaque()
+        cmd.flag = flag
+        cmd.language = LANGUAGE
+        cmd.version = self.version
+        cmd.serialize_type = self.serialize_type
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send cmd and wait for its response (whatever its code). RemotingTimeoutError after
+        `timeout` seconds, ConnectionClosedError when the connection ends first; both name the
+        address and the request. cmd's opaque, flag, language, version and serialization are set here."""
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self._prepare(cmd, 0)
+        assert self._transport is not None
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        opaque = cmd.opaque
+        self._pending[opaque] = (fut, cmd.code)
+        self.requests += 1
+        self.max_in_flight = max(self.max_in_flight, len(self._pending))
+        timer = asyncio.get_running_loop().call_later(timeout, self._timed_out, opaque, timeout)
+        try:
+            self._transport.write(cmd.encode())
+            if not self._writable.is_set():
+                await self._writable.wait()
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def _timed_out(self, opaque: int, timeout: float) -> None:
+        entry = self._pending.pop(opaque, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(RemotingTimeoutError(
+                f"no response from {self.address} to {request_name(entry[1])} (opaque {opaque}) in {timeout:g} s",
+                self.address, timeout))
+
+    async def oneway(self, cmd: RemotingCommand) -> None:
+        """Send cmd with the oneway flag (RPC_ONEWAY): no response is expected. Returns once the
+        frame is handed to the transport (after waiting for its buffer to drain, if it is full)."""
+        self._prepare(cmd, RPC_ONEWAY)
+        assert self._transport is not None
+        self.requests += 1
+        self._transport.write(cmd.encode())
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    # -- frames in -----------------------------------------------------------------------------
+    def _received(self, data: bytes) -> None:
+        self._frames.feed(data)
+        while True:
+            try:
+                cmd = self._frames.next()
+            except FrameError as exc:
+                log.warning("closing the connection to %s: a frame that cannot be decoded: %s", self.address, exc)
+                self.close(f"was closed by the client: {self.address} sent a frame that cannot be decoded ({exc})")
+                return
+            if cmd is None:
+                return
+            if cmd.is_response:
+                entry = self._pending.pop(cmd.opaque, None)
+                if entry is None or entry[0].done():
+                    self.unmatched += 1
+                    log.debug("a response from %s (code %d, opaque %d) matches no request in flight", self.address,
+                              cmd.code, cmd.opaque)
+                else:
+                    entry[0].set_result(cmd)
+            else:
+                self._serve(cmd)
+
+    def _serve(self, cmd: RemotingCommand) -> None:
+        """A request from the server: to on_request; its answer (if any) is the response."""
+        answer: RemotingCommand | None = None
+        try:
+            if self.on_request is not None:
+                answer = self.on_request(self, cmd)
+            elif not cmd.is_oneway:
+                answer = RemotingCommand(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                         remark=f" request type {cmd.code} not supported")
+        except Exception as exc:
+            log.exception("handling request %d from %s failed", cmd.code, self.address)
+            answer = RemotingCommand(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+        if answer is None or cmd.is_oneway or self._closed or self._transport is None:
+            return
+        answer.opaque = cmd.opaque
+        answer.flag = RPC_RESPONSE
+        answer.language = LANGUAGE
+        answer.version = self.version
+        answer.serialize_type = cmd.serialize_type
+        self._transport.write(answer.encode())
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("open" if self._transport is not None else "new")
+        return f"<RemotingConnection {self.address} {state}, {len(self._pending)} in flight>"
