@@ -12,6 +12,11 @@
     mqstore recover STORE_DIR [--no-crc] [--json]    dry run: what opening the store would recover and drop
     mqstore stats STORE_DIR [--interval S] [--once | --count N] [--json]
                                                      live rates, latencies, positions from the control block
+    mqstore namesrv [--host H] [--listen-port P]     a RocketMQ NameServer
+    mqstore broker STORE_DIR [--config broker.conf] [--set KEY=VALUE ...]
+                                                     a RocketMQ broker: the node, its front processes, a NameServer
+    mqstore admin (status | topics | topic-create NAME | groups | group NAME) [--broker H:P] [--json]
+                                                     ask a running broker
 
 Exit codes: 0 clean, 1 problems found (verify: broken invariants; recover: the open would drop
 data), 2 usage error / not a store / cannot read / an offset that holds no record, 130
@@ -43,6 +48,8 @@ from mqstore.tools.commands import dump
 from mqstore.tools.commands import recover
 from mqstore.tools.commands import stats as stats_command
 from mqstore.tools.commands import namesrv
+from mqstore.tools.commands import broker
+from mqstore.tools.commands import admin
 
 
 # -- the command --------------------------------------------------------------------------
@@ -63,6 +70,10 @@ COMMANDS: dict[str, Command] = {
               stats_command.add_arguments, stats_command.run),
     "namesrv": ("run a RocketMQ NameServer (broker registration and topic routes) until SIGTERM/SIGINT",
                 namesrv.add_arguments, namesrv.run),
+    "broker": ("run a RocketMQ broker (a node plus the remoting front and, by default, a NameServer) until "
+               "SIGTERM/SIGINT", broker.add_arguments, broker.run),
+    "admin": ("ask a running broker: status, topics (list, create), consumer groups and their lag",
+              admin.add_arguments, admin.run),
 }
 
 

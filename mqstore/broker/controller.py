@@ -1,0 +1,529 @@
+"""The broker's controller (RocketMQ's BrokerController without the network front): the state a
+broker keeps once for every front process, run by the broker's owner process in an asyncio loop.
+
+It holds the topics (``topics``), the subscription groups (``groups``), the consumer offsets
+(``offsets``), the producer and consumer registry (``clients``), the order locks, delayed
+delivery (``schedule``) and send-back (``retry``); it serves the fronts over the link (``link``),
+registers the broker with every NameServer every ``register_name_server_period`` (and at once when
+a topic is created), runs the embedded NameServer when ``namesrv_addr`` is empty, writes
+``config/consumerOffset.json`` every ``flush_consumer_offset_interval`` and drops clients silent for
+``channel_expired_timeout``. docs/rocketmq-remoting-spec.md §2.4, §3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import socket
+import time
+import zlib
+from collections import defaultdict
+from typing import Any
+
+from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.broker import link
+from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
+from mqstore.broker.codes import RequestCode, ResponseCode, put_response
+from mqstore.broker.groups import SubscriptionGroups
+from mqstore.broker.namesrv import NameServer
+from mqstore.broker.offsets import ConsumerOffsets
+from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
+from mqstore.broker.schedule import ScheduleMessageService
+from mqstore.broker.topics import PERM_READ, PERM_WRITE, TopicConfigs, topic_config, topic_problem
+from mqstore.store import StoreBase
+
+__all__ = ["BrokerController", "LOCK_EXPIRY_MS", "wall_ms"]
+
+log = logging.getLogger("mqstore.broker")
+
+VERSION = 407
+#: an order lock not renewed for this long is free again (RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME)
+LOCK_EXPIRY_MS = 60_000
+#: client housekeeping period (ClientHousekeepingService)
+SCAN_INTERVAL_S = 10.0
+_FAQ_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+REGISTER_TIMEOUT_S = 6.0
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _response(request: RemotingCommand, code: int, remark: str | None = None, *,
+              ext_fields: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
+    return RemotingCommand(code, language="JAVA", version=VERSION, opaque=request.opaque, flag=1, remark=remark,
+                           ext_fields=ext_fields, body=body, serialize_type=request.serialize_type)
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _field(cmd: RemotingCommand, name: str) -> str:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        raise _Bad(f"the custom field <{name}> is null")
+    return value
+
+
+def _int(cmd: RemotingCommand, name: str, default: int | None = None) -> int:
+    value = cmd.ext_fields.get(name)
+    if value is None:
+        if default is not None:
+            return default
+        raise _Bad(f"the custom field <{name}> is null")
+    try:
+        return int(value)
+    except ValueError:
+        raise _Bad(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
+
+
+def _json_body(cmd: RemotingCommand) -> Any:
+    try:
+        return json.loads(cmd.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Bad(f"the request body is not JSON: {exc}") from None
+
+
+class BrokerController:
+    """The broker-wide state and its services; ``serve()`` runs in the owner's asyncio loop."""
+
+    def __init__(self, store: StoreBase, port: int, link_address: str) -> None:
+        cfg = store.config
+        self.store = store
+        self.cfg = cfg
+        self.root = store.root
+        self.port = port
+        self.addr = f"{cfg.broker_ip1}:{port}"
+        self.link_address = link_address
+        self.topics = TopicConfigs(self.root, cluster=cfg.broker_cluster_name, broker_name=cfg.broker_name,
+                                   auto_create_topic_enable=cfg.auto_create_topic_enable,
+                                   default_topic_queue_nums=cfg.default_topic_queue_nums,
+                                   cluster_topic_enable=cfg.cluster_topic_enable,
+                                   broker_topic_enable=cfg.broker_topic_enable)
+        self.groups = SubscriptionGroups(self.root, auto_create_subscription_group=cfg.auto_create_subscription_group)
+        self.offsets = ConsumerOffsets(self.root)
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.schedule = ScheduleMessageService(store, self.root)
+        # order locks: group -> (topic, brokerName, queueId) -> (clientId, last renewal ms)
+        self.locks: dict[str, dict[tuple[str, str, int], tuple[str, int]]] = defaultdict(dict)
+        self.fronts: dict[str, asyncio.StreamWriter] = {}  # front pid -> its link
+        self.namesrv: NameServer | None = None
+        self.namesrv_addrs: list[str] = [a.strip() for a in cfg.namesrv_addr.split(";") if a.strip()]
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_now = asyncio.Event()
+        self.registrations = 0  # successful REGISTER_BROKER calls (status, tests)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        if not self.namesrv_addrs:
+            self.namesrv = NameServer(self.cfg.bind_address, self.cfg.namesrv_listen_port)
+            await self.namesrv.start()
+            host = "127.0.0.1" if self.cfg.bind_address == "0.0.0.0" else self.cfg.bind_address
+            self.namesrv_addrs = [f"{host}:{self.namesrv.port}"]
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(self.link_address)
+        self._server = await asyncio.start_unix_server(self._serve_front, sock=sock)
+        self.schedule.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._flush_loop()),
+                       loop.create_task(self._scan_loop())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for writer in self.fronts.values():
+            writer.close()
+        self.schedule.stop()
+        self.offsets.persist()
+        await self._unregister_all()
+        if self.namesrv is not None:
+            await self.namesrv.close()
+
+    # -- the link ------------------------------------------------------------------------------
+    async def _serve_front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameReader()
+        pid = ""
+        try:
+            while data := await reader.read(262144):
+                frames.feed(data)
+                while (cmd := frames.next()) is not None:
+                    if cmd.code == link.HELLO:
+                        pid = cmd.ext_fields.get("pid", "")
+                        self.fronts[pid] = writer
+                    answer = self.handle(cmd)
+                    if answer is not None and not cmd.is_oneway:
+                        writer.write(answer.encode())
+                await writer.drain()
+        except (FrameError, ConnectionError) as exc:
+            log.error("the link of front %s broke: %s", pid or "?", exc)
+        finally:
+            writer.close()
+            if pid and self.fronts.get(pid) is writer:
+                del self.fronts[pid]
+                self._front_gone(pid)
+
+    def _front_gone(self, pid: str) -> None:
+        """A front process ended: every client connection it held is closed."""
+        prefix = f"{pid}:"
+        for conn in {c for g in self.consumers.groups() for c in self.consumers.channels(g) if str(c).startswith(prefix)}:
+            self._closed(str(conn))
+        for conn in {c for g in self.producers.groups() for c in self.producers.channels(g) if str(c).startswith(prefix)}:
+            self.producers.channel_closed(conn)
+
+    def _push(self, pid: str, cmd: RemotingCommand) -> None:
+        writer = self.fronts.get(pid)
+        if writer is not None and not writer.is_closing():
+            cmd.flag |= 2
+            writer.write(cmd.encode())
+
+    def _notify(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to every consumer of group (through the fronts holding them)."""
+        gc = self.groups.table.get(group)
+        if not self.cfg.notify_consumer_ids_changed_enable or (gc is not None and not gc.notify_consumer_ids_changed_enable):
+            return
+        by_front: dict[str, list[str]] = defaultdict(list)
+        for conn in self.consumers.channels(group):
+            by_front[str(conn).partition(":")[0]].append(str(conn))
+        for pid, conns in by_front.items():
+            self._push(pid, RemotingCommand(link.NOTIFY, ext_fields={"group": group}, body=",".join(conns).encode()))
+
+    def _topic_changed(self, topic: str) -> None:
+        cfg = self.topics.get(topic)
+        body = json.dumps(cfg).encode() if cfg is not None else b""
+        for pid in list(self.fronts):
+            self._push(pid, RemotingCommand(link.TOPIC_CHANGED, ext_fields={"topic": topic}, body=body))
+        self._register_now.set()
+
+    def _closed(self, conn: str) -> None:
+        for group in self.consumers.channel_closed(conn):
+            self._notify(group)
+        self.producers.channel_closed(conn)
+
+    # -- requests ------------------------------------------------------------------------------
+    def handle(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """The answer to one request from a front (forwarded client requests and the link's own)."""
+        if cmd.is_response:
+            return None
+        try:
+            handler = self._handlers.get(cmd.code)
+            if handler is None:
+                return _response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            return handler(self, cmd)
+        except (_Bad, ValueError) as exc:
+            return _response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            log.exception("request %d failed", cmd.code)
+            return _response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _hello(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
+
+    def _topic_for_send(self, cmd: RemotingCommand) -> RemotingCommand:
+        topic = _field(cmd, "topic")
+        existed = self.topics.get(topic) is not None
+        cfg = self.topics.create_in_send(topic, cmd.ext_fields.get("defaultTopic", "TBW102"),
+                                         _int(cmd, "defaultTopicQueueNums", 4), _int(cmd, "sysFlag", 0))
+        if cfg is None and topic.startswith("%RETRY%"):
+            cfg = self._create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+        if cfg is None:
+            return _response(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                             f"topic[{topic}] not exist, apply first please!{_FAQ_TOPIC}"
+                             + ("" if self.cfg.auto_create_topic_enable else
+                                " (auto_create_topic_enable is false: create the topic first, e.g. "
+                                "mqstore admin topic create)"))
+        if not existed:
+            log.info("topic %s created on its first send from %s: %s", topic, cmd.ext_fields.get(link.PEER), cfg)
+            self._topic_changed(topic)
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
+
+    def _create_system_topic(self, topic: str, queues: int, perm: int) -> dict[str, Any]:
+        """createTopicInSendMessageBackMethod: a retry or DLQ topic of an explicit size."""
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            cfg = topic_config(topic, queues, perm)
+            self.topics.table[topic] = cfg
+            self.topics.next_version()
+            self.topics.persist()
+            self._topic_changed(topic)
+        return cfg
+
+    def _group(self, cmd: RemotingCommand) -> RemotingCommand:
+        group = _field(cmd, "group")
+        gc = self.groups.find(group)
+        if gc is None:
+            return _response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                             f"subscription group [{group}] does not exist, "
+                             "(auto_create_subscription_group is false)")
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(gc.to_json()).encode())
+
+    def _subscription(self, cmd: RemotingCommand) -> RemotingCommand:
+        group, topic = _field(cmd, "group"), _field(cmd, "topic")
+        if self.consumers.group_info(group) is None:
+            return _response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                             f"the consumer's group info not exist, {group}")
+        sub = self.consumers.subscription(group, topic)
+        if sub is None:
+            return _response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+        return _response(cmd, ResponseCode.SUCCESS, ext_fields={"subString": sub.sub_string})
+
+    def _link_closed(self, cmd: RemotingCommand) -> None:
+        self._closed(_field(cmd, "conn"))
+        return None
+
+    def _heartbeat(self, cmd: RemotingCommand) -> RemotingCommand:
+        data = parse_heartbeat(cmd.body)
+        conn = _field(cmd, link.CONN)
+        now = wall_ms()
+        for consumer in data.consumers:
+            gc = self.groups.find(consumer.group)
+            if gc is not None:
+                # the group's retry topic, so its pulls of %RETRY%<group> find a topic (§2.4.4)
+                self._create_system_topic(retry_topic(consumer.group), gc.retry_queue_nums, PERM_READ | PERM_WRITE)
+            if self.consumers.register(conn, data.client_id, cmd.language, cmd.version, consumer, now):
+                log.info("consumer group %s changed: %s joined or resubscribed", consumer.group, data.client_id)
+                self._notify(consumer.group)
+        for group in data.producers:
+            self.producers.register(conn, data.client_id, group, now, language=cmd.language, version=cmd.version)
+        return _response(cmd, ResponseCode.SUCCESS)
+
+    def _unregister_client(self, cmd: RemotingCommand) -> RemotingCommand:
+        conn = _field(cmd, link.CONN)
+        producer = cmd.ext_fields.get("producerGroup", "")
+        consumer = cmd.ext_fields.get("consumerGroup", "")
+        if producer:
+            self.producers.unregister(conn, producer)
+        if consumer and self.consumers.unregister(conn, consumer):
+            self._notify(consumer)
+        return _response(cmd, ResponseCode.SUCCESS)
+
+    def _consumer_list(self, cmd: RemotingCommand) -> RemotingCommand:
+        group = _field(cmd, "consumerGroup")
+        ids = self.consumers.consumer_ids(group)
+        if not ids:
+            return _response(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return _response(cmd, ResponseCode.SUCCESS, body=consumer_list_body(ids))
+
+    def _query_offset(self, cmd: RemotingCommand) -> RemotingCommand:
+        group, topic, queue_id = _field(cmd, "consumerGroup"), _field(cmd, "topic"), _int(cmd, "queueId")
+        offset = self.offsets.query(group, topic, queue_id)
+        if offset >= 0:
+            return _response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+        # a new group on a queue that still starts at 0 and whose first message is in memory: 0
+        if self.store.get_min_offset_in_queue(topic, queue_id) <= 0 and not self._in_disk(topic, queue_id):
+            return _response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        return _response(cmd, ResponseCode.QUERY_NOT_FOUND,
+                         "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def _in_disk(self, topic: str, queue_id: int) -> bool:
+        """checkInDiskByConsumeOffset of the queue's first message: farther behind the log's end
+        than access_message_in_memory_max_ratio of memory."""
+        result = self.store.get_message("", topic, queue_id, 0, 1)
+        return bool(result.message_count and result.suggest_pulling_from_slave)
+
+    def _update_offset(self, cmd: RemotingCommand) -> RemotingCommand:
+        self.offsets.commit(_field(cmd, "consumerGroup"), _field(cmd, "topic"), _int(cmd, "queueId"),
+                            _int(cmd, "commitOffset"))
+        return _response(cmd, ResponseCode.SUCCESS)
+
+    def _send_back(self, cmd: RemotingCommand) -> RemotingCommand:
+        group = _field(cmd, "group")
+        phy = _int(cmd, "offset")
+        gc = self.groups.find(group)
+        if gc is None:
+            return _response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                             f"subscription group not exist, {group}")
+        view = self.store.look_message_by_offset(phy) if phy >= 0 else None
+        if view is None:
+            return _response(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phy}")
+        header_max = _int(cmd, "maxReconsumeTimes") if "maxReconsumeTimes" in cmd.ext_fields else None
+        max_times = max_reconsume_times(gc.retry_max_times, header_max, cmd.version)
+        back = send_back_message(view, group=group, delay_level=_int(cmd, "delayLevel", 0),
+                                 max_reconsume_times=max_times, retry_queue_nums=gc.retry_queue_nums)
+        if back is None:  # retryQueueNums <= 0: RocketMQ answers SUCCESS and puts nothing
+            return _response(cmd, ResponseCode.SUCCESS)
+        # 4.9.7 creates both read-write (older brokers made the DLQ write-only): a DLQ can be consumed
+        self._create_system_topic(back.topic, back.queue_nums, PERM_READ | PERM_WRITE)
+        result = self.store.put_message(back.message)
+        code, remark = put_response(result.status, result.detail)
+        if code in (ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
+            code, remark = ResponseCode.SUCCESS, None
+        return _response(cmd, code, remark)
+
+    def _lock(self, cmd: RemotingCommand) -> RemotingCommand:
+        body = _json_body(cmd)
+        group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        now = wall_ms()
+        table = self.locks[group]
+        ok = []
+        for mq in body.get("mqSet") or []:
+            key = (str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId", -1)))
+            holder = table.get(key)
+            if holder is None or holder[0] == client or now - holder[1] > LOCK_EXPIRY_MS:
+                table[key] = (client, now)
+                ok.append(mq)
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"lockOKMQSet": ok}).encode())
+
+    def _unlock(self, cmd: RemotingCommand) -> RemotingCommand:
+        body = _json_body(cmd)
+        group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        table = self.locks[group]
+        for mq in body.get("mqSet") or []:
+            key = (str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId", -1)))
+            if table.get(key, ("",))[0] == client:
+                del table[key]
+        return _response(cmd, ResponseCode.SUCCESS)
+
+    def _update_topic(self, cmd: RemotingCommand) -> RemotingCommand:
+        """UPDATE_AND_CREATE_TOPIC (an admin's topic create or update)."""
+        topic = _field(cmd, "topic")
+        problem = topic_problem(topic)
+        if problem is not None and "forbidden" not in problem:
+            return _response(cmd, ResponseCode.SYSTEM_ERROR, problem)
+        cfg = topic_config(topic, _int(cmd, "writeQueueNums", 16), _int(cmd, "perm", PERM_READ | PERM_WRITE),
+                           _int(cmd, "topicSysFlag", 0), cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+                           cmd.ext_fields.get("order", "false") == "true")
+        cfg["readQueueNums"] = _int(cmd, "readQueueNums", cfg["writeQueueNums"])
+        if cfg["readQueueNums"] <= 0 or cfg["writeQueueNums"] <= 0:
+            return _response(cmd, ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be positive")
+        self.topics.table[topic] = cfg
+        self.topics.next_version()
+        self.topics.persist()
+        self._topic_changed(topic)
+        return _response(cmd, ResponseCode.SUCCESS)
+
+    def _all_topics(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
+
+    def _all_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"offsetTable": self.offsets.table()}).encode())
+
+    def _all_groups(self, cmd: RemotingCommand) -> RemotingCommand:
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.groups.wrapper()).encode())
+
+    def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_RUNTIME_INFO: the broker's KVTable (a subset of RocketMQ's keys, plus mqstore's)."""
+        st = self.store
+        table = {"brokerVersion": str(VERSION), "brokerVersionDesc": "V4_9_7 (mqstore)",
+                 "commitLogMaxOffset": str(st.get_max_phy_offset()), "commitLogMinOffset": str(st.get_min_phy_offset()),
+                 "dispatchBehindBytes": str(st.dispatch_behind_bytes), "brokerName": self.cfg.broker_name,
+                 "brokerAddr": self.addr, "clusterName": self.cfg.broker_cluster_name,
+                 # a front's link is named by its pid, an embedded consumer's by pid-id
+                 "frontProcesses": str(sum(1 for name in self.fronts if name.isdigit())),
+                 "embeddedConsumers": str(sum(1 for name in self.fronts if not name.isdigit())), "topics": str(len(self.topics.table)),
+                 "consumerGroups": str(len(self.consumers.groups())), "registrations": str(self.registrations),
+                 "namesrvAddr": ";".join(self.namesrv_addrs)}
+        table.update({k: str(v) for k, v in st.stats().items()})
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
+
+    def _consumer_connections(self, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_CONNECTION_LIST (admin): the group's clients and subscriptions."""
+        group = _field(cmd, "consumerGroup")
+        info = self.consumers.group_info(group)
+        if info is None:
+            return _response(cmd, ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {"consumeType": info.consume_type.name if info.consume_type else None,
+                "messageModel": info.message_model.name if info.message_model else None,
+                "consumeFromWhere": info.consume_from_where.name if info.consume_from_where else None,
+                "connectionSet": [{"clientId": c.client_id, "clientAddr": str(ch), "language": c.language,
+                                   "version": c.version} for ch, c in info.channels.items()],
+                "subscriptionTable": {t: {"topic": t, "subString": sd.sub_string} for t, sd in info.subscriptions.items()}}
+        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+    _handlers: dict[int, Any] = {
+        link.HELLO: _hello, link.TOPIC_FOR_SEND: _topic_for_send, link.GROUP: _group,
+        link.SUBSCRIPTION: _subscription, link.CLOSED: _link_closed,
+        RequestCode.HEART_BEAT: _heartbeat, RequestCode.UNREGISTER_CLIENT: _unregister_client,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP: _consumer_list, RequestCode.QUERY_CONSUMER_OFFSET: _query_offset,
+        RequestCode.UPDATE_CONSUMER_OFFSET: _update_offset, RequestCode.CONSUMER_SEND_MSG_BACK: _send_back,
+        RequestCode.LOCK_BATCH_MQ: _lock, RequestCode.UNLOCK_BATCH_MQ: _unlock,
+        RequestCode.UPDATE_AND_CREATE_TOPIC: _update_topic, RequestCode.GET_ALL_TOPIC_CONFIG: _all_topics,
+        RequestCode.GET_ALL_CONSUMER_OFFSET: _all_offsets,
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _all_groups,
+        RequestCode.GET_BROKER_RUNTIME_INFO: _runtime_info,
+        RequestCode.GET_CONSUMER_CONNECTION_LIST: _consumer_connections,
+    }
+
+    # -- periodic work -------------------------------------------------------------------------
+    async def _register_loop(self) -> None:
+        period = self.cfg.register_name_server_period / 1000
+        while True:
+            # cleared before, not after, registering: a topic made while a registration is on its
+            # way sets it again, and is registered right after
+            self._register_now.clear()
+            await self.register_all()
+            try:
+                await asyncio.wait_for(self._register_now.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+
+    def _register_request(self) -> RemotingCommand:
+        body = json.dumps({"topicConfigSerializeWrapper": self.topics.wrapper(), "filterServerList": []}).encode()
+        return RemotingCommand(RequestCode.REGISTER_BROKER, language="JAVA", version=VERSION, ext_fields={
+            "brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
+            "clusterName": self.cfg.broker_cluster_name, "haServerAddr": f"{self.cfg.broker_ip1}:{self.cfg.ha_listen_port}",
+            "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}, body=body)
+
+    async def register_all(self) -> None:
+        """REGISTER_BROKER with every NameServer (registerBrokerAll), each on its own connection."""
+        await asyncio.gather(*(self._call_namesrv(addr, self._register_request()) for addr in self.namesrv_addrs))
+
+    async def _unregister_all(self) -> None:
+        cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, language="JAVA", version=VERSION, ext_fields={
+            "brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
+            "clusterName": self.cfg.broker_cluster_name})
+        await asyncio.gather(*(self._call_namesrv(addr, cmd) for addr in self.namesrv_addrs))
+
+    async def _call_namesrv(self, addr: str, cmd: RemotingCommand) -> bool:
+        host, _, port = addr.rpartition(":")
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), REGISTER_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            log.warning("NameServer %s: cannot connect (%s)", addr, exc)
+            return False
+        try:
+            cmd.opaque = random.getrandbits(31)
+            writer.write(cmd.encode())
+            frames = FrameReader()
+            deadline = time.monotonic() + REGISTER_TIMEOUT_S
+            while (got := frames.next()) is None:
+                data = await asyncio.wait_for(reader.read(65536), max(0.01, deadline - time.monotonic()))
+                if not data:
+                    raise ConnectionError("closed")
+                frames.feed(data)
+            if got.code != ResponseCode.SUCCESS:
+                log.warning("NameServer %s refused %d: %s", addr, cmd.code, got.remark)
+                return False
+            if cmd.code == RequestCode.REGISTER_BROKER:
+                self.registrations += 1
+            return True
+        except (OSError, asyncio.TimeoutError, FrameError) as exc:
+            log.warning("NameServer %s: request %d failed (%s)", addr, cmd.code, exc)
+            return False
+        finally:
+            writer.close()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.flush_consumer_offset_interval / 1000)
+            try:
+                self.offsets.persist()
+            except OSError as exc:
+                log.error("writing consumerOffset.json failed: %s", exc)
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_INTERVAL_S)
+            now = wall_ms()
+            for group in self.consumers.scan_expired(now, self.cfg.channel_expired_timeout):
+                # 4.9.7 closes the silent channel, which notifies the group's other consumers
+                log.info("consumer group %s: a client silent for %d ms was dropped", group,
+                         self.cfg.channel_expired_timeout)
+                self._notify(group)
+            self.producers.scan_expired(now, self.cfg.channel_expired_timeout)

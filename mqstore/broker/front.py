@@ -1,0 +1,639 @@
+"""A broker front process: RocketMQ clients' connections on the broker's port
+(docs/rocketmq-remoting-spec.md §1, §2.4, §3).
+
+Several front processes accept on one port (SO_REUSEPORT: the kernel spreads connections over
+them), each attached to the store through its control block, so sends from many connections go
+through the store's shared put lock in parallel processes and no one interpreter caps the
+broker. A front serves sends (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE), pulls (with
+long polling: a pull that finds nothing is held until the dispatcher publishes a message of its
+queue, or its suspend time passes) and the store's reads (offsets by queue and time, a message by
+id, messages by key) itself; the rest of a client's requests (heartbeats, offsets, the consumer
+list, send-back, locks, admin) go to the broker's controller over the link (``link``), which
+holds that state once for every front.
+
+Run by the broker's supervisor as::
+
+    python -c "...mqstore.broker.front.main..." STORE_DIR INDEX PORT LINK_ADDRESS
+
+It prints ``READY`` once it listens, and exits when its parent dies or the link closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from mqstore._codec import string_to_properties
+from mqstore._commitlog import Message, MessageBatch
+from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
+from mqstore.broker import link
+from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields
+from mqstore.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, topic_problem
+from mqstore.status import GetMessageStatus, PutMessageStatus
+from mqstore.store import MessageStore, StoreBase
+
+__all__ = ["Front", "main"]
+
+log = logging.getLogger("mqstore.broker")
+
+VERSION = 407
+#: PullSysFlag bits (§2.4.2)
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+_FAQ_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+_TRUE = frozenset({"true", "1"})
+_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
+_READ_CODES = frozenset({RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                         RequestCode.GET_EARLIEST_MSG_STORETIME, RequestCode.VIEW_MESSAGE_BY_ID,
+                         RequestCode.QUERY_MESSAGE})
+#: PULL answer code by GetMessageStatus (§2.4.2): FOUND is SUCCESS, the three "moved" ones
+#: PULL_OFFSET_MOVED unless the request offset is 0 on an empty queue
+_PULL_CODES = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+class BadField(ValueError):
+    """A request header field that is missing or not what its type needs (SYSTEM_ERROR naming it)."""
+
+
+def field(fields: dict[str, str], name: str) -> str:
+    value = fields.get(name)
+    if value is None:
+        raise BadField(f"the custom field <{name}> is null")
+    return value
+
+
+def int_field(fields: dict[str, str], name: str, default: int | None = None) -> int:
+    value = fields.get(name)
+    if value is None:
+        if default is not None:
+            return default
+        raise BadField(f"the custom field <{name}> is null")
+    try:
+        return int(value)
+    except ValueError:
+        raise BadField(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
+
+
+def response(request: RemotingCommand, code: int, remark: str | None = None, *,
+             ext_fields: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
+    """The response to `request`: its opaque, the response flag, in its serialization."""
+    return RemotingCommand(code, language="JAVA", version=VERSION, opaque=request.opaque, flag=1, remark=remark,
+                           ext_fields=ext_fields, body=body, serialize_type=request.serialize_type)
+
+
+def parse_host(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: frames in, responses out, in the request's serialization."""
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.frames = FrameReader()
+        self.transport: asyncio.Transport | None = None
+        self.id = ""
+        self.peer: tuple[str, int] = ("0.0.0.0", 0)
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername") or ("0.0.0.0", 0)
+        self.peer = (str(peer[0]), int(peer[1]))
+        self.id = self.front.register(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.frames.feed(data)
+        try:
+            while (cmd := self.frames.next()) is not None:
+                self.front.dispatch(self, cmd)
+        except FrameError as exc:
+            log.warning("closing the connection from %s:%d: %s", *self.peer, exc)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.front.unregister(self)
+
+    def write(self, cmd: RemotingCommand) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(cmd.encode())
+
+    def answer(self, request: RemotingCommand, code: int, remark: str | None = None, *,
+               ext_fields: dict[str, str] | None = None, body: bytes = b"") -> None:
+        """Write the response to `request`, unless it is oneway: RocketMQ never answers those, not
+        even a refusal (NettyRemotingAbstract.processRequestCommand)."""
+        if not request.is_oneway:
+            self.write(response(request, code, remark, ext_fields=ext_fields, body=body))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+@dataclass
+class Held:
+    """A pull held for long polling (PullRequestHoldService's PullRequest)."""
+
+    conn: Connection
+    cmd: RemotingCommand
+    offset: int
+    deadline: float  # monotonic
+
+
+class Front:
+    """One front process's server: its store attachment, connections, held pulls and the link."""
+
+    def __init__(self, store: StoreBase, port: int, link_address: str) -> None:
+        self.store = store
+        self.cfg = store.config
+        self.port = port
+        self.host_ip = self.cfg.broker_ip1
+        self.store_host = (self.host_ip, port)
+        self.link = link.LinkClient(link_address, self._pushed, self._link_lost)
+        self.topics: dict[str, dict[str, Any]] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.conns: dict[str, Connection] = {}
+        self._ids = 0
+        self.held: dict[tuple[str, int], list[Held]] = defaultdict(list)
+        self._held_event = threading.Event()
+        self._stop = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.server: asyncio.Server | None = None
+        self.stopped: asyncio.Event | None = None
+        self.sync_flush = self.cfg.is_sync_flush
+        self.executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mqstore-put") if self.sync_flush else None
+        self.serialize_type = ROCKETMQ if self.cfg.serialize_type == "ROCKETMQ" else 0
+        self.pid = os.getpid()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stopped = asyncio.Event()
+        await self.link.connect()
+        hello = await self.link.request(RemotingCommand(link.HELLO, ext_fields={"pid": str(self.pid)}))
+        table = json.loads(hello.body).get("topicConfigTable", {})
+        self.topics = {str(k): v for k, v in table.items()}
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((self.cfg.bind_address, self.port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self.server = await self.loop.create_server(lambda: Connection(self), sock=sock)
+        threading.Thread(target=self._watch_dispatch, name="mqstore-hold", daemon=True).start()
+        self.loop.create_task(self._expire_held())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._held_event.set()
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.conns.values()):
+            conn.close()
+        self.link.close()
+        if self.stopped is not None:
+            self.stopped.set()
+
+    def _link_lost(self) -> None:
+        if not self._stop.is_set():
+            log.error("front %d: the controller's link closed; stopping", self.pid)
+            self.stop()
+
+    # -- connections ---------------------------------------------------------------------------
+    def register(self, conn: Connection) -> str:
+        self._ids += 1
+        cid = f"{self.pid}:{self._ids}"
+        self.conns[cid] = conn
+        return cid
+
+    def unregister(self, conn: Connection) -> None:
+        if self.conns.pop(conn.id, None) is not None and not self._stop.is_set():
+            try:
+                self.link.send(RemotingCommand(link.CLOSED, ext_fields={"conn": conn.id}), oneway=True)
+            except ConnectionError:
+                pass
+
+    def _pushed(self, cmd: RemotingCommand) -> None:
+        """What the controller tells this front: a topic changed, consumers to notify."""
+        if cmd.code == link.TOPIC_CHANGED:
+            topic = cmd.ext_fields.get("topic", "")
+            if cmd.body:
+                self.topics[topic] = json.loads(cmd.body)
+            else:
+                self.topics.pop(topic, None)
+        elif cmd.code == link.NOTIFY:
+            group = cmd.ext_fields.get("group", "")
+            notice = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, language="JAVA", version=VERSION,
+                                     ext_fields={"consumerGroup": group}, serialize_type=self.serialize_type)
+            for cid in cmd.body.decode().split(","):
+                conn = self.conns.get(cid)
+                if conn is not None:
+                    notice.opaque = random.getrandbits(31)
+                    conn.write(notice)
+
+    # -- requests ------------------------------------------------------------------------------
+    def dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """Serve one frame of a client connection (a response frame is dropped: clients answer
+        only GET_CONSUMER_RUNNING_INFO, which the broker does not ask)."""
+        if cmd.is_response:
+            return
+        code = cmd.code
+        try:
+            if code == RequestCode.PULL_MESSAGE:
+                self.pull(conn, cmd, allow_suspend=True)
+            elif code in _SEND_CODES:
+                self.send(conn, cmd)
+            elif code in _READ_CODES:
+                answer = self.read(cmd)
+                if not cmd.is_oneway:
+                    conn.write(answer)
+            elif code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER,
+                          RequestCode.UNREGISTER_BROKER):
+                conn.answer(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                    f" request type {code} not supported: this is a broker, not a NameServer")
+            else:
+                self._forward(conn, cmd)
+        except BadField as exc:
+            conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:  # one request's failure answers that request, never the connection
+            log.exception("request %d from %s:%d failed", code, *conn.peer)
+            conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _forward(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """A request the controller serves: sent over the link with the connection's id; its
+        response goes back with the client's opaque."""
+        fields = dict(cmd.ext_fields)
+        fields[link.CONN] = conn.id
+        fields[link.PEER] = f"{conn.peer[0]}:{conn.peer[1]}"
+        fwd = RemotingCommand(cmd.code, language=cmd.language, version=cmd.version, flag=cmd.flag & ~2,
+                              remark=cmd.remark, ext_fields=fields, body=cmd.body)
+        try:
+            fut = self.link.send(fwd)
+        except ConnectionError as exc:
+            conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+            return
+        assert fut is not None
+
+        def done(f: asyncio.Future[RemotingCommand]) -> None:
+            if cmd.is_oneway:  # (a Java client's oneway UPDATE_CONSUMER_OFFSET, ...): no answer
+                return
+            if f.cancelled() or f.exception() is not None:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"the broker's controller did not answer: "
+                                                            f"{f.exception() if not f.cancelled() else 'cancelled'}")
+                return
+            got = f.result()
+            conn.write(RemotingCommand(got.code, language="JAVA", version=VERSION, opaque=cmd.opaque, flag=1,
+                                       remark=got.remark, ext_fields=got.ext_fields, body=got.body,
+                                       serialize_type=cmd.serialize_type))
+        fut.add_done_callback(done)
+
+    # -- send (SendMessageProcessor) -------------------------------------------------------------
+    def send(self, conn: Connection, cmd: RemotingCommand) -> None:
+        f = send_fields(cmd.code, cmd.ext_fields)
+        topic = field(f, "topic")
+        field(f, "producerGroup")
+        problem = topic_problem(topic)
+        if problem is not None:
+            code = ResponseCode.NO_PERMISSION if topic in NOT_ALLOWED_SEND else ResponseCode.SYSTEM_ERROR
+            conn.answer(cmd, code, problem)
+            return
+        tc = self.topics.get(topic)
+        if tc is None:
+            self._create_then_send(conn, cmd, f, topic)
+            return
+        self._send_to(conn, cmd, f, topic, tc)
+
+    def _create_then_send(self, conn: Connection, cmd: RemotingCommand, f: dict[str, str], topic: str) -> None:
+        ask = RemotingCommand(link.TOPIC_FOR_SEND, ext_fields={
+            "topic": topic, "defaultTopic": f.get("defaultTopic", "TBW102"),
+            "defaultTopicQueueNums": str(int_field(f, "defaultTopicQueueNums", 4)),
+            "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: f"{conn.peer[0]}:{conn.peer[1]}"})
+        fut = self.link.send(ask)
+        assert fut is not None
+
+        def done(fu: asyncio.Future[RemotingCommand]) -> None:
+            if fu.cancelled() or fu.exception() is not None:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, "the broker's controller did not answer")
+                return
+            got = fu.result()
+            if got.code != ResponseCode.SUCCESS:
+                conn.answer(cmd, got.code, got.remark)
+                return
+            tc = json.loads(got.body)
+            self.topics[topic] = tc
+            try:
+                self._send_to(conn, cmd, f, topic, tc)
+            except BadField as exc:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        fut.add_done_callback(done)
+
+    def _send_to(self, conn: Connection, cmd: RemotingCommand, f: dict[str, str], topic: str,
+                 tc: dict[str, Any]) -> None:
+        if not tc.get("perm", 0) & PERM_WRITE:
+            conn.answer(cmd, ResponseCode.NO_PERMISSION,
+                                f"the topic[{topic}] sending message is forbidden")
+            return
+        queue_id = int_field(f, "queueId")
+        queues = max(tc.get("writeQueueNums", 0), tc.get("readQueueNums", 0))
+        if queue_id >= queues:
+            conn.answer(cmd, ResponseCode.SYSTEM_ERROR,
+                                f"request queueId[{queue_id}] is illegal, {topic} Producer: {conn.peer[0]}")
+            return
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, tc.get("writeQueueNums", 1)))
+        props = string_to_properties(f.get("properties") or "")
+        wait = props.pop("WAIT", "true").lower() != "false"
+        props["CLUSTER"] = self.cfg.broker_cluster_name
+        sys_flag = int_field(f, "sysFlag", 0)
+        born = int_field(f, "bornTimestamp", 0)
+        reconsume = int_field(f, "reconsumeTimes", 0)
+        # batch: Java parses the flag with Boolean.parseBoolean, so the C++ client's "1" would be a
+        # single message holding the encoded batch; here "1" is a batch too (the client meant one)
+        is_batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or f.get("batch", "false").lower() in _TRUE
+        item: Message | MessageBatch
+        if is_batch:
+            item = MessageBatch(topic, cmd.body, queue_id=queue_id, properties=props, sys_flag=sys_flag,
+                                born_timestamp=born, born_host=conn.peer, reconsume_times=reconsume)
+        else:
+            item = Message(topic, cmd.body, queue_id=queue_id, flag=int_field(f, "flag", 0), properties=props,
+                           sys_flag=sys_flag, born_timestamp=born, born_host=conn.peer, reconsume_times=reconsume,
+                           wait_store_msg_ok=None if wait else False)
+        put: Callable[[Any], Any] = self.store.put_messages if is_batch else self.store.put_message
+        if self.executor is None or not wait:
+            self._answer_put(conn, cmd, put(item), queue_id)
+            return
+        assert self.loop is not None
+        fut = self.loop.run_in_executor(self.executor, put, item)
+        fut.add_done_callback(lambda fu: self._answer_put(conn, cmd, fu.result(), queue_id) if fu.exception() is None
+                              else conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(fu.exception())))
+
+    def _answer_put(self, conn: Connection, cmd: RemotingCommand, result: Any, queue_id: int) -> None:
+        status = result.status
+        code, remark = put_response(status, result.detail, max_message_size=self.cfg.max_message_size)
+        if status in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                      PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE):
+            fields = {"msgId": result.msg_id or "", "queueId": str(queue_id),
+                      "queueOffset": str(result.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        else:
+            fields = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        conn.answer(cmd, code, remark, ext_fields=fields)
+
+    # -- pull (PullMessageProcessor) -------------------------------------------------------------
+    def pull(self, conn: Connection, cmd: RemotingCommand, *, allow_suspend: bool) -> None:
+        f = cmd.ext_fields
+        group = field(f, "consumerGroup")
+        topic = field(f, "topic")
+        queue_id = int_field(f, "queueId")
+        offset = int_field(f, "queueOffset")
+        max_nums = int_field(f, "maxMsgNums")
+        sys_flag = int_field(f, "sysFlag")
+        suspend_ms = int_field(f, "suspendTimeoutMillis", 0)
+        gc = self.groups.get(group)
+        if gc is None:
+            self._ask_group_then(conn, cmd, group, allow_suspend)
+            return
+        if not gc.get("consumeEnable", True):
+            conn.answer(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+            return
+        tc = self.topics.get(topic)
+        if tc is None:
+            conn.answer(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                                f"topic[{topic}] not exist, apply first please!{_FAQ_TOPIC}")
+            return
+        if not tc.get("perm", 0) & PERM_READ:
+            conn.answer(cmd, ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+            return
+        if not 0 <= queue_id < tc.get("readQueueNums", 0):
+            conn.answer(cmd, ResponseCode.SYSTEM_ERROR,
+                                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                                f"[{tc.get('readQueueNums', 0)}] consumer:[{conn.peer[0]}]")
+            return
+        if max_nums <= 0:
+            raise BadField(f"the custom field <maxMsgNums> must be positive: {max_nums}")
+        if sys_flag & FLAG_SUBSCRIPTION:
+            expression = f.get("subscription") or "*"
+            self._pull_with(conn, cmd, group, gc, topic, queue_id, offset, max_nums, sys_flag, suspend_ms,
+                            expression, allow_suspend)
+            return
+        # no SUBSCRIPTION flag: the group's registered subscription (from its heartbeats)
+        fut = self.link.send(RemotingCommand(link.SUBSCRIPTION, ext_fields={"group": group, "topic": topic}))
+        assert fut is not None
+
+        def done(fu: asyncio.Future[RemotingCommand]) -> None:
+            if fu.cancelled() or fu.exception() is not None:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, "the broker's controller did not answer")
+                return
+            got = fu.result()
+            if got.code != ResponseCode.SUCCESS:
+                conn.answer(cmd, got.code, got.remark)
+                return
+            self._pull_with(conn, cmd, group, gc, topic, queue_id, offset, max_nums, sys_flag, suspend_ms,
+                            got.ext_fields.get("subString") or "*", allow_suspend)
+        fut.add_done_callback(done)
+
+    def _ask_group_then(self, conn: Connection, cmd: RemotingCommand, group: str, allow_suspend: bool) -> None:
+        fut = self.link.send(RemotingCommand(link.GROUP, ext_fields={"group": group}))
+        assert fut is not None
+
+        def done(fu: asyncio.Future[RemotingCommand]) -> None:
+            if fu.cancelled() or fu.exception() is not None:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, "the broker's controller did not answer")
+                return
+            got = fu.result()
+            if got.code != ResponseCode.SUCCESS:
+                conn.answer(cmd, got.code, got.remark)
+                return
+            self.groups[group] = json.loads(got.body)
+            try:
+                self.pull(conn, cmd, allow_suspend=allow_suspend)
+            except BadField as exc:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        fut.add_done_callback(done)
+
+    def _pull_with(self, conn: Connection, cmd: RemotingCommand, group: str, gc: dict[str, Any], topic: str,
+                   queue_id: int, offset: int, max_nums: int, sys_flag: int, suspend_ms: int, expression: str,
+                   allow_suspend: bool) -> None:
+        result = self.store.get_message(group, topic, queue_id, offset, max_nums, expression)
+        status = result.status
+        code = _PULL_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        next_offset = result.next_begin_offset
+        if status in (GetMessageStatus.NO_MESSAGE_IN_QUEUE, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE) and offset == 0:
+            code = ResponseCode.PULL_NOT_FOUND
+        suggest = 0
+        if self.cfg.slave_read_enable and result.suggest_pulling_from_slave:
+            suggest = int(gc.get("whichBrokerWhenConsumeSlowly", 1))
+        elif self.cfg.slave_read_enable:
+            suggest = int(gc.get("brokerId", 0))
+        if allow_suspend and sys_flag & FLAG_COMMIT_OFFSET and self.cfg.broker_id == 0:
+            commit = int_field(cmd.ext_fields, "commitOffset", -1)
+            if commit >= 0:
+                try:
+                    self.link.send(RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+                        "consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+                        "commitOffset": str(commit), link.CONN: conn.id}), oneway=True)
+                except ConnectionError:
+                    pass
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & FLAG_SUSPEND:
+            hold_ms = suspend_ms if self.cfg.long_polling_enable else self.cfg.short_polling_time_mills
+            hold_ms = min(max(hold_ms, 0), self.cfg.broker_suspend_max_time_millis)
+            if hold_ms > 0:
+                self.held[(topic, queue_id)].append(Held(conn, cmd, offset, time.monotonic() + hold_ms / 1000))
+                self._held_event.set()
+                return
+        fields = {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(next_offset),
+                  "minOffset": str(result.min_offset), "maxOffset": str(result.max_offset)}
+        remark = status.name
+        body = result.records() if code == ResponseCode.SUCCESS else b""
+        if code == ResponseCode.SYSTEM_ERROR:
+            remark = f"{status.name}: {getattr(result, 'detail', '')}"
+        conn.answer(cmd, code, remark, ext_fields=fields, body=body)
+
+    # -- long polling (PullRequestHoldService) ----------------------------------------------------
+    def _watch_dispatch(self) -> None:
+        """Wake held pulls when the dispatcher publishes (it wakes the 'dispatched' channel after
+        each applied batch with long polling on, or once caught up with it off)."""
+        ctl = self.store.ctl
+        while not self._stop.is_set():
+            if not self.held:
+                self._held_event.wait(1.0)
+                self._held_event.clear()
+                continue
+            seen = ctl.channel_seq("dispatched")
+            ctl.wait_seq_change("dispatched", seen, 200)
+            if self.loop is not None and not self._stop.is_set():
+                try:
+                    self.loop.call_soon_threadsafe(self._check_held, False)
+                except RuntimeError:
+                    return
+
+    async def _expire_held(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(0.1)
+            self._check_held(True)
+
+    def _check_held(self, expiry_only: bool) -> None:
+        now = time.monotonic()
+        for key in list(self.held):
+            waiting = self.held.get(key)
+            if not waiting:
+                self.held.pop(key, None)
+                continue
+            max_offset = -1 if expiry_only else self.store.get_max_offset_in_queue(*key)
+            keep = []
+            for h in waiting:
+                if h.conn.closed:
+                    continue
+                if max_offset > h.offset or now >= h.deadline:
+                    try:
+                        self.pull(h.conn, h.cmd, allow_suspend=False)
+                    except Exception as exc:  # answer the held request, keep the others
+                        h.conn.answer(h.cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+                else:
+                    keep.append(h)
+            if keep:
+                self.held[key] = keep
+            else:
+                self.held.pop(key, None)
+
+    # -- reads (AdminBrokerProcessor, QueryMessageProcessor) --------------------------------------
+    def read(self, cmd: RemotingCommand) -> RemotingCommand:
+        f = cmd.ext_fields
+        code, store = cmd.code, self.store
+        if code == RequestCode.GET_MAX_OFFSET:
+            value = store.get_max_offset_in_queue(field(f, "topic"), int_field(f, "queueId"))
+            return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
+        if code == RequestCode.GET_MIN_OFFSET:
+            value = store.get_min_offset_in_queue(field(f, "topic"), int_field(f, "queueId"))
+            return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
+        if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
+            value = store.get_offset_in_queue_by_time(field(f, "topic"), int_field(f, "queueId"),
+                                                      int_field(f, "timestamp"))
+            return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
+        if code == RequestCode.GET_EARLIEST_MSG_STORETIME:
+            value = store.get_earliest_message_time(field(f, "topic"), int_field(f, "queueId"))
+            return response(cmd, ResponseCode.SUCCESS, ext_fields={"timestamp": str(value)})
+        if code == RequestCode.VIEW_MESSAGE_BY_ID:
+            phy = int_field(f, "offset")
+            view = store.look_message_by_offset(phy) if phy >= 0 else None
+            if view is None:
+                return response(cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {phy}")
+            return response(cmd, ResponseCode.SUCCESS, body=bytes(view.buffer))
+        # QUERY_MESSAGE
+        topic, key = field(f, "topic"), field(f, "key")
+        max_num = int_field(f, "maxNum")
+        if max_num <= 0:
+            raise BadField(f"the custom field <maxNum> must be positive: {max_num}")
+        found = store.query_message(topic, key, max_num, int_field(f, "beginTimestamp", 0),
+                                    int_field(f, "endTimestamp", 2**63 - 1))
+        fields = {"indexLastUpdateTimestamp": str(found.index_last_update_timestamp),
+                  "indexLastUpdatePhyoffset": str(found.index_last_update_phy_offset)}
+        if not found.messages:
+            return response(cmd, ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct",
+                            ext_fields=fields)
+        return response(cmd, ResponseCode.SUCCESS, ext_fields=fields,
+                        body=b"".join(bytes(m.buffer) for m in found.messages))
+
+
+# -- the process ---------------------------------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    """python -c "...front.main..." STORE_DIR INDEX PORT LINK_ADDRESS (the broker's supervisor runs it)."""
+    root, index, port, address = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s front{index}[%(process)d] %(levelname)s %(message)s")
+    parent = os.getppid()
+    store = MessageStore.attach(root)
+    front = Front(store, port, address.replace("\\0", "\0"))
+
+    async def run() -> None:
+        await front.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, front.stop)
+        print("READY", flush=True)
+        assert front.stopped is not None
+        while not front.stopped.is_set():
+            if os.getppid() != parent:
+                log.error("front %d: the broker (pid %d) is gone; stopping", os.getpid(), parent)
+                front.stop()
+                break
+            try:
+                await asyncio.wait_for(front.stopped.wait(), 0.2)
+            except asyncio.TimeoutError:
+                pass
+
+    try:
+        asyncio.run(run())
+    finally:
+        if front.executor is not None:
+            front.executor.shutdown(wait=True)
+        store.shutdown()
+    return 0

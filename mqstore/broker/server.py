@@ -1,0 +1,164 @@
+"""A broker: the node (a store whose allocator, flusher, dispatcher and cleaner are supervised
+processes) plus the remoting front (docs/rocketmq-remoting-spec.md): ``front_processes`` front
+processes accepting clients on ``listen_port`` (SO_REUSEPORT), the controller in this process
+(``controller``), and, when ``namesrv_addr`` is empty, an embedded NameServer, so one command (or
+one ``Broker(...)``) is a working cluster of one.
+
+    with Broker("/data/store", listen_port=0, namesrv_listen_port=0) as broker:
+        print(broker.address, broker.namesrv_address)
+
+The store's ``store_host`` is ``broker_ip1:listen_port`` (what records carry as STOREHOSTADDRESS
+and offset msgIds encode). With ``listen_port=0`` a free port is picked once and held (a bound,
+never listening socket) for the broker's life, so restarted fronts get the same one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from mqstore.broker.controller import BrokerController
+from mqstore.broker.link import link_address
+from mqstore.config import StoreConfig
+from mqstore.node.supervisor import Supervisor
+from mqstore.store import MessageStore
+
+__all__ = ["Broker", "FrontSupervisor", "front_count"]
+
+log = logging.getLogger("mqstore.broker")
+
+_FRONT_ENTRY = "import sys; from mqstore.broker.front import main; sys.exit(main(sys.argv[1:]))"
+START_TIMEOUT_S = 30.0
+
+
+def front_count(setting: int) -> int:
+    """front_processes: 0 means one per CPU, at most 4."""
+    return setting if setting > 0 else max(1, min(4, os.cpu_count() or 1))
+
+
+class FrontSupervisor(Supervisor):
+    """The node's supervisor, running front processes (``front0``, ``front1``, ...)."""
+
+    def __init__(self, root: str, count: int, port: int, address: str, *, log_dir: str | None = None) -> None:
+        super().__init__(root, tuple(f"front{i}" for i in range(count)), log_dir=log_dir)
+        self.port = port
+        self.address = address
+
+    def argv(self, kind: str) -> list[str]:
+        return [sys.executable, "-c", _FRONT_ENTRY, self.root, kind.removeprefix("front"), str(self.port),
+                self.address.replace("\0", "\\0")]
+
+
+async def _cancel_other_tasks() -> None:
+    """Cancel every task of the running loop but this one and wait for them (connection handlers
+    close their transports while the loop still runs; asyncio's Server.wait_closed does not wait
+    for them before Python 3.12)."""
+    loop = asyncio.get_running_loop()
+
+    def quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # 3.11's StreamReaderProtocol asks a cancelled handler task for its exception and logs
+        # the CancelledError that raises; nothing failed
+        if not isinstance(context.get("exception"), asyncio.CancelledError):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(quiet)
+    me = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not me]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """A socket bound (not listening) to host:port with SO_REUSEPORT: it holds the port, and the
+    fronts bind the same port beside it; only listening sockets get connections."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+class Broker:
+    """The broker on a store directory: open, serving, until ``shutdown()``."""
+
+    def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None, **overrides: Any) -> None:
+        cfg = (config or StoreConfig()).replace(**overrides) if overrides else (config or StoreConfig())
+        if "service_mode" not in overrides and (config is None or "service_mode" not in config._explicit):
+            cfg = cfg.replace(service_mode="processes")  # a broker is a node unless told otherwise
+        cfg.validate()
+        self._port_holder = _reserve_port(cfg.bind_address, cfg.listen_port)
+        self.port: int = self._port_holder.getsockname()[1]
+        cfg = cfg.replace(store_host=f"{cfg.broker_ip1}:{self.port}")
+        self.store = MessageStore(root, cfg)
+        self.root = self.store.root
+        self.config = self.store.config
+        self.link_address = link_address(os.getpid(), self.port)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mqstore-broker", daemon=True)
+        self._thread.start()
+        self.controller = BrokerController(self.store, self.port, self.link_address)
+        self.fronts: FrontSupervisor | None = None
+        try:
+            self._call(self.controller.start())
+            self.fronts = FrontSupervisor(self.root, front_count(self.config.front_processes), self.port,
+                                          self.link_address, log_dir=None)
+            self.fronts.start()
+            self._call(self.controller.register_all())
+        except BaseException:
+            self.shutdown()
+            raise
+        self._closed = False
+        log.info("broker %s serving on %s:%d (%d fronts), NameServers %s", self.config.broker_name,
+                 self.config.broker_ip1, self.port, len(self.fronts.kinds), ";".join(self.controller.namesrv_addrs))
+
+    def _call(self, coro: Any, timeout: float = START_TIMEOUT_S) -> Any:
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result(timeout)
+
+    @property
+    def address(self) -> str:
+        """host:port clients reach the broker at (broker_ip1:listen_port)."""
+        return f"{self.config.broker_ip1}:{self.port}"
+
+    @property
+    def namesrv_address(self) -> str:
+        """The NameServer addresses the broker registers with ("a;b"), the embedded one's by default."""
+        return ";".join(self.controller.namesrv_addrs)
+
+    def front_pids(self) -> dict[str, int]:
+        return self.fronts.pids() if self.fronts is not None else {}
+
+    def shutdown(self) -> None:
+        """Stop the fronts (clients see their connections close), then the controller (offsets
+        written, the broker unregistered), then the store (flushed, checkpoint, no abort)."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        if self.fronts is not None:
+            self.fronts.stop()
+        try:
+            self._call(self.controller.close())
+        except Exception as exc:  # the store must still be shut down
+            log.error("stopping the broker's controller failed: %s", exc)
+        try:  # clients' NameServer connections and fronts' links still being served end here
+            self._call(_cancel_other_tasks(), timeout=10)
+        except Exception as exc:
+            log.error("ending the broker's connections failed: %s", exc)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+        self.store.shutdown()
+        self._port_holder.close()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

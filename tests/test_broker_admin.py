@@ -1,0 +1,75 @@
+"""``mqstore admin`` against a running broker: status, topics, topic-create, groups, group."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mqstore import MessageStore
+from mqstore.broker.consumer import GroupConsumer
+from mqstore.tools.cli import main
+
+from helpers_broker import free_port, running_broker, send_raw
+
+pytestmark = pytest.mark.multiprocess
+
+
+def admin(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["admin", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_admin_reports_topics_groups_and_lag(tmp_path, capsys) -> None:
+    with running_broker(str(tmp_path / "store")) as broker:
+        addr = ["--broker", broker.address]
+        assert all(code == 0 for code, _, _ in send_raw(broker.address, "Orders", [b"o%d" % i for i in range(10)]))
+        store = MessageStore.attach(broker.root)
+        try:
+            consumer = GroupConsumer(store, "CID_ADMIN", "Orders")
+            got = consumer.poll(32, 1.0)
+            assert len(got) == 10
+            consumer.commit()
+            # 3 more the group has not read: its lag
+            send_raw(broker.address, "Orders", [b"late"] * 3, queue_id=1)
+
+            code, out, _ = admin(capsys, "status", *addr, "--json")
+            table = json.loads(out)["table"]
+            assert code == 0 and table["brokerAddr"] == broker.address and table["frontProcesses"] == "2"
+            assert table["embeddedConsumers"] == "1" and int(table["put_messages"]) == 13
+
+            code, out, _ = admin(capsys, "topics", *addr, "--json")
+            topics = {t["topic"]: t for t in json.loads(out)["topics"]}
+            assert code == 0 and topics["Orders"]["messages"] == 13 and topics["Orders"]["read_queues"] == 4
+            assert "%RETRY%CID_ADMIN" in topics and "TBW102" in topics
+
+            code, out, _ = admin(capsys, "topic-create", "Made", "--queues", "3", *addr)
+            assert code == 0 and "Made: 3 queues" in out
+            code, out, _ = admin(capsys, "topics", *addr)
+            assert code == 0 and any(line.split()[:3] == ["Made", "3", "3"] for line in out.splitlines())
+
+            for _ in range(50):  # the commit is oneway: let the controller take it
+                code, out, _ = admin(capsys, "group", "CID_ADMIN", *addr, "--json")
+                detail = json.loads(out)
+                if sum(q["consumer_offset"] for q in detail["queues"]) == 10:
+                    break
+            lag = {q["queue"]: q["lag"] for q in detail["queues"]}
+            assert lag == {0: 0, 1: 3, 2: 0, 3: 0}
+            assert [c["clientId"] for c in detail["clients"]] == [consumer.client_id]
+
+            code, out, _ = admin(capsys, "groups", *addr)
+            assert code == 0
+            row = next(line for line in out.splitlines() if line.startswith("CID_ADMIN"))
+            assert row.split()[:3] == ["CID_ADMIN", "1", "3"]
+            consumer.close()
+        finally:
+            store.shutdown()
+
+
+def test_admin_names_an_unreachable_broker_and_a_refusal(tmp_path, capsys) -> None:
+    code, _, err = admin(capsys, "status", "--broker", f"127.0.0.1:{free_port()}")
+    assert code == 2 and "cannot ask 127.0.0.1:" in err
+    with running_broker(str(tmp_path / "store")) as broker:
+        code, _, err = admin(capsys, "topic-create", "bad topic!", "--broker", broker.address)
+        assert code == 1 and "code 1" in err and "illegal characters" in err
