@@ -101,5 +101,5 @@ def test_explicit_keys_are_the_keys_somebody_chose():
     assert cfg.replace(max_message_size=10).explicit_keys == {"flush_disk_type", "file_reserved_time",
                                                                "max_message_size"}
     assert pickle.loads(pickle.dumps(cfg)).explicit_keys == cfg.explicit_keys
-    assert StoreConfig.from_broker_conf("deleteWhen=04\nbrokerName=b\n").explicit_keys == {"delete_when"}
+    assert StoreConfig.from_broker_conf("deleteWhen=04\nbrokerIP2=10.0.0.1\n").explicit_keys == {"delete_when"}
     assert StoreConfig() == cfg.replace(flush_disk_type="ASYNC_FLUSH", file_reserved_time=72)  # values only

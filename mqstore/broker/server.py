@@ -26,6 +26,7 @@ from typing import Any
 from mqstore.broker.controller import BrokerController
 from mqstore.broker.link import link_address
 from mqstore.config import StoreConfig
+from mqstore.log.directory import check_store_dir
 from mqstore.node.supervisor import Supervisor
 from mqstore.store import MessageStore
 
@@ -93,6 +94,7 @@ class Broker:
         if "service_mode" not in overrides and (config is None or "service_mode" not in config._explicit):
             cfg = cfg.replace(service_mode="processes")  # a broker is a node unless told otherwise
         cfg.validate()
+        check_store_dir(os.path.abspath(os.fspath(root)))  # before taking a port: a bad directory is named first
         self._port_holder = _reserve_port(cfg.bind_address, cfg.listen_port)
         self.port: int = self._port_holder.getsockname()[1]
         cfg = cfg.replace(store_host=f"{cfg.broker_ip1}:{self.port}")
