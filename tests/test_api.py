@@ -132,6 +132,19 @@ def test_bodies_as_bytes_in_one_call(open_store):
     assert store.get_message("g", "T", 0, len(bodies), 4).records() == b""
 
 
+def test_read_messages_past_the_first_1024_keeps_every_message(open_store):
+    # the result's arrays start at 1024 entries and grow while the scan collects: a grow must
+    # keep what was collected (it once copied none of it, leaving offset 0 / size 0 entries)
+    store = open_store()
+    for start in range(0, 3000, 500):
+        store.put_messages([Message("T", b"%05d" % i) for i in range(start, start + 500)]).check()
+    store.wait_dispatched()
+    got = store.read_messages("T", 0, 0, 3000)
+    assert len(got) == 3000 and got.next_begin_offset == 3000
+    assert got.bodies() == [b"%05d" % i for i in range(3000)]
+    assert len(set(got.physical_offsets)) == 3000 and got.records() == b"".join(bytes(m.buffer) for m in got)
+
+
 def test_read_messages_is_get_message_without_the_transfer_caps(open_store):
     store = open_store()
     for start in range(0, 1000, 100):

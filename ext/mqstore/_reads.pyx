@@ -563,6 +563,7 @@ cdef int scan_units_into(GetMessageResult result, LogMap log_map, const char *b,
             pos += CQ_UNIT
             continue
         if count >= result.cap:
+            result.count = count  # _reserve keeps the first `count` entries
             result._reserve(result.cap * 2 if result.cap > 0 else 16)
         result.phys[count] = phy
         result.sizes[count] = size
