@@ -26,6 +26,7 @@ from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response
+from mqstore.broker.front import BadField, check_header, parse_number
 from mqstore.broker.groups import SubscriptionGroups
 from mqstore.broker.namesrv import NameServer
 from mqstore.broker.offsets import ConsumerOffsets
@@ -74,17 +75,54 @@ def _int(cmd: RemotingCommand, name: str, default: int | None = None) -> int:
         if default is not None:
             return default
         raise _Bad(f"the custom field <{name}> is null")
-    try:
-        return int(value)
-    except ValueError:
-        raise _Bad(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
+    return parse_number(name, value)
 
 
 def _json_body(cmd: RemotingCommand) -> Any:
     try:
         return json.loads(cmd.body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _Bad(f"the request body is not JSON: {exc}") from None
+
+
+def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[tuple[str, str, int], Any]]]:
+    """A LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body (LockBatchRequestBody / UnlockBatchRequestBody):
+    (consumerGroup, clientId, [((topic, brokerName, queueId), the MessageQueue as sent)]); _Bad
+    naming what is not what fastjson would bind (a MessageQueue's missing queueId is 0, its
+    missing names null)."""
+    body = _json_body(cmd)
+    if type(body) is not dict:
+        raise _Bad("the request body is not a JSON object (LockBatchRequestBody)")
+
+    def text(obj: dict[str, Any], key: str, where: str) -> str:
+        value = obj.get(key)
+        if value is None:
+            return ""
+        if type(value) is not str:
+            raise _Bad(f"the request body's {where}{key} is not a string: {value!r:.64}")
+        return value
+
+    group, client = text(body, "consumerGroup", ""), text(body, "clientId", "")
+    queues = body.get("mqSet")
+    if queues is None:
+        queues = []
+    if type(queues) is not list:
+        raise _Bad(f"the request body's mqSet is not an array: {queues!r:.64}")
+    out = []
+    for i, mq in enumerate(queues):
+        where = f"mqSet[{i}]."
+        if type(mq) is not dict:
+            raise _Bad(f"the request body's mqSet[{i}] is not a MessageQueue object: {mq!r:.64}")
+        qid = mq.get("queueId", 0)
+        if type(qid) is str:
+            try:
+                qid = parse_number("queueId", qid, 32)
+            except BadField:
+                raise _Bad(f"the request body's {where}queueId is not an integer: {qid!r:.64}") from None
+        if type(qid) is not int or not -(1 << 31) <= qid < 1 << 31:
+            raise _Bad(f"the request body's {where}queueId is not a 32-bit integer: {qid!r:.64}")
+        out.append(((text(mq, "topic", where), text(mq, "brokerName", where), qid), mq))
+    return group, client, out
 
 
 class BrokerController:
@@ -154,9 +192,10 @@ class BrokerController:
             while data := await reader.read(262144):
                 frames.feed(data)
                 while (cmd := frames.next()) is not None:
-                    if cmd.code == link.HELLO:
+                    if cmd.code == link.HELLO and not pid:  # a link's name is its first HELLO's
                         pid = cmd.ext_fields.get("pid", "")
-                        self.fronts[pid] = writer
+                        if pid:
+                            self.fronts[pid] = writer
                     answer = self.handle(cmd)
                     if answer is not None and not cmd.is_oneway:
                         writer.write(answer.encode())
@@ -215,6 +254,7 @@ class BrokerController:
             handler = self._handlers.get(cmd.code)
             if handler is None:
                 return _response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            check_header(cmd.code, cmd.ext_fields)
             return handler(self, cmd)
         except (_Bad, ValueError) as exc:
             return _response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -357,13 +397,11 @@ class BrokerController:
         return _response(cmd, code, remark)
 
     def _lock(self, cmd: RemotingCommand) -> RemotingCommand:
-        body = _json_body(cmd)
-        group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        group, client, queues = _lock_body(cmd)
         now = wall_ms()
         table = self.locks[group]
         ok = []
-        for mq in body.get("mqSet") or []:
-            key = (str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId", -1)))
+        for key, mq in queues:
             holder = table.get(key)
             if holder is None or holder[0] == client or now - holder[1] > LOCK_EXPIRY_MS:
                 table[key] = (client, now)
@@ -371,11 +409,9 @@ class BrokerController:
         return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"lockOKMQSet": ok}).encode())
 
     def _unlock(self, cmd: RemotingCommand) -> RemotingCommand:
-        body = _json_body(cmd)
-        group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        group, client, queues = _lock_body(cmd)
         table = self.locks[group]
-        for mq in body.get("mqSet") or []:
-            key = (str(mq.get("topic")), str(mq.get("brokerName")), int(mq.get("queueId", -1)))
+        for key, _mq in queues:
             if table.get(key, ("",))[0] == client:
                 del table[key]
         return _response(cmd, ResponseCode.SUCCESS)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 
-__all__ = ["CONN", "HELLO", "LinkClient", "PEER", "link_address"]
+__all__ = ["CONN", "HELLO", "INTERNAL", "LinkClient", "PEER", "link_address"]
 
 log = logging.getLogger("mqstore.broker")
 
@@ -47,6 +47,10 @@ TOPIC_CHANGED = 9010
 #: controller -> front, oneway: send NOTIFY_CONSUMER_IDS_CHANGED (group) to these connections (body:
 #: the conn ids, comma-separated)
 NOTIFY = 9011
+
+#: the link's own request codes: a front answers a client's request with one of them
+#: REQUEST_CODE_NOT_SUPPORTED instead of forwarding it (a client must not speak for a front)
+INTERNAL = frozenset({HELLO, TOPIC_FOR_SEND, GROUP, CLOSED, SUBSCRIPTION, TOPIC_CHANGED, NOTIFY})
 
 CONN = "_conn"
 PEER = "_peer"

@@ -138,8 +138,12 @@ class NameServer:
 
 
 def _int_field(cmd: RemotingCommand, name: str) -> int:
+    """A Long header field (brokerId) as Long.parseLong reads it: a sign, decimal digits, 64 bits."""
     text = _field(cmd, name)
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"the custom field <{name}> is not a number: {text!r}") from None
+    digits = text[1:] if text[:1] in ("-", "+") else text
+    if not digits.isdecimal():
+        raise ValueError(f"the custom field <{name}> is not a number: {text[:64]!r}")
+    number = int(text) if len(digits.lstrip("0")) <= 19 else 1 << 64  # no int() of thousands of digits
+    if not -(1 << 63) <= number < 1 << 63:
+        raise ValueError(f"the custom field <{name}> is out of range for a Long (64-bit): {text[:64]!r}")
+    return number
