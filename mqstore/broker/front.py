@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,8 @@ VERSION = 407
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
 _FAQ_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _TRUE = frozenset({"true", "1"})
+#: MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
+SYSFLAG_COMPRESSED = 0x1
 _SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
 _READ_CODES = frozenset({RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
                          RequestCode.GET_EARLIEST_MSG_STORETIME, RequestCode.VIEW_MESSAGE_BY_ID,
@@ -76,6 +79,14 @@ _PULL_CODES = {
 class BadField(ValueError):
     """A request header field that is missing or not what its type needs (SYSTEM_ERROR naming it)."""
 
+    code: int = ResponseCode.SYSTEM_ERROR
+
+
+class BadBody(BadField):
+    """A send's body that cannot hold what its header says (MESSAGE_ILLEGAL naming why)."""
+
+    code = ResponseCode.MESSAGE_ILLEGAL
+
 
 def field(fields: dict[str, str], name: str) -> str:
     value = fields.get(name)
@@ -84,16 +95,64 @@ def field(fields: dict[str, str], name: str) -> str:
     return value
 
 
+#: the numeric fields of each request header the broker serves, with their Java type's width
+#: (Integer 32, Long 64; SendMessageRequestHeader, PullMessageRequestHeader, ...): RocketMQ parses
+#: every field of a request's header class before serving it, so a value that is not a number of
+#: its type fails the request whether or not the processor goes on to use it
+_I, _L = 32, 64
+_SEND_NUMBERS = {"defaultTopicQueueNums": _I, "queueId": _I, "sysFlag": _I, "bornTimestamp": _L, "flag": _I,
+                 "reconsumeTimes": _I, "maxReconsumeTimes": _I}
+HEADER_NUMBERS: dict[int, dict[str, int]] = {
+    RequestCode.SEND_MESSAGE: _SEND_NUMBERS, RequestCode.SEND_MESSAGE_V2: _SEND_NUMBERS,
+    RequestCode.SEND_BATCH_MESSAGE: _SEND_NUMBERS,
+    RequestCode.PULL_MESSAGE: {"queueId": _I, "queueOffset": _L, "maxMsgNums": _I, "sysFlag": _I, "commitOffset": _L,
+                               "suspendTimeoutMillis": _L, "subVersion": _L},
+    RequestCode.QUERY_MESSAGE: {"maxNum": _I, "beginTimestamp": _L, "endTimestamp": _L},
+    RequestCode.GET_MAX_OFFSET: {"queueId": _I}, RequestCode.GET_MIN_OFFSET: {"queueId": _I},
+    RequestCode.GET_EARLIEST_MSG_STORETIME: {"queueId": _I},
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {"queueId": _I, "timestamp": _L},
+    RequestCode.VIEW_MESSAGE_BY_ID: {"offset": _L},
+    RequestCode.QUERY_CONSUMER_OFFSET: {"queueId": _I},
+    RequestCode.UPDATE_CONSUMER_OFFSET: {"queueId": _I, "commitOffset": _L},
+    RequestCode.CONSUMER_SEND_MSG_BACK: {"offset": _L, "delayLevel": _I, "maxReconsumeTimes": _I},
+    RequestCode.UPDATE_AND_CREATE_TOPIC: {"readQueueNums": _I, "writeQueueNums": _I, "perm": _I, "topicSysFlag": _I},
+}
+#: the Long fields among them (any other numeric field is an Integer)
+_LONG_FIELDS = frozenset(name for table in HEADER_NUMBERS.values() for name, bits in table.items() if bits == _L)
+
+
+def parse_number(name: str, value: str, bits: int | None = None) -> int:
+    """A header field's text as Java's Integer.parseInt / Long.parseLong read it (an optional sign,
+    then decimal digits, within the type's range); BadField naming the field otherwise."""
+    if bits is None:
+        bits = _L if name in _LONG_FIELDS else _I
+    digits = value[1:] if value[:1] in ("-", "+") else value
+    if not digits.isdecimal():
+        raise BadField(f"the custom field <{name}> is not a number: {value[:64]!r}")
+    # no int() of thousands of digits (Python refuses past 4300): 19 significant digits is the most
+    number = int(value) if len(digits.lstrip("0")) <= 19 else 1 << 64
+    if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+        kind = "an Integer (32-bit)" if bits == _I else "a Long (64-bit)"
+        raise BadField(f"the custom field <{name}> is out of range for {kind}: {value[:64]!r}")
+    return number
+
+
+def check_header(code: int, fields: dict[str, str]) -> None:
+    """Every numeric field the request carries parses as its type (BadField naming the first that
+    does not); ``fields`` under the header's long names (``send_fields`` for V2 sends)."""
+    for name, bits in HEADER_NUMBERS.get(code, {}).items():
+        value = fields.get(name)
+        if value is not None:
+            parse_number(name, value, bits)
+
+
 def int_field(fields: dict[str, str], name: str, default: int | None = None) -> int:
     value = fields.get(name)
     if value is None:
         if default is not None:
             return default
         raise BadField(f"the custom field <{name}> is null")
-    try:
-        return int(value)
-    except ValueError:
-        raise BadField(f"the custom field <{name}> is not a number: {value[:64]!r}") from None
+    return parse_number(name, value)
 
 
 def response(request: RemotingCommand, code: int, remark: str | None = None, *,
@@ -251,8 +310,9 @@ class Front:
                 self.topics.pop(topic, None)
         elif cmd.code == link.NOTIFY:
             group = cmd.ext_fields.get("group", "")
+            # oneway, as Broker2Client.notifyConsumerIdsChanged sends it (invokeOneway): no client answers it
             notice = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, language="JAVA", version=VERSION,
-                                     ext_fields={"consumerGroup": group}, serialize_type=self.serialize_type)
+                                     flag=2, ext_fields={"consumerGroup": group}, serialize_type=self.serialize_type)
             for cid in cmd.body.decode().split(","):
                 conn = self.conns.get(cid)
                 if conn is not None:
@@ -279,10 +339,12 @@ class Front:
                           RequestCode.UNREGISTER_BROKER):
                 conn.answer(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                     f" request type {code} not supported: this is a broker, not a NameServer")
+            elif code in link.INTERNAL:  # the link's own requests: a client must not reach the controller with them
+                conn.answer(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
             else:
                 self._forward(conn, cmd)
         except BadField as exc:
-            conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+            conn.answer(cmd, exc.code, str(exc))
         except Exception as exc:  # one request's failure answers that request, never the connection
             log.exception("request %d from %s:%d failed", code, *conn.peer)
             conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
@@ -318,6 +380,7 @@ class Front:
     # -- send (SendMessageProcessor) -------------------------------------------------------------
     def send(self, conn: Connection, cmd: RemotingCommand) -> None:
         f = send_fields(cmd.code, cmd.ext_fields)
+        check_header(RequestCode.SEND_MESSAGE, f)
         topic = field(f, "topic")
         field(f, "producerGroup")
         problem = topic_problem(topic)
@@ -336,7 +399,22 @@ class Front:
             "topic": topic, "defaultTopic": f.get("defaultTopic", "TBW102"),
             "defaultTopicQueueNums": str(int_field(f, "defaultTopicQueueNums", 4)),
             "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: f"{conn.peer[0]}:{conn.peer[1]}"})
-        fut = self.link.send(ask)
+
+        def then(got: RemotingCommand) -> None:
+            tc = json.loads(got.body)
+            self.topics[topic] = tc
+            self._send_to(conn, cmd, f, topic, tc)
+        self._ask(conn, cmd, ask, then)
+
+    def _ask(self, conn: Connection, cmd: RemotingCommand, ask: RemotingCommand,
+             then: Callable[[RemotingCommand], None]) -> None:
+        """Ask the controller, then go on serving `cmd` with its answer (`then`); a refusal is
+        the client's answer, as is a controller that does not answer or a bad field met after."""
+        try:
+            fut = self.link.send(ask)
+        except ConnectionError as exc:
+            conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+            return
         assert fut is not None
 
         def done(fu: asyncio.Future[RemotingCommand]) -> None:
@@ -347,12 +425,13 @@ class Front:
             if got.code != ResponseCode.SUCCESS:
                 conn.answer(cmd, got.code, got.remark)
                 return
-            tc = json.loads(got.body)
-            self.topics[topic] = tc
             try:
-                self._send_to(conn, cmd, f, topic, tc)
+                then(got)
             except BadField as exc:
-                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+                conn.answer(cmd, exc.code, str(exc))
+            except Exception as exc:  # as dispatch does: the request is answered, the connection kept
+                log.exception("request %d from %s:%d failed", cmd.code, *conn.peer)
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         fut.add_done_callback(done)
 
     def _send_to(self, conn: Connection, cmd: RemotingCommand, f: dict[str, str], topic: str,
@@ -380,7 +459,13 @@ class Front:
         is_batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or f.get("batch", "false").lower() in _TRUE
         item: Message | MessageBatch
         if is_batch:
-            item = MessageBatch(topic, cmd.body, queue_id=queue_id, properties=props, sys_flag=sys_flag,
+            body = cmd.body
+            if sys_flag & SYSFLAG_COMPRESSED:
+                # the C++ client zlib-compresses any body of 4 KiB or more, a batch's too: the
+                # messages are in the inflated body (each stored uncompressed)
+                body = self._inflate(body)
+                sys_flag &= ~SYSFLAG_COMPRESSED
+            item = MessageBatch(topic, body, queue_id=queue_id, properties=props, sys_flag=sys_flag,
                                 born_timestamp=born, born_host=conn.peer, reconsume_times=reconsume)
         else:
             item = Message(topic, cmd.body, queue_id=queue_id, flag=int_field(f, "flag", 0), properties=props,
@@ -394,6 +479,19 @@ class Front:
         fut = self.loop.run_in_executor(self.executor, put, item)
         fut.add_done_callback(lambda fu: self._answer_put(conn, cmd, fu.result(), queue_id) if fu.exception() is None
                               else conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(fu.exception())))
+
+    def _inflate(self, body: bytes) -> bytes:
+        """A compressed batch body, inflated; at most max_message_size x 32 bytes (a batch of
+        big messages), BadBody past that or when it is not zlib data."""
+        limit = self.cfg.max_message_size * 32
+        inflater = zlib.decompressobj()
+        try:
+            out = inflater.decompress(body, limit)
+        except zlib.error as exc:
+            raise BadBody(f"the batch body is flagged compressed (sysFlag bit 0) but does not inflate: {exc}") from None
+        if inflater.unconsumed_tail or not inflater.eof:
+            raise BadBody(f"the compressed batch body inflates past {limit} bytes or is cut short")
+        return out
 
     def _answer_put(self, conn: Connection, cmd: RemotingCommand, result: Any, queue_id: int) -> None:
         status = result.status
@@ -409,6 +507,7 @@ class Front:
     # -- pull (PullMessageProcessor) -------------------------------------------------------------
     def pull(self, conn: Connection, cmd: RemotingCommand, *, allow_suspend: bool) -> None:
         f = cmd.ext_fields
+        check_header(RequestCode.PULL_MESSAGE, f)
         group = field(f, "consumerGroup")
         topic = field(f, "topic")
         queue_id = int_field(f, "queueId")
@@ -439,44 +538,25 @@ class Front:
         if max_nums <= 0:
             raise BadField(f"the custom field <maxMsgNums> must be positive: {max_nums}")
         if sys_flag & FLAG_SUBSCRIPTION:
+            expression_type = f.get("expressionType")
+            if expression_type not in (None, "", "TAG"):  # SQL92 and the rest: enablePropertyFilter is off
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR,
+                            f"The broker does not support consumer to filter message by {expression_type}")
+                return
             expression = f.get("subscription") or "*"
             self._pull_with(conn, cmd, group, gc, topic, queue_id, offset, max_nums, sys_flag, suspend_ms,
                             expression, allow_suspend)
             return
         # no SUBSCRIPTION flag: the group's registered subscription (from its heartbeats)
-        fut = self.link.send(RemotingCommand(link.SUBSCRIPTION, ext_fields={"group": group, "topic": topic}))
-        assert fut is not None
-
-        def done(fu: asyncio.Future[RemotingCommand]) -> None:
-            if fu.cancelled() or fu.exception() is not None:
-                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, "the broker's controller did not answer")
-                return
-            got = fu.result()
-            if got.code != ResponseCode.SUCCESS:
-                conn.answer(cmd, got.code, got.remark)
-                return
-            self._pull_with(conn, cmd, group, gc, topic, queue_id, offset, max_nums, sys_flag, suspend_ms,
-                            got.ext_fields.get("subString") or "*", allow_suspend)
-        fut.add_done_callback(done)
+        self._ask(conn, cmd, RemotingCommand(link.SUBSCRIPTION, ext_fields={"group": group, "topic": topic}),
+                  lambda got: self._pull_with(conn, cmd, group, gc, topic, queue_id, offset, max_nums, sys_flag,
+                                              suspend_ms, got.ext_fields.get("subString") or "*", allow_suspend))
 
     def _ask_group_then(self, conn: Connection, cmd: RemotingCommand, group: str, allow_suspend: bool) -> None:
-        fut = self.link.send(RemotingCommand(link.GROUP, ext_fields={"group": group}))
-        assert fut is not None
-
-        def done(fu: asyncio.Future[RemotingCommand]) -> None:
-            if fu.cancelled() or fu.exception() is not None:
-                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, "the broker's controller did not answer")
-                return
-            got = fu.result()
-            if got.code != ResponseCode.SUCCESS:
-                conn.answer(cmd, got.code, got.remark)
-                return
+        def then(got: RemotingCommand) -> None:
             self.groups[group] = json.loads(got.body)
-            try:
-                self.pull(conn, cmd, allow_suspend=allow_suspend)
-            except BadField as exc:
-                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-        fut.add_done_callback(done)
+            self.pull(conn, cmd, allow_suspend=allow_suspend)
+        self._ask(conn, cmd, RemotingCommand(link.GROUP, ext_fields={"group": group}), then)
 
     def _pull_with(self, conn: Connection, cmd: RemotingCommand, group: str, gc: dict[str, Any], topic: str,
                    queue_id: int, offset: int, max_nums: int, sys_flag: int, suspend_ms: int, expression: str,
@@ -526,13 +606,24 @@ class Front:
                 self._held_event.wait(1.0)
                 self._held_event.clear()
                 continue
+            # check once after reading the sequence: a message dispatched between a pull's empty
+            # get and this read changed nothing the wait below would see
             seen = ctl.channel_seq("dispatched")
+            if not self._wake_held():
+                return
             ctl.wait_seq_change("dispatched", seen, 200)
-            if self.loop is not None and not self._stop.is_set():
-                try:
-                    self.loop.call_soon_threadsafe(self._check_held, False)
-                except RuntimeError:
-                    return
+            if not self._wake_held():
+                return
+
+    def _wake_held(self) -> bool:
+        """Have the event loop re-check the held pulls; False once the loop is gone."""
+        if self.loop is None or self._stop.is_set():
+            return not self._stop.is_set()
+        try:
+            self.loop.call_soon_threadsafe(self._check_held, False)
+        except RuntimeError:
+            return False
+        return True
 
     async def _expire_held(self) -> None:
         while not self._stop.is_set():
@@ -567,6 +658,7 @@ class Front:
     def read(self, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
         code, store = cmd.code, self.store
+        check_header(code, f)
         if code == RequestCode.GET_MAX_OFFSET:
             value = store.get_max_offset_in_queue(field(f, "topic"), int_field(f, "queueId"))
             return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
