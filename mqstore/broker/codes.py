@@ -7,7 +7,15 @@ from __future__ import annotations
 from mqstore.protocol import RequestCode, ResponseCode  # re-exported: the broker names codes from here
 from mqstore.status import PutMessageStatus
 
-__all__ = ["RequestCode", "ResponseCode", "SEND_V2_FIELDS", "put_response", "send_fields"]
+__all__ = ["FAQ", "RequestCode", "ResponseCode", "SEND_V2_FIELDS", "put_response", "send_fields", "topic_not_exist"]
+
+#: what RocketMQ appends to a remark that has an FAQ entry (FAQUrl.suggestTodo)
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+def topic_not_exist(topic: str) -> str:
+    """TOPIC_NOT_EXIST's remark for a send or a pull (SendMessageProcessor, PullMessageProcessor)."""
+    return f"topic[{topic}] not exist, apply first please!{FAQ}"
 
 
 #: SendMessageRequestHeaderV2's short extFields names (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE)

@@ -25,7 +25,7 @@ from typing import Any
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
-from mqstore.broker.codes import RequestCode, ResponseCode, put_response
+from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_not_exist
 from mqstore.broker.front import BadField, check_header, parse_number
 from mqstore.broker.groups import SubscriptionGroups
 from mqstore.broker.namesrv import NameServer
@@ -33,18 +33,17 @@ from mqstore.broker.offsets import ConsumerOffsets
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
 from mqstore.broker.schedule import ScheduleMessageService
 from mqstore.broker.topics import PERM_READ, PERM_WRITE, TopicConfigs, topic_config, topic_problem
+from mqstore.protocol import VERSION
 from mqstore.store import StoreBase
 
 __all__ = ["BrokerController", "LOCK_EXPIRY_MS", "wall_ms"]
 
 log = logging.getLogger("mqstore.broker")
 
-VERSION = 407
 #: an order lock not renewed for this long is free again (RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME)
 LOCK_EXPIRY_MS = 60_000
 #: client housekeeping period (ClientHousekeepingService)
 SCAN_INTERVAL_S = 10.0
-_FAQ_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 REGISTER_TIMEOUT_S = 6.0
 
 
@@ -274,7 +273,7 @@ class BrokerController:
             cfg = self._create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
         if cfg is None:
             return _response(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                             f"topic[{topic}] not exist, apply first please!{_FAQ_TOPIC}"
+                             topic_not_exist(topic)
                              + ("" if self.cfg.auto_create_topic_enable else
                                 " (auto_create_topic_enable is false: create the topic first, e.g. "
                                 "mqstore admin topic create)"))

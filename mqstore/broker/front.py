@@ -41,8 +41,9 @@ from mqstore._codec import string_to_properties
 from mqstore._commitlog import Message, MessageBatch
 from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
-from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields
+from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
 from mqstore.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, topic_problem
+from mqstore.protocol import VERSION
 from mqstore.status import GetMessageStatus, PutMessageStatus
 from mqstore.store import MessageStore, StoreBase
 
@@ -50,10 +51,8 @@ __all__ = ["Front", "main"]
 
 log = logging.getLogger("mqstore.broker")
 
-VERSION = 407
 #: PullSysFlag bits (§2.4.2)
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
-_FAQ_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _TRUE = frozenset({"true", "1"})
 #: MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
 SYSFLAG_COMPRESSED = 0x1
@@ -525,7 +524,7 @@ class Front:
         tc = self.topics.get(topic)
         if tc is None:
             conn.answer(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                                f"topic[{topic}] not exist, apply first please!{_FAQ_TOPIC}")
+                                topic_not_exist(topic))
             return
         if not tc.get("perm", 0) & PERM_READ:
             conn.answer(cmd, ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")

@@ -13,20 +13,18 @@ import time
 from collections.abc import Callable
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
-from mqstore.broker.codes import RequestCode, ResponseCode
+from mqstore.broker.codes import FAQ, RequestCode, ResponseCode
 from mqstore.broker.routes import BROKER_CHANNEL_EXPIRED_MS, RouteTable, parse_register_body, route_json
+from mqstore.protocol import VERSION  # the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
 
 __all__ = ["NameServer", "SCAN_INTERVAL_MS", "VERSION"]
 
 log = logging.getLogger("mqstore.namesrv")
 
-#: the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
-VERSION = 407
 #: how often brokers whose registration expired are dropped (NamesrvController: every 10 s)
 SCAN_INTERVAL_MS = 10_000
 #: the first client version that gets standard JSON route data (V4_9_4)
 STANDARD_JSON_VERSION = 401
-_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 def wall_ms() -> int:
@@ -123,7 +121,7 @@ class NameServer:
         route = self.routes.route(topic)
         if route is None:
             return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                            f"No topic route info in name server for the topic: {topic}{_FAQ}")
+                            f"No topic route info in name server for the topic: {topic}{FAQ}")
         standard = cmd.version >= STANDARD_JSON_VERSION or cmd.ext_fields.get("acceptStandardJsonOnly") == "true"
         return response(cmd, ResponseCode.SUCCESS, body=route_json(route, standard=standard))
 

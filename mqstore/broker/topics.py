@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from mqstore.errors import ConfigError
+from mqstore.protocol import PERM_INHERIT, PERM_READ, PERM_WRITE
 
 __all__ = ["PERM_INHERIT", "PERM_READ", "PERM_WRITE", "TBW102", "TopicConfigs", "topic_problem"]
 
-PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 #: the topic a client names as its default topic: new topics inherit from it (AUTO_CREATE_TOPIC_KEY_TOPIC)
 TBW102 = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
