@@ -151,7 +151,7 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = 21  # PULL_OFFSET_MOVED: the offset is outside the queue; use next_begin_offset
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ is most of a pulled message's cost
 class MessageExt:
     """A message as a pull returns it, decoded from its CommitLog record (§2.6). ``msg_id`` is
     the UNIQ_KEY property when there is one, else ``offset_msg_id``; ``properties`` holds every
@@ -234,7 +234,7 @@ def decode_messages(body: bytes, *, broker_name: str = "", address: str = "") ->
         out.append(MessageExt(
             topic=rec.topic, body=raw, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
             commit_log_offset=rec.physical_offset, msg_id=rec.properties.get("UNIQ_KEY") or offset_id,
-            offset_msg_id=offset_id, properties=dict(rec.properties), flag=rec.flag, sys_flag=rec.sys_flag,
+            offset_msg_id=offset_id, properties=rec.properties, flag=rec.flag, sys_flag=rec.sys_flag,
             born_timestamp=rec.born_timestamp, born_host=rec.born_host, store_timestamp=rec.store_timestamp,
             store_host=rec.store_host, reconsume_times=rec.reconsume_times, body_crc=rec.body_crc,
             broker_name=broker_name))
