@@ -48,3 +48,34 @@ def test_a_compressed_batch_is_stored_as_its_messages(tmp_path) -> None:
         got = broker.store.read_messages("Zipped", 0, 0, 1000)
         assert got.bodies() == bodies  # each stored uncompressed, nothing from the refused ones
         assert {m.sys_flag & 1 for m in got} == {0} and {m.tags for m in got} == {"TagZ"}
+
+
+def test_short_polling_holds_a_pull_short_polling_time_mills_not_its_suspend_time(tmp_path) -> None:
+    """long_polling_enable=false: a suspended pull that finds nothing is held
+    short_polling_time_mills (PullRequestHoldService's short polling), not the 20 s it asked for."""
+    import time
+
+    from mqstore.client import Producer, PullConsumer, PullStatus
+
+    async def run(broker) -> tuple[float, PullStatus, PullStatus]:
+        async with Producer("PID_SP", broker.namesrv_address) as producer, \
+                PullConsumer("CID_SP", broker.namesrv_address) as consumer:
+            sent = await producer.send("Short", b"first", queue_id=0)
+            mq = None
+            for _ in range(100):  # the topic reaches the NameServer with the broker's next registration
+                try:
+                    mq = next(q for q in await consumer.queues("Short") if q.queue_id == 0)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
+            assert mq is not None
+            t0 = time.monotonic()
+            empty = await consumer.pull(mq, sent.queue_offset + 1, suspend_ms=20_000, timeout=30)
+            held = time.monotonic() - t0
+            found = await consumer.pull(mq, sent.queue_offset, suspend_ms=20_000, timeout=30)
+            return held, empty.status, found.status
+
+    with running_broker(str(tmp_path / "store"), long_polling_enable=False, short_polling_time_mills=300) as broker:
+        held, empty, found = asyncio.run(run(broker))
+    assert empty is PullStatus.NO_NEW_MSG and found is PullStatus.FOUND
+    assert 0.25 <= held < 10, held  # held about 300 ms, never the 20 s the pull asked for

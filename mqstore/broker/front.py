@@ -54,6 +54,8 @@ log = logging.getLogger("mqstore.broker")
 #: PullSysFlag bits (§2.4.2)
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
 _TRUE = frozenset({"true", "1"})
+#: how many topic names a front remembers as checked (a send's name is checked once, not per send)
+SENDABLE_CACHE = 100_000
 #: MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
 SYSFLAG_COMPRESSED = 0x1
 _SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
@@ -125,6 +127,9 @@ def parse_number(name: str, value: str, bits: int | None = None) -> int:
     then decimal digits, within the type's range); BadField naming the field otherwise."""
     if bits is None:
         bits = _L if name in _LONG_FIELDS else _I
+    # the common case first: a few ASCII digits always fit (9 an Integer, 18 a Long)
+    if value.isascii() and value.isdigit() and len(value) <= (9 if bits == _I else 18):
+        return int(value)
     digits = value[1:] if value[:1] in ("-", "+") else value
     if not digits.isdecimal():
         raise BadField(f"the custom field <{name}> is not a number: {value[:64]!r}")
@@ -237,6 +242,7 @@ class Front:
         self.store_host = (self.host_ip, port)
         self.link = link.LinkClient(link_address, self._pushed, self._link_lost)
         self.topics: dict[str, dict[str, Any]] = {}
+        self._sendable: set[str] = set()  # topic names that passed topic_problem
         self.groups: dict[str, dict[str, Any]] = {}
         self.conns: dict[str, Connection] = {}
         self._ids = 0
@@ -382,11 +388,14 @@ class Front:
         check_header(RequestCode.SEND_MESSAGE, f)
         topic = field(f, "topic")
         field(f, "producerGroup")
-        problem = topic_problem(topic)
-        if problem is not None:
-            code = ResponseCode.NO_PERMISSION if topic in NOT_ALLOWED_SEND else ResponseCode.SYSTEM_ERROR
-            conn.answer(cmd, code, problem)
-            return
+        if topic not in self._sendable:
+            problem = topic_problem(topic)
+            if problem is not None:
+                code = ResponseCode.NO_PERMISSION if topic in NOT_ALLOWED_SEND else ResponseCode.SYSTEM_ERROR
+                conn.answer(cmd, code, problem)
+                return
+            if len(self._sendable) < SENDABLE_CACHE:
+                self._sendable.add(topic)
         tc = self.topics.get(topic)
         if tc is None:
             self._create_then_send(conn, cmd, f, topic)
