@@ -26,7 +26,7 @@ from mqstore.client.instance import ClientInstance, check_group, response_int
 from mqstore.client.message import MAX_MESSAGE_SIZE, Message, SendResult, SendStatus, encode_properties
 from mqstore.client.protocol import (COMPRESSED_FLAG, DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, VERSION, RequestCode,
                                      ResponseCode)
-from mqstore.client.route import MessageQueue
+from mqstore.client.route import MessageQueue, TopicRoute
 
 __all__ = ["BatchItem", "Producer"]
 
@@ -69,6 +69,7 @@ class Producer:
                                      heartbeat_body=self._heartbeat_body,
                                      unregister_fields={"producerGroup": self.group})
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._publish_queues: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> Producer:
@@ -110,7 +111,12 @@ class Producer:
     async def _pick(self, topic: str, queue_id: int | None, broker_name: str | None) -> tuple[MessageQueue, str]:
         """The queue (round robin unless queue_id says) and its broker's master address."""
         route = await self.client.route(topic, publish=True)
-        queues = route.publish_queues(topic)
+        cached = self._publish_queues.get(topic)
+        if cached is not None and cached[0] is route:
+            queues = cached[1]
+        else:  # computed once per route the client fetched, not per send
+            queues = route.publish_queues(topic)
+            self._publish_queues[topic] = (route, queues)
         if not queues:
             raise RouteError(f"no writable queue of topic {topic} has a master broker")
         if queue_id is not None or broker_name is not None:
