@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from typing import Any
 
+from mqstore.broker.jsonfile import write_with_bak
 from mqstore.errors import ConfigError
 from mqstore.protocol import PERM_INHERIT, PERM_READ, PERM_WRITE
 
@@ -136,14 +136,5 @@ class TopicConfigs:
 
     def persist(self) -> None:
         """Write topics.json: the previous file kept as .bak, the new one written whole then renamed
-        over it (RocketMQ's MixAll.string2File, with an fsync and an atomic rename)."""
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        text = json.dumps(self.wrapper(), indent="\t", sort_keys=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if os.path.exists(self.path):
-            shutil.copyfile(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
+        over it (RocketMQ's MixAll.string2File, with an fsync and an atomic rename: jsonfile)."""
+        write_with_bak(self.path, json.dumps(self.wrapper(), indent="\t", sort_keys=True))
