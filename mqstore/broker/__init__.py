@@ -1,7 +1,12 @@
-"""The broker front: RocketMQ's remoting protocol over TCP (docs/rocketmq-remoting-spec.md).
+"""The broker: RocketMQ's remoting protocol over TCP on an mqstore node (docs/broker.md,
+docs/rocketmq-remoting-spec.md).
 
-In progress. What exists: the request and response codes and how a put's status answers a send
-(``codes``), the NameServer's route table and its JSON (``routes``) and the NameServer itself
-(``namesrv``, ``mqstore namesrv``), a broker's topics and ``config/topics.json`` (``topics``); the
-frame codec is the compiled ``mqstore._remoting``.
+``server`` composes it (``Broker``: the store's node, the front processes, the controller, an
+embedded NameServer); ``front`` is a front process (client connections: sends, pulls with long
+polling, the store's reads); ``controller`` holds what is broker-wide (``topics``, ``groups``,
+``offsets``, ``clients``, order locks, ``schedule`` for delayed delivery, ``retry`` for send-back)
+and registers with the NameServers (``namesrv`` over ``routes``); ``link`` joins fronts and
+controller; ``consumer`` is the embedded consumer group; ``codes`` maps put statuses to answers;
+``jsonfile`` writes the config files. The frame codec is the compiled ``mqstore._remoting``, the
+codes ``mqstore.protocol``.
 """
