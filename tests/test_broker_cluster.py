@@ -31,7 +31,8 @@ from helpers_broker import BrokerProcess, broker_settings, free_port, running_br
 from test_broker_cpp import TOPIC_QUEUES, ClientProc, msg, sent_ok, stored
 
 from mqstore._remoting import FrameReader, RemotingCommand
-from mqstore.broker.namesrv import NameServer, wall_ms
+from mqstore.broker.namesrv import NameServer
+from mqstore.broker.requests import wall_ms
 from mqstore.broker.server import Broker
 from mqstore.client import MQClientError, Producer, PullConsumer, ResponseCode, SendStatus
 from mqstore.tools.checker import check_store

@@ -26,9 +26,9 @@ from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_not_exist
-from mqstore.broker.front import BadField, check_header, parse_number
 from mqstore.broker.groups import SubscriptionGroups
 from mqstore.broker.namesrv import NameServer
+from mqstore.broker.requests import BadField, check_header, field, int_field, parse_number, response, wall_ms
 from mqstore.broker.offsets import ConsumerOffsets
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
 from mqstore.broker.schedule import ScheduleMessageService
@@ -47,58 +47,28 @@ SCAN_INTERVAL_S = 10.0
 REGISTER_TIMEOUT_S = 6.0
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _response(request: RemotingCommand, code: int, remark: str | None = None, *,
-              ext_fields: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
-    return RemotingCommand(code, language="JAVA", version=VERSION, opaque=request.opaque, flag=1, remark=remark,
-                           ext_fields=ext_fields, body=body, serialize_type=request.serialize_type)
-
-
-class _Bad(ValueError):
-    pass
-
-
-def _field(cmd: RemotingCommand, name: str) -> str:
-    value = cmd.ext_fields.get(name)
-    if value is None:
-        raise _Bad(f"the custom field <{name}> is null")
-    return value
-
-
-def _int(cmd: RemotingCommand, name: str, default: int | None = None) -> int:
-    value = cmd.ext_fields.get(name)
-    if value is None:
-        if default is not None:
-            return default
-        raise _Bad(f"the custom field <{name}> is null")
-    return parse_number(name, value)
-
-
 def _json_body(cmd: RemotingCommand) -> Any:
     try:
         return json.loads(cmd.body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _Bad(f"the request body is not JSON: {exc}") from None
+        raise BadField(f"the request body is not JSON: {exc}") from None
 
 
 def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[tuple[str, str, int], Any]]]:
     """A LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body (LockBatchRequestBody / UnlockBatchRequestBody):
-    (consumerGroup, clientId, [((topic, brokerName, queueId), the MessageQueue as sent)]); _Bad
+    (consumerGroup, clientId, [((topic, brokerName, queueId), the MessageQueue as sent)]); BadField
     naming what is not what fastjson would bind (a MessageQueue's missing queueId is 0, its
     missing names null)."""
     body = _json_body(cmd)
     if type(body) is not dict:
-        raise _Bad("the request body is not a JSON object (LockBatchRequestBody)")
+        raise BadField("the request body is not a JSON object (LockBatchRequestBody)")
 
     def text(obj: dict[str, Any], key: str, where: str) -> str:
         value = obj.get(key)
         if value is None:
             return ""
         if type(value) is not str:
-            raise _Bad(f"the request body's {where}{key} is not a string: {value!r:.64}")
+            raise BadField(f"the request body's {where}{key} is not a string: {value!r:.64}")
         return value
 
     group, client = text(body, "consumerGroup", ""), text(body, "clientId", "")
@@ -106,20 +76,20 @@ def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[tuple[str, st
     if queues is None:
         queues = []
     if type(queues) is not list:
-        raise _Bad(f"the request body's mqSet is not an array: {queues!r:.64}")
+        raise BadField(f"the request body's mqSet is not an array: {queues!r:.64}")
     out = []
     for i, mq in enumerate(queues):
         where = f"mqSet[{i}]."
         if type(mq) is not dict:
-            raise _Bad(f"the request body's mqSet[{i}] is not a MessageQueue object: {mq!r:.64}")
+            raise BadField(f"the request body's mqSet[{i}] is not a MessageQueue object: {mq!r:.64}")
         qid = mq.get("queueId", 0)
         if type(qid) is str:
             try:
                 qid = parse_number("queueId", qid, 32)
             except BadField:
-                raise _Bad(f"the request body's {where}queueId is not an integer: {qid!r:.64}") from None
+                raise BadField(f"the request body's {where}queueId is not an integer: {qid!r:.64}") from None
         if type(qid) is not int or not -(1 << 31) <= qid < 1 << 31:
-            raise _Bad(f"the request body's {where}queueId is not a 32-bit integer: {qid!r:.64}")
+            raise BadField(f"the request body's {where}queueId is not a 32-bit integer: {qid!r:.64}")
         out.append(((text(mq, "topic", where), text(mq, "brokerName", where), qid), mq))
     return group, client, out
 
@@ -252,27 +222,27 @@ class BrokerController:
         try:
             handler = self._handlers.get(cmd.code)
             if handler is None:
-                return _response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+                return response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
             check_header(cmd.code, cmd.ext_fields)
             return handler(self, cmd)
-        except (_Bad, ValueError) as exc:
-            return _response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except (BadField, ValueError) as exc:
+            return response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception as exc:
             log.exception("request %d failed", cmd.code)
-            return _response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            return response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _hello(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
 
     def _topic_for_send(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = _field(cmd, "topic")
+        topic = field(cmd.ext_fields, "topic")
         existed = self.topics.get(topic) is not None
         cfg = self.topics.create_in_send(topic, cmd.ext_fields.get("defaultTopic", "TBW102"),
-                                         _int(cmd, "defaultTopicQueueNums", 4), _int(cmd, "sysFlag", 0))
+                                         int_field(cmd.ext_fields, "defaultTopicQueueNums", 4), int_field(cmd.ext_fields, "sysFlag", 0))
         if cfg is None and topic.startswith("%RETRY%"):
             cfg = self._create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
         if cfg is None:
-            return _response(cmd, ResponseCode.TOPIC_NOT_EXIST,
+            return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
                              topic_not_exist(topic)
                              + ("" if self.cfg.auto_create_topic_enable else
                                 " (auto_create_topic_enable is false: create the topic first, e.g. "
@@ -280,7 +250,7 @@ class BrokerController:
         if not existed:
             log.info("topic %s created on its first send from %s: %s", topic, cmd.ext_fields.get(link.PEER), cfg)
             self._topic_changed(topic)
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
 
     def _create_system_topic(self, topic: str, queues: int, perm: int) -> dict[str, Any]:
         """createTopicInSendMessageBackMethod: a retry or DLQ topic of an explicit size."""
@@ -294,31 +264,31 @@ class BrokerController:
         return cfg
 
     def _group(self, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "group")
+        group = field(cmd.ext_fields, "group")
         gc = self.groups.find(group)
         if gc is None:
-            return _response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            return response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                              f"subscription group [{group}] does not exist, "
                              "(auto_create_subscription_group is false)")
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(gc.to_json()).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(gc.to_json()).encode())
 
     def _subscription(self, cmd: RemotingCommand) -> RemotingCommand:
-        group, topic = _field(cmd, "group"), _field(cmd, "topic")
+        group, topic = field(cmd.ext_fields, "group"), field(cmd.ext_fields, "topic")
         if self.consumers.group_info(group) is None:
-            return _response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+            return response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                              f"the consumer's group info not exist, {group}")
         sub = self.consumers.subscription(group, topic)
         if sub is None:
-            return _response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
-        return _response(cmd, ResponseCode.SUCCESS, ext_fields={"subString": sub.sub_string})
+            return response(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+        return response(cmd, ResponseCode.SUCCESS, ext_fields={"subString": sub.sub_string})
 
     def _link_closed(self, cmd: RemotingCommand) -> None:
-        self._closed(_field(cmd, "conn"))
+        self._closed(field(cmd.ext_fields, "conn"))
         return None
 
     def _heartbeat(self, cmd: RemotingCommand) -> RemotingCommand:
         data = parse_heartbeat(cmd.body)
-        conn = _field(cmd, link.CONN)
+        conn = field(cmd.ext_fields, link.CONN)
         now = wall_ms()
         for consumer in data.consumers:
             gc = self.groups.find(consumer.group)
@@ -330,34 +300,34 @@ class BrokerController:
                 self._notify(consumer.group)
         for group in data.producers:
             self.producers.register(conn, data.client_id, group, now, language=cmd.language, version=cmd.version)
-        return _response(cmd, ResponseCode.SUCCESS)
+        return response(cmd, ResponseCode.SUCCESS)
 
     def _unregister_client(self, cmd: RemotingCommand) -> RemotingCommand:
-        conn = _field(cmd, link.CONN)
+        conn = field(cmd.ext_fields, link.CONN)
         producer = cmd.ext_fields.get("producerGroup", "")
         consumer = cmd.ext_fields.get("consumerGroup", "")
         if producer:
             self.producers.unregister(conn, producer)
         if consumer and self.consumers.unregister(conn, consumer):
             self._notify(consumer)
-        return _response(cmd, ResponseCode.SUCCESS)
+        return response(cmd, ResponseCode.SUCCESS)
 
     def _consumer_list(self, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "consumerGroup")
+        group = field(cmd.ext_fields, "consumerGroup")
         ids = self.consumers.consumer_ids(group)
         if not ids:
-            return _response(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-        return _response(cmd, ResponseCode.SUCCESS, body=consumer_list_body(ids))
+            return response(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return response(cmd, ResponseCode.SUCCESS, body=consumer_list_body(ids))
 
     def _query_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        group, topic, queue_id = _field(cmd, "consumerGroup"), _field(cmd, "topic"), _int(cmd, "queueId")
+        group, topic, queue_id = field(cmd.ext_fields, "consumerGroup"), field(cmd.ext_fields, "topic"), int_field(cmd.ext_fields, "queueId")
         offset = self.offsets.query(group, topic, queue_id)
         if offset >= 0:
-            return _response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+            return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
         # a new group on a queue that still starts at 0 and whose first message is in memory: 0
         if self.store.get_min_offset_in_queue(topic, queue_id) <= 0 and not self._in_disk(topic, queue_id):
-            return _response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": "0"})
-        return _response(cmd, ResponseCode.QUERY_NOT_FOUND,
+            return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+        return response(cmd, ResponseCode.QUERY_NOT_FOUND,
                          "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     def _in_disk(self, topic: str, queue_id: int) -> bool:
@@ -367,33 +337,33 @@ class BrokerController:
         return bool(result.message_count and result.suggest_pulling_from_slave)
 
     def _update_offset(self, cmd: RemotingCommand) -> RemotingCommand:
-        self.offsets.commit(_field(cmd, "consumerGroup"), _field(cmd, "topic"), _int(cmd, "queueId"),
-                            _int(cmd, "commitOffset"))
-        return _response(cmd, ResponseCode.SUCCESS)
+        self.offsets.commit(field(cmd.ext_fields, "consumerGroup"), field(cmd.ext_fields, "topic"), int_field(cmd.ext_fields, "queueId"),
+                            int_field(cmd.ext_fields, "commitOffset"))
+        return response(cmd, ResponseCode.SUCCESS)
 
     def _send_back(self, cmd: RemotingCommand) -> RemotingCommand:
-        group = _field(cmd, "group")
-        phy = _int(cmd, "offset")
+        group = field(cmd.ext_fields, "group")
+        phy = int_field(cmd.ext_fields, "offset")
         gc = self.groups.find(group)
         if gc is None:
-            return _response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            return response(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                              f"subscription group not exist, {group}")
         view = self.store.look_message_by_offset(phy) if phy >= 0 else None
         if view is None:
-            return _response(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phy}")
-        header_max = _int(cmd, "maxReconsumeTimes") if "maxReconsumeTimes" in cmd.ext_fields else None
+            return response(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phy}")
+        header_max = int_field(cmd.ext_fields, "maxReconsumeTimes") if "maxReconsumeTimes" in cmd.ext_fields else None
         max_times = max_reconsume_times(gc.retry_max_times, header_max, cmd.version)
-        back = send_back_message(view, group=group, delay_level=_int(cmd, "delayLevel", 0),
+        back = send_back_message(view, group=group, delay_level=int_field(cmd.ext_fields, "delayLevel", 0),
                                  max_reconsume_times=max_times, retry_queue_nums=gc.retry_queue_nums)
         if back is None:  # retryQueueNums <= 0: RocketMQ answers SUCCESS and puts nothing
-            return _response(cmd, ResponseCode.SUCCESS)
+            return response(cmd, ResponseCode.SUCCESS)
         # 4.9.7 creates both read-write (older brokers made the DLQ write-only): a DLQ can be consumed
         self._create_system_topic(back.topic, back.queue_nums, PERM_READ | PERM_WRITE)
         result = self.store.put_message(back.message)
         code, remark = put_response(result.status, result.detail)
         if code in (ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
             code, remark = ResponseCode.SUCCESS, None
-        return _response(cmd, code, remark)
+        return response(cmd, code, remark)
 
     def _lock(self, cmd: RemotingCommand) -> RemotingCommand:
         group, client, queues = _lock_body(cmd)
@@ -405,7 +375,7 @@ class BrokerController:
             if holder is None or holder[0] == client or now - holder[1] > LOCK_EXPIRY_MS:
                 table[key] = (client, now)
                 ok.append(mq)
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"lockOKMQSet": ok}).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps({"lockOKMQSet": ok}).encode())
 
     def _unlock(self, cmd: RemotingCommand) -> RemotingCommand:
         group, client, queues = _lock_body(cmd)
@@ -413,34 +383,34 @@ class BrokerController:
         for key, _mq in queues:
             if table.get(key, ("",))[0] == client:
                 del table[key]
-        return _response(cmd, ResponseCode.SUCCESS)
+        return response(cmd, ResponseCode.SUCCESS)
 
     def _update_topic(self, cmd: RemotingCommand) -> RemotingCommand:
         """UPDATE_AND_CREATE_TOPIC (an admin's topic create or update)."""
-        topic = _field(cmd, "topic")
+        topic = field(cmd.ext_fields, "topic")
         problem = topic_problem(topic)
         if problem is not None and "forbidden" not in problem:
-            return _response(cmd, ResponseCode.SYSTEM_ERROR, problem)
-        cfg = topic_config(topic, _int(cmd, "writeQueueNums", 16), _int(cmd, "perm", PERM_READ | PERM_WRITE),
-                           _int(cmd, "topicSysFlag", 0), cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+            return response(cmd, ResponseCode.SYSTEM_ERROR, problem)
+        cfg = topic_config(topic, int_field(cmd.ext_fields, "writeQueueNums", 16), int_field(cmd.ext_fields, "perm", PERM_READ | PERM_WRITE),
+                           int_field(cmd.ext_fields, "topicSysFlag", 0), cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
                            cmd.ext_fields.get("order", "false") == "true")
-        cfg["readQueueNums"] = _int(cmd, "readQueueNums", cfg["writeQueueNums"])
+        cfg["readQueueNums"] = int_field(cmd.ext_fields, "readQueueNums", cfg["writeQueueNums"])
         if cfg["readQueueNums"] <= 0 or cfg["writeQueueNums"] <= 0:
-            return _response(cmd, ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be positive")
+            return response(cmd, ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be positive")
         self.topics.table[topic] = cfg
         self.topics.next_version()
         self.topics.persist()
         self._topic_changed(topic)
-        return _response(cmd, ResponseCode.SUCCESS)
+        return response(cmd, ResponseCode.SUCCESS)
 
     def _all_topics(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
 
     def _all_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"offsetTable": self.offsets.table()}).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps({"offsetTable": self.offsets.table()}).encode())
 
     def _all_groups(self, cmd: RemotingCommand) -> RemotingCommand:
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.groups.wrapper()).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.groups.wrapper()).encode())
 
     def _runtime_info(self, cmd: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: the broker's KVTable (a subset of RocketMQ's keys, plus mqstore's)."""
@@ -455,21 +425,21 @@ class BrokerController:
                  "consumerGroups": str(len(self.consumers.groups())), "registrations": str(self.registrations),
                  "namesrvAddr": ";".join(self.namesrv_addrs)}
         table.update({k: str(v) for k, v in st.stats().items()})
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
 
     def _consumer_connections(self, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_CONNECTION_LIST (admin): the group's clients and subscriptions."""
-        group = _field(cmd, "consumerGroup")
+        group = field(cmd.ext_fields, "consumerGroup")
         info = self.consumers.group_info(group)
         if info is None:
-            return _response(cmd, ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+            return response(cmd, ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {"consumeType": info.consume_type.name if info.consume_type else None,
                 "messageModel": info.message_model.name if info.message_model else None,
                 "consumeFromWhere": info.consume_from_where.name if info.consume_from_where else None,
                 "connectionSet": [{"clientId": c.client_id, "clientAddr": str(ch), "language": c.language,
                                    "version": c.version} for ch, c in info.channels.items()],
                 "subscriptionTable": {t: {"topic": t, "subString": sd.sub_string} for t, sd in info.subscriptions.items()}}
-        return _response(cmd, ResponseCode.SUCCESS, body=json.dumps(body).encode())
+        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
     _handlers: dict[int, Any] = {
         link.HELLO: _hello, link.TOPIC_FOR_SEND: _topic_for_send, link.GROUP: _group,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.broker.codes import FAQ, RequestCode, ResponseCode
+from mqstore.broker.requests import field, int_field, response, wall_ms
 from mqstore.broker.routes import BROKER_CHANNEL_EXPIRED_MS, RouteTable, parse_register_body, route_json
 from mqstore.protocol import VERSION  # the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
 
@@ -25,28 +25,6 @@ log = logging.getLogger("mqstore.namesrv")
 SCAN_INTERVAL_MS = 10_000
 #: the first client version that gets standard JSON route data (V4_9_4)
 STANDARD_JSON_VERSION = 401
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class _MissingField(Exception):
-    pass
-
-
-def _field(cmd: RemotingCommand, name: str) -> str:
-    value = cmd.ext_fields.get(name)
-    if value is None:
-        raise _MissingField(f"the custom field <{name}> is null")
-    return value
-
-
-def response(request: RemotingCommand, code: int, remark: str | None = None, *, ext_fields: dict[str, str] | None = None,
-             body: bytes = b"") -> RemotingCommand:
-    """The response to `request`: its opaque, the response flag, in its serialization."""
-    return RemotingCommand(code, language="JAVA", version=VERSION, opaque=request.opaque, flag=1, remark=remark,
-                           ext_fields=ext_fields, body=body, serialize_type=request.serialize_type)
 
 
 class NameServer:
@@ -109,15 +87,15 @@ class NameServer:
             if cmd.code == RequestCode.REGISTER_BROKER:
                 return self._register(cmd)
             if cmd.code == RequestCode.UNREGISTER_BROKER:
-                self.routes.unregister_broker(_field(cmd, "clusterName"), _field(cmd, "brokerAddr"),
-                                              _field(cmd, "brokerName"), _int_field(cmd, "brokerId"))
+                self.routes.unregister_broker(field(cmd.ext_fields, "clusterName"), field(cmd.ext_fields, "brokerAddr"),
+                                              field(cmd.ext_fields, "brokerName"), int_field(cmd.ext_fields, "brokerId"))
                 return response(cmd, ResponseCode.SUCCESS)
-        except (_MissingField, ValueError) as exc:
+        except ValueError as exc:  # BadField too
             return response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         return response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
 
     def _route(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = _field(cmd, "topic")
+        topic = field(cmd.ext_fields, "topic")
         route = self.routes.route(topic)
         if route is None:
             return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
@@ -129,19 +107,7 @@ class NameServer:
         body = parse_register_body(cmd.body, compressed=cmd.ext_fields.get("compressed", "false"),
                                    body_crc32=cmd.ext_fields.get("bodyCrc32", "0"))
         ha, master = self.routes.register_broker(
-            _field(cmd, "clusterName"), _field(cmd, "brokerAddr"), _field(cmd, "brokerName"),
-            _int_field(cmd, "brokerId"), cmd.ext_fields.get("haServerAddr", ""), body, self.clock_ms())
+            field(cmd.ext_fields, "clusterName"), field(cmd.ext_fields, "brokerAddr"), field(cmd.ext_fields, "brokerName"),
+            int_field(cmd.ext_fields, "brokerId"), cmd.ext_fields.get("haServerAddr", ""), body, self.clock_ms())
         fields = {k: v for k, v in (("haServerAddr", ha), ("masterAddr", master)) if v is not None}
         return response(cmd, ResponseCode.SUCCESS, ext_fields=fields, body=b'{"table":{}}')
-
-
-def _int_field(cmd: RemotingCommand, name: str) -> int:
-    """A Long header field (brokerId) as Long.parseLong reads it: a sign, decimal digits, 64 bits."""
-    text = _field(cmd, name)
-    digits = text[1:] if text[:1] in ("-", "+") else text
-    if not digits.isdecimal():
-        raise ValueError(f"the custom field <{name}> is not a number: {text[:64]!r}")
-    number = int(text) if len(digits.lstrip("0")) <= 19 else 1 << 64  # no int() of thousands of digits
-    if not -(1 << 63) <= number < 1 << 63:
-        raise ValueError(f"the custom field <{name}> is out of range for a Long (64-bit): {text[:64]!r}")
-    return number

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mqstore._commitlog import Message
+from mqstore.broker.requests import wall_ms
 from mqstore.errors import ConfigError, CorruptRecordError, StoreClosedError
 from mqstore.queue.consume_queue import queue_problem
 
@@ -72,10 +73,6 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 _UNQUOTED_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 _DECIMAL = re.compile(r"-?\d+")
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # -- delayOffset.json ----------------------------------------------------------------------------
