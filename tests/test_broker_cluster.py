@@ -360,3 +360,25 @@ def test_the_name_server_refuses_a_registration_whose_broker_id_does_not_parse(n
     got = _ns_call(namesrv.address, RemotingCommand(104, opaque=3, ext_fields={**fields, "brokerId": broker_id}))
     assert got.code == ResponseCode.SYSTEM_ERROR and "<brokerId>" in (got.remark or ""), (got.code, got.remark)
     assert route(namesrv.address, "TopicNs") == {"broker-x": ("127.0.0.1:1", [0, 1])}
+
+
+def test_a_broker_registers_with_every_nameserver_it_is_given(tmp_path) -> None:
+    """namesrv_addr "a;b": the broker registers with both (registerBrokerAll), a topic created by
+    a send reaches both at once, and a clean stop unregisters from both."""
+    first, second = NameServerThread(), NameServerThread()
+    try:
+        with running_broker(str(tmp_path / "store"), namesrv_addr=f"{first.address};{second.address}",
+                            broker_name="broker-m") as broker:
+            assert broker.namesrv_address == f"{first.address};{second.address}"
+            for ns in (first, second):
+                assert wait_until(lambda ns=ns: route(ns.address, "TBW102").get("broker-m"), 10,
+                                  f"broker-m in {ns.address}'s TBW102 route")[0] == broker.address
+            assert all(code == 0 for code, _, _ in send_raw(broker.address, "TwoNameServers", [b"x"] * 4))
+            for ns in (first, second):
+                assert wait_until(lambda ns=ns: route(ns.address, "TwoNameServers").get("broker-m"), 10,
+                                  f"the new topic in {ns.address}") == (broker.address, [0, 1, 2, 3])
+        for ns in (first, second):
+            assert route(ns.address, "TwoNameServers") == {}
+    finally:
+        first.close()
+        second.close()
