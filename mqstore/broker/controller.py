@@ -180,10 +180,10 @@ class BrokerController:
     def _front_gone(self, pid: str) -> None:
         """A front process ended: every client connection it held is closed."""
         prefix = f"{pid}:"
-        for conn in {c for g in self.consumers.groups() for c in self.consumers.channels(g) if str(c).startswith(prefix)}:
-            self._closed(str(conn))
-        for conn in {c for g in self.producers.groups() for c in self.producers.channels(g) if str(c).startswith(prefix)}:
-            self.producers.channel_closed(conn)
+        held = {str(c) for manager in (self.consumers, self.producers) for g in manager.groups()
+                for c in manager.channels(g) if str(c).startswith(prefix)}
+        for conn in held:
+            self._closed(conn)  # leaves both registries
 
     def _push(self, pid: str, cmd: RemotingCommand) -> None:
         writer = self.fronts.get(pid)

@@ -78,11 +78,6 @@ _PULL_CODES = {
 }
 
 
-def parse_host(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host, int(port)
-
-
 class Connection(asyncio.Protocol):
     """One client connection: frames in, responses out, in the request's serialization."""
 
@@ -92,6 +87,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.id = ""
         self.peer: tuple[str, int] = ("0.0.0.0", 0)
+        self.peer_addr = "0.0.0.0:0"  # ip:port, as the link carries it
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,6 +98,7 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername") or ("0.0.0.0", 0)
         self.peer = (str(peer[0]), int(peer[1]))
+        self.peer_addr = f"{self.peer[0]}:{self.peer[1]}"
         self.id = self.front.register(self)
 
     def data_received(self, data: bytes) -> None:
@@ -271,7 +268,7 @@ class Front:
         response goes back with the client's opaque."""
         fields = dict(cmd.ext_fields)
         fields[link.CONN] = conn.id
-        fields[link.PEER] = f"{conn.peer[0]}:{conn.peer[1]}"
+        fields[link.PEER] = conn.peer_addr
         fwd = RemotingCommand(cmd.code, language=cmd.language, version=cmd.version, flag=cmd.flag & ~2,
                               remark=cmd.remark, ext_fields=fields, body=cmd.body)
         try:
@@ -318,7 +315,7 @@ class Front:
         ask = RemotingCommand(link.TOPIC_FOR_SEND, ext_fields={
             "topic": topic, "defaultTopic": f.get("defaultTopic", "TBW102"),
             "defaultTopicQueueNums": str(int_field(f, "defaultTopicQueueNums", 4)),
-            "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: f"{conn.peer[0]}:{conn.peer[1]}"})
+            "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: conn.peer_addr})
 
         def then(got: RemotingCommand) -> None:
             tc = json.loads(got.body)
