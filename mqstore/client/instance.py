@@ -12,8 +12,9 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from mqstore._remoting import RemotingCommand
 from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedError, MQClientError, ProtocolError,
@@ -86,6 +87,26 @@ def _positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
     return float(value)
+
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+
+async def _single_flight(tasks: dict[K, asyncio.Task[T]], key: K, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """The result of the task in flight for key, started by ``start()`` when none is: however many
+    callers ask at the same time, the work is done once (a caller cancelled does not cancel it)."""
+    task = tasks.get(key)
+    if task is None:
+        task = asyncio.get_running_loop().create_task(start())
+        tasks[key] = task
+
+        def done(t: asyncio.Task[T]) -> None:
+            tasks.pop(key, None)
+            if not t.cancelled():
+                t.exception()  # retrieved here: a failure is raised to every waiter anyway
+        task.add_done_callback(done)
+    return await asyncio.shield(task)
 
 
 class ClientInstance:
@@ -191,17 +212,7 @@ class ClientInstance:
             return conn
         if self.closed:
             raise ClientStateError(f"this client is closed; no new connection to {addr}")
-        task = self._connecting.get(addr)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._connect(addr))
-            self._connecting[addr] = task
-
-            def done(t: asyncio.Task[RemotingConnection]) -> None:
-                self._connecting.pop(addr, None)
-                if not t.cancelled():
-                    t.exception()  # retrieved here: a failure is raised to every waiter anyway
-            task.add_done_callback(done)
-        return await asyncio.shield(task)
+        return await _single_flight(self._connecting, addr, lambda: self._connect(addr))
 
     async def _connect(self, addr: str) -> RemotingConnection:
         conn = await RemotingConnection.open(addr, connect_timeout=self.timeout, serialize=self.serialize_type,
@@ -285,18 +296,8 @@ class ClientInstance:
         now = time.monotonic()
         if entry is not None and now - entry.fetched < (DERIVED_ROUTE_TTL_S if entry.derived else self.route_ttl):
             return entry.route
-        key = (topic, publish)
-        task = self._route_tasks.get(key)
-        if task is None:
-            task = asyncio.get_running_loop().create_task(self._update_route(topic, publish, entry))
-            self._route_tasks[key] = task
-
-            def done(t: asyncio.Task[TopicRoute]) -> None:
-                self._route_tasks.pop(key, None)
-                if not t.cancelled():
-                    t.exception()  # retrieved here: a failure is raised to every waiter anyway
-            task.add_done_callback(done)
-        return await asyncio.shield(task)
+        return await _single_flight(self._route_tasks, (topic, publish),
+                                    lambda: self._update_route(topic, publish, entry))
 
     async def _update_route(self, topic: str, publish: bool, old: _CachedRoute | None) -> TopicRoute:
         derived = False
