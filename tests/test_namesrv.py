@@ -18,6 +18,8 @@ from typing import Any
 from mqstore._remoting import FrameReader, RemotingCommand
 from mqstore.broker.namesrv import NameServer
 
+from helpers_broker import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGISTER_BODY = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
     "dataVersion": {"counter": 1, "timestamp": 5},
@@ -141,12 +143,6 @@ def test_an_expired_broker_leaves_the_route():
         assert (await c.call(105, {"topic": "T"})).code == 17
         c.close()
     run(test, clock_ms=lambda: now[0], scan_interval_ms=20)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_mqstore_namesrv_runs_as_a_process_until_sigterm():
