@@ -406,7 +406,10 @@ class IndexService:
                                                                   self.index_num))
         for name in plan.staging:
             log.warning("index: removing %s, left by an interrupted index file creation", name)
-            os.unlink(os.path.join(self.store_path, name))
+            try:
+                os.unlink(os.path.join(self.store_path, name))
+            except FileNotFoundError:
+                pass  # not left over: another process of the node was creating it and has moved it on
         for name, end_ts in plan.destroy:
             log.warning("index: destroying %s after an abnormal exit: it ends at %d, after the last "
                         "flushed index file (checkpoint.indexMsgTimestamp %d)", name, end_ts,
