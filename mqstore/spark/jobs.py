@@ -457,9 +457,12 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
         except Exception:  # noqa: BLE001 - the JVM is gone already (it died of the failure)
             pass
-        if sys.stderr is not err:
+        if sys.stderr is not err and not failed:
             sys.stderr.close()
             sys.stderr = err
+        # after a failure sys.stderr stays on the log until the command exits: PySpark's threads
+        # (its accumulator server's handler, when the JVM died under it) print their tracebacks
+        # after spark.stop() has given up on them
         if not failed and os.path.exists(log_path):
             os.unlink(log_path)
     return 0
