@@ -43,8 +43,9 @@ class MappedFile:
     @property
     def locked_in_memory(self) -> bool: ...
     @staticmethod
-    def create(path: str, file_size: int, allocate: int = -1) -> MappedFile:
-        """Create, allocate and map a new file at path (its name is its start offset).
+    def create(path: str, file_size: int, allocate: int = -1, file_from: int = -1) -> MappedFile:
+        """Create, allocate and map a new file at path (its name is its start offset, unless
+        file_from >= 0 gives it: the index files, named by time).
 
         allocate: bytes allocated up front (-1: all of them). A file allocated in part (the
         index) is sparse after that and its writer calls ``allocate_to`` before writing past
@@ -54,13 +55,15 @@ class MappedFile:
         """
 
     @staticmethod
-    def open(path: str, file_size: int, readonly: bool = False, keep_fd: bool = False) -> MappedFile:
-        """Map an existing file; its size must be exactly file_size (spec §2).
+    def open(path: str, file_size: int, readonly: bool = False, keep_fd: bool = False,
+             file_from: int = -1) -> MappedFile:
+        """Map an existing file; its size must be exactly file_size (spec §2). Its name is its
+        20-digit start offset, unless file_from >= 0 gives that (the index files).
 
         readonly: open and map it for reading only (the read-only tools, which must work on a
         read-only mount); every write method then raises PermissionError.
-        keep_fd: keep the file descriptor open while mapped (a file whose path may go away
-        before ``allocate_to`` needs it: the index's staging links). Otherwise it is closed
+        keep_fd: keep the file descriptor open while mapped (a file that ``allocate_to``
+        grows later: the index files, whose path may be deleted meanwhile). Otherwise it is closed
         once the file is mapped (the mapping does not need it), so a store of many small
         files never runs out of descriptors."""
 

@@ -29,3 +29,25 @@ def stopped(pid: int) -> bool:
             return False
     return True
 
+
+
+def alive(pid: int) -> bool:
+    """True while pid is a running process (a zombie, dead but not yet reaped, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    try:
+        return proc_stat(pid)[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def dead_allocation(name: str) -> bool:
+    """True for ``<name>.alloc<pid>`` (MappedFile.create's temporary name) whose pid is no
+    longer running: the leftover of an allocation that died half way. A live pid's file is
+    an allocation under way in another process of the node, which renames it when done."""
+    head, sep, pid = name.rpartition(".alloc")
+    return bool(sep) and head.isdigit() and pid.isdigit() and not alive(int(pid))

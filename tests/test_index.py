@@ -10,6 +10,8 @@ import errno
 import itertools
 import os
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -592,6 +594,43 @@ def test_load_ignores_other_names_and_removes_staging_leftovers(make_service, ro
     assert [f.file_name for f in s2.files] == [name]
     assert index_names(root) == sorted(["123", "20000101000000000", "README", name])
     assert s2.query_offset("T", "K", 64, *ALL).phy_offsets == [0]
+
+
+def test_load_leaves_a_live_processs_index_creation_alone(make_service, root):
+    """``<name>.alloc<pid>`` is MappedFile.create's temporary name: a dead pid's is a leftover,
+    a running pid's is another process of the node creating that index file right now."""
+    s = make_service()
+    fill(s, 1)
+    s.close()
+    (name,) = index_names(root)
+    index_dir = os.path.join(root, "index")
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    later = str(int(name) + 1)
+    dead, live = f"{later}.alloc{proc.pid}", f"{later}.alloc{os.getpid()}"
+    for junk in (dead, live):
+        with open(os.path.join(index_dir, junk), "wb") as fh:
+            fh.write(b"x")
+    make_service()
+    assert index_names(root) == sorted([name, live])
+
+
+def test_two_processes_open_one_index_file_at_once(make_service, root):
+    """Every process of a node maps the index files; opening one is no longer a shared hard
+    link, which two processes opening the same file at once collided on (FileExistsError)."""
+    s = make_service()
+    fill(s, 3)
+    s.close()
+    code = ("import os, sys; from mqstore.queue.index import _IndexMapping; p, size = sys.argv[1], int(sys.argv[2]); "
+            "[_IndexMapping.open(p, size).close() for _ in range(300)]")
+    (name,) = index_names(root)
+    path = os.path.join(root, "index", name)
+    procs = [subprocess.Popen([sys.executable, "-c", code, path, str(os.path.getsize(path))], stderr=subprocess.PIPE)
+             for _ in range(3)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    assert index_names(root) == [name]
 
 
 def test_wrong_size_file_is_refused_by_name(make_service, root):

@@ -547,7 +547,7 @@ def test_a_mapped_file_holds_no_descriptor_once_mapped(tmp_path):
     files[0].write_at(0, b"still mapped")
     assert files[64].read(0, 12) == b"still mapped"
     partial = MappedFile.create(str(tmp_path / file_name(1 << 20)), 1 << 16, 4096)
-    os.unlink(partial.path)  # the index's staging link goes away once mapped
+    os.unlink(partial.path)  # an index file may be deleted while a process still grows it
     assert partial.allocate_to(8192) == 8192
     for f in files + [partial]:
         f.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -71,14 +72,23 @@ def test_load_empty_and_missing_directory(tmp_path, queues):
     assert q.min_offset == -1
 
 
-def test_load_removes_allocation_leftovers(qdir, queues):
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_load_removes_allocation_leftovers_of_dead_processes_only(qdir, queues):
+    """A dead pid's ``.alloc`` file is a leftover; a running pid's is another process of the
+    node allocating that file right now (removing it would fail that allocation)."""
     make_files(qdir, [0, FS])
-    leftovers = [name(2 * FS) + ".alloc12345", name(3 * FS) + ".alloc1"]
-    for n in leftovers:
+    leftovers = [name(2 * FS) + f".alloc{dead_pid()}", name(3 * FS) + f".alloc{dead_pid()}"]
+    under_way = name(2 * FS) + f".alloc{os.getpid()}"
+    for n in leftovers + [under_way]:
         with open(os.path.join(qdir, n), "wb") as fh:
             fh.write(b"\0" * 100)
     q = loaded(qdir, queues)
-    assert sorted(os.listdir(qdir)) == [name(0), name(FS)]
+    assert sorted(os.listdir(qdir)) == [name(0), name(FS), under_way]
     assert [f.file_from for f in q] == [0, FS]
 
 

@@ -93,8 +93,9 @@ cdef class MappedFile:
             c_close(self.fd)
 
     @staticmethod
-    def create(str path, int64_t file_size, int64_t allocate=-1):
-        """Create, allocate and map a new file at path (its name is its start offset).
+    def create(str path, int64_t file_size, int64_t allocate=-1, int64_t file_from=-1):
+        """Create, allocate and map a new file at path (its name is its start offset, unless
+        file_from >= 0 gives it: the index files, named by time).
 
         allocate: bytes allocated up front (-1: all of them). A file allocated in part (the
         index) is sparse after that and its writer calls ``allocate_to`` before writing past
@@ -105,7 +106,7 @@ cdef class MappedFile:
         if allocate < 0 or allocate > file_size:
             allocate = file_size
         name = os.path.basename(path)
-        if len(name) != 20 or not name.isdigit():
+        if file_from < 0 and (len(name) != 20 or not name.isdigit()):
             raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
         if os.path.exists(path):
             raise FileExistsError(f"mapped file {path} already exists")
@@ -127,7 +128,7 @@ cdef class MappedFile:
             raise OSError(r, f"cannot allocate {allocate} bytes for {os.path.basename(path)}: {os.strerror(r)}", path)
         c_close(fd)
         os.rename(tmp, path)
-        cdef MappedFile mf = MappedFile.open(path, file_size, keep_fd=allocate < file_size)
+        cdef MappedFile mf = MappedFile.open(path, file_size, keep_fd=allocate < file_size, file_from=file_from)
         mf.allocated = allocate
         return mf
 
@@ -179,17 +180,18 @@ cdef class MappedFile:
             self.allocated = end
 
     @staticmethod
-    def open(str path, int64_t file_size, bint readonly=False, bint keep_fd=False):
-        """Map an existing file; its size must be exactly file_size (spec §2).
+    def open(str path, int64_t file_size, bint readonly=False, bint keep_fd=False, int64_t file_from=-1):
+        """Map an existing file; its size must be exactly file_size (spec §2). Its name is its
+        20-digit start offset, unless file_from >= 0 gives that (the index files).
 
         readonly: open and map it for reading only (the read-only tools, which must work on a
         read-only mount); every write method then raises PermissionError.
-        keep_fd: keep the file descriptor open while mapped (a file whose path may go away
-        before ``allocate_to`` needs it: the index's staging links). Otherwise it is closed
+        keep_fd: keep the file descriptor open while mapped (a file that ``allocate_to``
+        grows later: the index files, whose path may be deleted meanwhile). Otherwise it is closed
         once the file is mapped (the mapping does not need it), so a store of many small
         files never runs out of descriptors."""
         name = os.path.basename(path)
-        if len(name) != 20 or not name.isdigit():
+        if file_from < 0 and (len(name) != 20 or not name.isdigit()):
             raise ValueError(f"{path}: a mapped file name is its 20-digit start offset")
         cdef bytes path_b = os.fsencode(path)
         cdef int fd = c_open(path_b, O_RDONLY if readonly else O_RDWR, 0)
@@ -203,7 +205,7 @@ cdef class MappedFile:
         mf.fd = fd
         mf.path = path
         mf.file_size = file_size
-        mf.file_from = int(name)
+        mf.file_from = int(name) if file_from < 0 else file_from
         mf.readonly = readonly
         mf.allocated = file_size  # what was there is taken as allocated (MappedFile.create sets less)
         cdef void *p = mmap(NULL, file_size, PROT_READ if readonly else PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)

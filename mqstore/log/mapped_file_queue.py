@@ -13,6 +13,7 @@ from sortedcontainers import SortedDict
 
 from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
+from mqstore.procs import dead_allocation
 from mqstore.log.scan import is_zero
 
 DELETE_FILES_BATCH_MAX = 10
@@ -41,7 +42,8 @@ class LoadPlan:
 
     #: the 20-digit files it maps, in order
     names: list[str]
-    #: ``<offset>.alloc<pid>`` leftovers of a dead allocation it removes
+    #: ``<offset>.alloc<pid>`` leftovers of a dead allocation it removes (a live pid's file is
+    #: an allocation under way in another process of the node: left alone)
     leftovers: list[str]
     #: (name, size) of the cut last file with data it extends to the file size
     extend: list[tuple[str, int]] = field(default_factory=list)
@@ -111,8 +113,9 @@ class MappedFileQueue:
     def load(self, last_file_was_cut: Callable[[str], bool] | None = None) -> None:
         """Map every file of the directory (spec §2: all must be exactly file_size bytes).
 
-        Leftovers of an allocation that died half way (``*.alloc<pid>``) are removed: they
-        were never renamed into place, so nothing was ever written to them.
+        Leftovers of an allocation that died half way (``*.alloc<pid>`` of a pid no longer
+        running) are removed: they were never renamed into place, so nothing was ever written
+        to them. A running pid's file is another process's allocation under way.
 
         ``last_file_was_cut(path)`` (the CommitLog passes recovery.commitlog_file_was_cut)
         allows two kinds of short files at the end of the log (see ``plan_load``), which are
@@ -126,7 +129,10 @@ class MappedFileQueue:
         with self._lock:
             plan = self.plan_load(self.store_path, self.file_size, last_file_was_cut)
             for name in plan.leftovers:
-                os.unlink(os.path.join(self.store_path, name))
+                try:
+                    os.unlink(os.path.join(self.store_path, name))
+                except FileNotFoundError:
+                    pass  # another process's load removed it first
             for name, _ in plan.extend + plan.extend_empty:
                 path = os.path.join(self.store_path, name)
                 with open(path, "r+b") as fh:
@@ -162,7 +168,7 @@ class MappedFileQueue:
         Anything else (a short file with data before other data, a longer file, a short file
         that ends like a whole file of another size) raises NotAStoreError."""
         names = mapped_file_names(directory)
-        leftovers = [n for n in sorted(os.listdir(directory)) if ".alloc" in n and n.split(".alloc")[0].isdigit()]
+        leftovers = [n for n in sorted(os.listdir(directory)) if dead_allocation(n)]
         plan = LoadPlan(names, leftovers)
         sizes = [os.path.getsize(os.path.join(directory, n)) for n in names]
         zeros: dict[int, bool] = {}

@@ -61,6 +61,7 @@ from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError, StoreClosedError
 from mqstore.log.scan import is_zero
+from mqstore.procs import dead_allocation
 
 __all__ = ["IndexService", "QueryOffsetResult", "index_file_name", "index_key_triples"]
 
@@ -82,7 +83,7 @@ _I32 = struct.Struct(">i")
 _KEY_TRIPLE = struct.Struct("=qqq")  # put_key_hashes' input: phy_offset, store_timestamp, key_hash
 
 _INDEX_NAME = re.compile(r"\d{17}")
-_STAGING_NAME = re.compile(r"000\d{17}(\.alloc\d+)?")   # leftovers of _IndexMapping
+_STAGING_NAME = re.compile(r"000\d{17}(\.alloc\d+)?")   # links an earlier _IndexMapping left
 
 
 def _now_ms() -> int:
@@ -131,12 +132,11 @@ class QueryOffsetResult:
 class _IndexMapping:
     """A MappedFile under an index file's own name (what IndexFile needs of a mapped file).
 
-    MappedFile.create/open take only 20-digit names (the start offsets of CommitLog and
-    ConsumeQueue files), while index files are named ``yyyyMMddHHmmssSSS`` (spec §2). So an
-    index file is created and opened through a hard link ``000<name>`` next to it, removed as
-    soon as the file is mapped (the mapping does not depend on the name); ``load`` removes
-    links left by a crash. This wrapper keeps the real path: ``file_name`` is the index name and
-    ``destroy`` deletes the real file. It goes away once MappedFile accepts index names.
+    Index files are named ``yyyyMMddHHmmssSSS`` (spec §2), not by a start offset: they are
+    created and opened with ``file_from=0``. Each process maps them under their own name (an
+    earlier version went through a shared hard link ``000<name>``, which two processes opening
+    one file at once collided on; ``load`` removes such links). This wrapper keeps the real
+    path: ``file_name`` is the index name and ``destroy`` deletes the real file.
     """
 
     __slots__ = ("mapped", "path")
@@ -145,37 +145,16 @@ class _IndexMapping:
         self.mapped = mapped
         self.path = path
 
-    @staticmethod
-    def _staging(path: str) -> str:
-        head, name = os.path.split(path)
-        return os.path.join(head, "000" + name)
-
     @classmethod
     def create(cls, path: str, file_size: int, allocate: int = -1) -> _IndexMapping:
         """Create and map a new index file, allocating its first ``allocate`` bytes (-1: all);
         FileExistsError if path exists, OSError (ENOSPC) if the disk has no room for them."""
-        if os.path.lexists(path):
-            raise FileExistsError(f"index file {path} already exists")
-        staging = cls._staging(path)
-        mapped = MappedFile.create(staging, file_size, allocate)
-        try:
-            os.link(staging, path)
-        except BaseException:
-            mapped.close()
-            raise
-        finally:
-            os.unlink(staging)
-        return cls(mapped, path)
+        return cls(MappedFile.create(path, file_size, allocate, file_from=0), path)
 
     @classmethod
     def open(cls, path: str, file_size: int) -> _IndexMapping:
         """Map an existing index file of exactly file_size bytes."""
-        staging = cls._staging(path)
-        os.link(path, staging)
-        try:
-            return cls(MappedFile.open(staging, file_size, keep_fd=True), path)  # allocate_to needs it
-        finally:
-            os.unlink(staging)
+        return cls(MappedFile.open(path, file_size, keep_fd=True, file_from=0), path)  # allocate_to needs it
 
     @property
     def file_size(self) -> int:
@@ -218,7 +197,7 @@ def _mapping(f: IndexFile) -> _IndexMapping:
 class IndexLoadPlan:
     """What IndexService.load does to the index directory (plan_index_load)."""
 
-    #: links left by an interrupted _IndexMapping creation, removed
+    #: leftovers of an interrupted creation (a dead pid's ``.alloc``) or older links, removed
     staging: list[str] = field(default_factory=list)
     #: the files mapped, oldest first
     keep: list[str] = field(default_factory=list)
@@ -257,7 +236,8 @@ def plan_index_load(store_path: str, file_size: int, hash_slot_num: int, index_n
     rather another max_hash_slot_num / max_index_num, even if a config file says otherwise)."""
     plan = IndexLoadPlan()
     names = sorted(os.listdir(store_path))
-    plan.staging = [n for n in names if _STAGING_NAME.fullmatch(n)]
+    plan.staging = [n for n in names if _STAGING_NAME.fullmatch(n) or (_INDEX_NAME.fullmatch(n.split(".alloc")[0])
+                                                                         and dead_allocation(n))]
     candidates = [n for n in names if _INDEX_NAME.fullmatch(n) and os.path.isfile(os.path.join(store_path, n))]
     sizes = {n: os.path.getsize(os.path.join(store_path, n)) for n in candidates}
     wrong = {size for size in sizes.values() if size != file_size}
@@ -386,7 +366,8 @@ class IndexService:
     # -- start-up -----------------------------------------------------------------------------
     def load(self, last_exit_ok: bool) -> None:
         """spec §4.4 load(lastExitOK): map every ``index/<17 digits>`` file in name order (other
-        names are ignored, links left by an interrupted ``_IndexMapping`` are removed). After an
+        names are ignored, ``<name>.alloc<pid>`` left by a dead process's interrupted
+        creation and the ``000<name>`` links of an earlier version are removed). After an
         abnormal exit, files whose end timestamp is past checkpoint.indexMsgTimestamp (not known
         to be flushed) are destroyed; recovery re-dispatches what they held when
         message_index_safe is set.
@@ -409,7 +390,7 @@ class IndexService:
             try:
                 os.unlink(os.path.join(self.store_path, name))
             except FileNotFoundError:
-                pass  # not left over: another process of the node was creating it and has moved it on
+                pass  # another process's load removed it first
         for name, end_ts in plan.destroy:
             log.warning("index: destroying %s after an abnormal exit: it ends at %d, after the last "
                         "flushed index file (checkpoint.indexMsgTimestamp %d)", name, end_ts,
