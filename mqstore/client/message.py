@@ -2,8 +2,10 @@
 (docs/rocketmq-remoting-spec.md §2.4.1, §2.4.2, §2.6).
 
 ``Message`` is what a producer sends (RocketMQ's Message); ``MessageExt`` is what a pull returns,
-decoded from the CommitLog records of the response body by the compiled record codec; message ids
-are made like RocketMQ's MessageClientIDSetter.
+decoded from the CommitLog records of the response body by the compiled client kernel
+(``mqstore._client``: the record checks of the record codec, the costly fields made on first
+access; its pure-Python twin is ``mqstore.client._twin``); message ids are made like RocketMQ's
+MessageClientIDSetter.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import os
 import random
 import socket
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mqstore._codec import decode_record, properties_to_string
+from mqstore._client import MessageExt
+from mqstore._client import decode_messages as _decode_messages
+from mqstore._codec import properties_to_string
 from mqstore.client.errors import MessageDecodeError
-from mqstore.client.protocol import COMPRESSED_FLAG, SYSTEM_PROPERTIES
+from mqstore.client.protocol import SYSTEM_PROPERTIES
 from mqstore.client.route import MessageQueue
 
 __all__ = ["Message", "MessageExt", "PullResult", "PullStatus", "SendResult", "SendStatus", "UniqIdGenerator",
@@ -151,51 +154,6 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = 21  # PULL_OFFSET_MOVED: the offset is outside the queue; use next_begin_offset
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ is most of a pulled message's cost
-class MessageExt:
-    """A message as a pull returns it, decoded from its CommitLog record (§2.6). ``msg_id`` is
-    the UNIQ_KEY property when there is one, else ``offset_msg_id``; ``properties`` holds every
-    property of the record (system ones included), ``user_properties`` only the user's."""
-
-    topic: str
-    body: bytes
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    msg_id: str
-    offset_msg_id: str
-    properties: dict[str, str]
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: tuple[str, int]
-    store_timestamp: int
-    store_host: tuple[str, int]
-    reconsume_times: int
-    body_crc: int
-    broker_name: str = ""
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get("TAGS")
-
-    @property
-    def keys(self) -> list[str]:
-        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get("UNIQ_KEY")
-
-    @property
-    def user_properties(self) -> dict[str, str]:
-        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTIES}
-
-    @property
-    def message_queue(self) -> MessageQueue:
-        return MessageQueue(self.topic, self.broker_name, self.queue_id)
-
-
 @dataclass(frozen=True)
 class PullResult:
     """A pull's outcome: status, where to pull next (``next_begin_offset``), the queue's bounds
@@ -214,32 +172,10 @@ def decode_messages(body: bytes, *, broker_name: str = "", address: str = "") ->
     """The messages of a pull response body: whole CommitLog records back to back (§2.4.2, §2.6),
     compressed bodies (sys flag bit 0) inflated. MessageDecodeError naming the offset and the
     problem when the body holds anything else."""
-    out: list[MessageExt] = []
-    pos, n = 0, len(body)
-    where = f" from {address}" if address else ""
-    while pos < n:
-        try:
-            rec = decode_record(body, pos)
-        except ValueError as exc:
-            raise MessageDecodeError(f"the pull response body{where} has no valid record at byte {pos} of {n}: "
-                                     f"{str(exc).split(' (hint:')[0]}") from None
-        raw = rec.body or b""
-        if rec.sys_flag & COMPRESSED_FLAG:
-            try:
-                raw = zlib.decompress(raw)
-            except zlib.error as exc:
-                raise MessageDecodeError(f"the record at byte {pos}{where} is flagged compressed but does not "
-                                         f"inflate: {exc}") from None
-        offset_id = rec.msg_id
-        out.append(MessageExt(
-            topic=rec.topic, body=raw, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
-            commit_log_offset=rec.physical_offset, msg_id=rec.properties.get("UNIQ_KEY") or offset_id,
-            offset_msg_id=offset_id, properties=rec.properties, flag=rec.flag, sys_flag=rec.sys_flag,
-            born_timestamp=rec.born_timestamp, born_host=rec.born_host, store_timestamp=rec.store_timestamp,
-            store_host=rec.store_host, reconsume_times=rec.reconsume_times, body_crc=rec.body_crc,
-            broker_name=broker_name))
-        pos += rec.total_size
-    return out
+    try:
+        return _decode_messages(body, broker_name=broker_name, address=address)
+    except ValueError as exc:
+        raise MessageDecodeError(str(exc)) from None
 
 
 def _month_bounds(ms: int) -> tuple[int, int]:

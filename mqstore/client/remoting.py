@@ -19,6 +19,7 @@ import itertools
 import logging
 import socket
 from collections.abc import Callable
+from typing import cast
 
 from mqstore._remoting import JSON, ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.client.errors import ConnectFailedError, ConnectionClosedError, RemotingTimeoutError
@@ -69,7 +70,8 @@ class _Protocol(asyncio.Protocol):
         self.conn = conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # (asyncio's own, or uvloop's, which does not subclass asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)
         self.conn._made(transport)
 
     def data_received(self, data: bytes) -> None:

@@ -1,0 +1,693 @@
+# cython: language_level=3
+"""The RocketMQ client's pulled messages (docs/rocketmq-remoting-spec.md §2.4.2, §2.6), in C:
+``decode_messages`` walks the CommitLog records of a pull response body and makes one
+``MessageExt`` per record.
+
+Each record gets exactly the checks of ``mqstore._codec.decode_record`` (spec §5.3
+checkMessageAndReturnSize with the body CRC and strict UTF-8), in the same order and with the
+same words, so a bad body fails as it did when the client decoded it record by record in Python.
+
+A ``MessageExt`` keeps what it needs from the response body and nothing more: the body (one
+bytes copy, inflated when the record is flagged compressed), the topic (one str, shared with the
+record before when that has the same topic), the numbers as C integers, the two hosts' raw
+bytes and the raw properties string (a bytes copy). The expensive parts are made on first
+access: ``properties`` (the dict), ``msg_id``, ``offset_msg_id`` (the hex string),
+``born_host`` and ``store_host`` (the tuples); ``tags``, ``keys`` and ``uniq_key`` read the
+raw properties without building the dict. Nothing keeps the response body alive: a
+memoryview would save the copies but pin the whole body (up to maxMsgNums records) for as long
+as any one of its messages lives.
+
+The numbers are RocketMQ's Java types: queue_id, flag, sys_flag, reconsume_times and body_crc
+are int32, queue_offset, commit_log_offset and the timestamps int64 (OverflowError otherwise).
+
+Twin: mqstore.client._twin (hypothesis parity in tests/test_client_decode.py).
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memchr, memcmp, memcpy
+
+from mq_bytes cimport mq_body_crc, mq_crc32_init, mq_get_i16, mq_get_i32, mq_get_i64, mq_put_i64
+from mq_record cimport (MQ_BLANK_MAGIC_CODE, MQ_BORNHOST_V6_FLAG, MQ_MESSAGE_MAGIC_CODE, MQ_MESSAGE_MAGIC_CODE_V2,
+                        MQ_STOREHOST_V6_FLAG, mq_record_length)
+
+import zlib
+
+mq_crc32_init()
+
+#: MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
+COMPRESSED_FLAG = 0x1
+
+cdef object _decompress = zlib.decompress
+cdef object _zlib_error = zlib.error
+cdef bytes _EMPTY = b""
+cdef const char *_HEX = b"0123456789ABCDEF"
+
+# mqstore.client names, looked up on first use (mqstore.client imports this module)
+cdef object _MessageQueue = None
+cdef object _SYSTEM_PROPERTIES = None
+cdef object _IPv6Address = None
+
+
+# -- one record -------------------------------------------------------------------------------
+
+cdef enum:
+    R_OK = 0
+    R_TRUNCATED
+    R_BLANK
+    R_MAGIC
+    R_NEGATIVE_TOTAL
+    R_BORN_HOST
+    R_STORE_HOST
+    R_BODY
+    R_CRC
+    R_NEGATIVE_TOPIC
+    R_TOPIC
+    R_PROPERTIES
+
+cdef struct Rec:
+    int32_t total
+    int32_t magic
+    int32_t body_crc
+    int32_t queue_id
+    int32_t flag
+    int64_t queue_offset
+    int64_t physical_offset
+    int32_t sys_flag
+    int64_t born_timestamp
+    Py_ssize_t born_pos
+    int born_len
+    int64_t store_timestamp
+    Py_ssize_t store_pos
+    int store_len
+    int32_t reconsume_times
+    int32_t body_len
+    Py_ssize_t body_pos
+    int topic_len
+    Py_ssize_t topic_pos
+    int props_len
+    Py_ssize_t props_pos
+    bint v2
+    # what failed: a read of `need` bytes at `at`, or a CRC that came out as `actual`
+    Py_ssize_t need
+    Py_ssize_t at
+    int32_t actual
+
+
+cdef inline int _short(Rec *r, Py_ssize_t at, Py_ssize_t need) noexcept nogil:
+    r.at = at
+    r.need = need
+    return R_TRUNCATED
+
+
+cdef int _parse(const char *b, Py_ssize_t n, Py_ssize_t c, Rec *r) noexcept nogil:
+    """The reads and checks of _codec.decode_record on the record at c of the n bytes at b, in
+    its order (each read bounded by the buffer's end, each host, the body, the topic and the
+    properties bounded by TOTALSIZE like Java's scratch array); R_OK or what failed first. The
+    UTF-8 and the TOTALSIZE-against-fields checks come after, in decode_messages."""
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.total = mq_get_i32(b + c)
+    c += 4
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.magic = mq_get_i32(b + c)
+    c += 4
+    if r.magic == MQ_BLANK_MAGIC_CODE:
+        return R_BLANK
+    if r.magic != MQ_MESSAGE_MAGIC_CODE and r.magic != MQ_MESSAGE_MAGIC_CODE_V2:
+        return R_MAGIC
+    if r.total < 0:
+        return R_NEGATIVE_TOTAL
+    r.v2 = r.magic == MQ_MESSAGE_MAGIC_CODE_V2
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.body_crc = mq_get_i32(b + c)
+    c += 4
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.queue_id = mq_get_i32(b + c)
+    c += 4
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.flag = mq_get_i32(b + c)
+    c += 4
+    if c + 8 > n:
+        return _short(r, c, 8)
+    r.queue_offset = mq_get_i64(b + c)
+    c += 8
+    if c + 8 > n:
+        return _short(r, c, 8)
+    r.physical_offset = mq_get_i64(b + c)
+    c += 8
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.sys_flag = mq_get_i32(b + c)
+    c += 4
+    if c + 8 > n:
+        return _short(r, c, 8)
+    r.born_timestamp = mq_get_i64(b + c)
+    c += 8
+    r.born_len = 20 if r.sys_flag & MQ_BORNHOST_V6_FLAG else 8
+    r.store_len = 20 if r.sys_flag & MQ_STOREHOST_V6_FLAG else 8
+    if r.born_len > r.total:
+        return R_BORN_HOST
+    if c + r.born_len > n:
+        return _short(r, c, r.born_len)
+    r.born_pos = c
+    c += r.born_len
+    if c + 8 > n:
+        return _short(r, c, 8)
+    r.store_timestamp = mq_get_i64(b + c)
+    c += 8
+    if r.store_len > r.total:
+        return R_STORE_HOST
+    if c + r.store_len > n:
+        return _short(r, c, r.store_len)
+    r.store_pos = c
+    c += r.store_len
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.reconsume_times = mq_get_i32(b + c)
+    c += 4
+    if c + 8 > n:  # PREPARED_TRANSACTION_OFFSET: read, not kept
+        return _short(r, c, 8)
+    c += 8
+    if c + 4 > n:
+        return _short(r, c, 4)
+    r.body_len = mq_get_i32(b + c)
+    c += 4
+    r.body_pos = c
+    if r.body_len > 0:  # a negative BODYLENGTH reads as an empty body, and only a body has a CRC
+        if r.body_len > r.total:
+            return R_BODY
+        if c + r.body_len > n:
+            return _short(r, c, r.body_len)
+        c += r.body_len
+        r.actual = mq_body_crc(b + r.body_pos, r.body_len)
+        if r.actual != r.body_crc:
+            return R_CRC
+    if r.v2:
+        if c + 2 > n:
+            return _short(r, c, 2)
+        r.topic_len = mq_get_i16(b + c)
+        c += 2
+    else:
+        if c + 1 > n:
+            return _short(r, c, 1)
+        r.topic_len = <signed char>b[c]
+        c += 1
+    if r.topic_len < 0:
+        return R_NEGATIVE_TOPIC
+    if r.topic_len > r.total:
+        return R_TOPIC
+    if c + r.topic_len > n:
+        return _short(r, c, r.topic_len)
+    r.topic_pos = c
+    c += r.topic_len
+    if c + 2 > n:
+        return _short(r, c, 2)
+    r.props_len = mq_get_i16(b + c)
+    c += 2
+    r.props_pos = c
+    if r.props_len > 0:  # a negative PROPERTIESLENGTH means no properties
+        if r.props_len > r.total:
+            return R_PROPERTIES
+        if c + r.props_len > n:
+            return _short(r, c, r.props_len)
+    return R_OK
+
+
+cdef str _problem(int code, Rec *r, Py_ssize_t offset, Py_ssize_t n):
+    """decode_record's words for what _parse found (its CorruptRecordError text, hint left out)."""
+    if code == R_TRUNCATED:
+        return (f"record at buffer offset {offset} is truncated: needs {r.need} bytes at {r.at}, "
+                f"buffer ends at {n}")
+    if code == R_BLANK:
+        return (f"offset {offset} holds a BLANK (end of file) record, not a message; "
+                "use check_record to detect blanks")
+    if code == R_MAGIC:
+        return f"record at offset {offset}: unknown magic code 0x{<uint32_t>r.magic:08X}"
+    if code == R_NEGATIVE_TOTAL:
+        return f"record at offset {offset}: negative TOTALSIZE {r.total}"
+    if code == R_BORN_HOST:
+        return f"record at offset {offset}: BORNHOST is longer than TOTALSIZE {r.total}"
+    if code == R_STORE_HOST:
+        return f"record at offset {offset}: STOREHOST is longer than TOTALSIZE {r.total}"
+    if code == R_BODY:
+        return f"record at offset {offset}: BODY of {r.body_len} bytes is longer than TOTALSIZE {r.total}"
+    if code == R_CRC:
+        return f"record at offset {offset}: body CRC {r.actual} does not match stored BODYCRC {r.body_crc}"
+    if code == R_NEGATIVE_TOPIC:
+        return f"record at offset {offset}: negative topic length {r.topic_len}"
+    if code == R_TOPIC:
+        return f"record at offset {offset}: TOPIC is longer than TOTALSIZE {r.total}"
+    if code == R_PROPERTIES:
+        return f"record at offset {offset}: PROPERTIES are longer than TOTALSIZE {r.total}"
+    return f"record at offset {offset}: unknown problem {code}"
+
+
+cdef inline str _where(object address):
+    return f" from {address}" if address else ""
+
+
+cdef ValueError _no_record(object address, Py_ssize_t pos, Py_ssize_t n, str problem):
+    return ValueError(f"the pull response body{_where(address)} has no valid record at byte {pos} of {n}: {problem}")
+
+
+cdef inline bint _ascii(const char *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef unsigned char acc = 0
+    for i in range(n):
+        acc |= <unsigned char>p[i]
+    return acc < 0x80
+
+
+# -- the properties string (spec §1.4), read from its UTF-8 bytes ------------------------------
+# \x01 and \x02 are single bytes that no other character's UTF-8 contains, so splitting the
+# bytes and decoding each piece gives what string_to_properties gives for the decoded string.
+
+cdef inline bint _next_pair(const char *p, int n, int *at, int *name, int *sep, int *end) noexcept nogil:
+    """The next name\\x01value pair at or after at[0]: segments split on \\x02, one counts when
+    its first \\x01 leaves a non-empty name and a non-empty value (mq_record's next_property,
+    with memchr)."""
+    cdef int i = at[0], e
+    cdef const char *q
+    while i < n:
+        q = <const char *>memchr(p + i, 2, n - i)
+        e = <int>(q - p) if q != NULL else n
+        q = <const char *>memchr(p + i, 1, e - i)
+        if q != NULL and i < q - p < e - 1:
+            name[0] = i
+            sep[0] = <int>(q - p)
+            end[0] = e
+            at[0] = e + 1
+            return True
+        i = e + 1
+    at[0] = i
+    return False
+
+
+# names most stored messages carry: a pair with one of these names gets the one str object
+# (hash already computed) instead of a new one
+cdef tuple _COMMON_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC",
+                            "ORIGIN_MESSAGE_ID", "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TRAN_MSG", "PGROUP",
+                            "CLUSTER", "TRACE_ON", "MSG_REGION", "CONSUME_START_TIME", "MIN_OFFSET", "MAX_OFFSET")
+cdef tuple _COMMON_NAMES_UTF8 = tuple(name.encode("ascii") for name in _COMMON_NAMES)
+
+
+cdef inline object _name(const char *p, int n):
+    cdef Py_ssize_t i
+    cdef bytes known
+    for i in range(len(_COMMON_NAMES_UTF8)):
+        known = <bytes>_COMMON_NAMES_UTF8[i]
+        if PyBytes_GET_SIZE(known) == n and memcmp(PyBytes_AS_STRING(known), p, n) == 0:
+            return _COMMON_NAMES[i]
+    return PyUnicode_DecodeUTF8(p, n, NULL)
+
+
+cdef dict _properties_of(bytes raw):
+    cdef const char *p = PyBytes_AS_STRING(raw)
+    cdef int n = <int>PyBytes_GET_SIZE(raw), at = 0, name = 0, sep = 0, end = 0
+    cdef dict out = {}
+    while _next_pair(p, n, &at, &name, &sep, &end):
+        out[_name(p + name, sep - name)] = PyUnicode_DecodeUTF8(p + sep + 1, end - sep - 1, NULL)
+    return out
+
+
+cdef object _property_of(bytes raw, const char *key, int key_len):
+    """properties_of(raw).get(key) without the dict: the value of the last pair named key."""
+    cdef const char *p = PyBytes_AS_STRING(raw)
+    cdef int n = <int>PyBytes_GET_SIZE(raw), at = 0, name = 0, sep = 0, end = 0, found = -1, found_end = 0
+    while _next_pair(p, n, &at, &name, &sep, &end):
+        if sep - name == key_len and memcmp(p + name, key, key_len) == 0:
+            found = sep + 1
+            found_end = end
+    if found < 0:
+        return None
+    return PyUnicode_DecodeUTF8(p + found, found_end - found, NULL)
+
+
+# -- hosts and the offset message id -----------------------------------------------------------
+
+cdef class _HostCache:
+    """The last host tuple made, by its raw bytes: the messages of a pull mostly share their
+    store host and often their born host, and a tuple can be shared."""
+    cdef unsigned char raw[20]
+    cdef int length
+    cdef tuple host
+
+
+cdef _HostCache _last_born = _HostCache()
+cdef _HostCache _last_store = _HostCache()
+
+
+cdef inline int _put_octet(char *out, unsigned char v) noexcept nogil:
+    if v >= 100:
+        out[0] = <char>(48 + v // 100)
+        out[1] = <char>(48 + v // 10 % 10)
+        out[2] = <char>(48 + v % 10)
+        return 3
+    if v >= 10:
+        out[0] = <char>(48 + v // 10)
+        out[1] = <char>(48 + v % 10)
+        return 2
+    out[0] = <char>(48 + v)
+    return 1
+
+
+cdef tuple _host(const unsigned char *raw, int length, _HostCache cache):
+    """decode_host (mqstore.log.record): (dotted IPv4 or Python's IPv6 text, signed port)."""
+    global _IPv6Address
+    if cache.length == length and memcmp(cache.raw, raw, length) == 0:
+        return cache.host
+    cdef int32_t port = mq_get_i32(<const char *>raw + length - 4)
+    cdef char text[16]
+    cdef int k = 0, j
+    if length == 8:
+        for j in range(4):
+            if j:
+                text[k] = b"."
+                k += 1
+            k += _put_octet(text + k, raw[j])
+        ip = PyUnicode_DecodeASCII(text, k, NULL)
+    else:
+        if _IPv6Address is None:
+            from ipaddress import IPv6Address
+            _IPv6Address = IPv6Address
+        ip = str(_IPv6Address(PyBytes_FromStringAndSize(<const char *>raw, 16)))
+    cache.host = (ip, port)
+    memcpy(cache.raw, raw, length)
+    cache.length = length
+    return cache.host
+
+
+cdef str _offset_msg_id(const unsigned char *host, int host_len, int64_t offset):
+    """Upper-case hex of the store host's address and port and the CommitLog offset (spec §1.2)."""
+    cdef unsigned char raw[28]
+    cdef char text[56]
+    cdef int i, n = host_len + 8
+    memcpy(raw, host, host_len)
+    mq_put_i64(<char *>raw + host_len, offset)
+    for i in range(n):
+        text[2 * i] = _HEX[raw[i] >> 4]
+        text[2 * i + 1] = _HEX[raw[i] & 15]
+    return PyUnicode_DecodeASCII(text, 2 * n, NULL)
+
+
+# -- MessageExt --------------------------------------------------------------------------------
+
+cdef enum:
+    # parts of a decoded message not made yet
+    LAZY_OFFSET_MSG_ID = 1
+    LAZY_MSG_ID = 2
+    LAZY_PROPERTIES = 4
+    LAZY_BORN_HOST = 8
+    LAZY_STORE_HOST = 16
+    LAZY_ALL = 31
+
+
+@cython.freelist(64)
+cdef class MessageExt:
+    """A message as a pull returns it, decoded from its CommitLog record (§2.6). ``msg_id`` is
+    the UNIQ_KEY property when there is one, else ``offset_msg_id``; ``properties`` holds every
+    property of the record (system ones included), ``user_properties`` only the user's."""
+
+    cdef public object topic
+    cdef public object body
+    cdef public int32_t queue_id
+    cdef public int64_t queue_offset
+    cdef int64_t _commit_log_offset
+    cdef object _msg_id
+    cdef object _offset_msg_id
+    cdef object _properties
+    cdef public int32_t flag
+    cdef public int32_t sys_flag
+    cdef public int64_t born_timestamp
+    cdef object _born_host
+    cdef public int64_t store_timestamp
+    cdef object _store_host
+    cdef public int32_t reconsume_times
+    cdef public int32_t body_crc
+    cdef public object broker_name
+    # what the lazy parts are made from (a decoded message only)
+    cdef int _lazy
+    cdef bytes _raw_properties
+    cdef unsigned char _born_raw[20]
+    cdef unsigned char _store_raw[20]
+    cdef int _born_len
+    cdef int _store_len
+
+    __match_args__ = ("topic", "body", "queue_id", "queue_offset", "commit_log_offset", "msg_id", "offset_msg_id",
+                      "properties", "flag", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
+                      "store_host", "reconsume_times", "body_crc", "broker_name")
+
+    def __init__(self, topic, body, int32_t queue_id, int64_t queue_offset, int64_t commit_log_offset, msg_id,
+                 offset_msg_id, properties, int32_t flag, int32_t sys_flag, int64_t born_timestamp, born_host,
+                 int64_t store_timestamp, store_host, int32_t reconsume_times, int32_t body_crc, broker_name=""):
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self._commit_log_offset = commit_log_offset
+        self._msg_id = msg_id
+        self._offset_msg_id = offset_msg_id
+        self._properties = properties
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self._born_host = born_host
+        self.store_timestamp = store_timestamp
+        self._store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.body_crc = body_crc
+        self.broker_name = broker_name
+        self._lazy = 0
+        self._raw_properties = None
+
+    cdef void _make_all(self) except *:
+        """Make every lazy part; a setter calls this first, so that a part made later cannot see
+        a value set after decoding (the dataclass made them all at once)."""
+        cdef object made
+        if self._lazy:
+            made = (self.msg_id, self.offset_msg_id, self.properties, self.born_host, self.store_host)
+            self._raw_properties = None
+
+    cdef object _get_property(self, const char *key, int key_len, str name):
+        if self._lazy & LAZY_PROPERTIES:
+            return _property_of(self._raw_properties, key, key_len)
+        return self._properties.get(name)
+
+    @property
+    def commit_log_offset(self):
+        return self._commit_log_offset
+
+    @commit_log_offset.setter
+    def commit_log_offset(self, int64_t value):
+        self._make_all()
+        self._commit_log_offset = value
+
+    @property
+    def offset_msg_id(self):
+        if self._lazy & LAZY_OFFSET_MSG_ID:
+            self._offset_msg_id = _offset_msg_id(self._store_raw, self._store_len, self._commit_log_offset)
+            self._lazy &= ~LAZY_OFFSET_MSG_ID
+        return self._offset_msg_id
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, value):
+        self._make_all()
+        self._offset_msg_id = value
+
+    @property
+    def msg_id(self):
+        if self._lazy & LAZY_MSG_ID:
+            uniq = _property_of(self._raw_properties, b"UNIQ_KEY", 8)
+            self._msg_id = uniq if uniq is not None else self.offset_msg_id
+            self._lazy &= ~LAZY_MSG_ID
+        return self._msg_id
+
+    @msg_id.setter
+    def msg_id(self, value):
+        self._make_all()
+        self._msg_id = value
+
+    @property
+    def properties(self):
+        if self._lazy & LAZY_PROPERTIES:
+            self._properties = _properties_of(self._raw_properties)
+            self._lazy &= ~LAZY_PROPERTIES
+        return self._properties
+
+    @properties.setter
+    def properties(self, value):
+        self._make_all()
+        self._properties = value
+
+    @property
+    def born_host(self):
+        if self._lazy & LAZY_BORN_HOST:
+            self._born_host = _host(self._born_raw, self._born_len, _last_born)
+            self._lazy &= ~LAZY_BORN_HOST
+        return self._born_host
+
+    @born_host.setter
+    def born_host(self, value):
+        self._make_all()
+        self._born_host = value
+
+    @property
+    def store_host(self):
+        if self._lazy & LAZY_STORE_HOST:
+            self._store_host = _host(self._store_raw, self._store_len, _last_store)
+            self._lazy &= ~LAZY_STORE_HOST
+        return self._store_host
+
+    @store_host.setter
+    def store_host(self, value):
+        self._make_all()
+        self._store_host = value
+
+    @property
+    def tags(self):
+        return self._get_property(b"TAGS", 4, "TAGS")
+
+    @property
+    def keys(self):
+        if self._lazy & LAZY_PROPERTIES:
+            keys = _property_of(self._raw_properties, b"KEYS", 4)
+            if keys is None:
+                return []
+        else:
+            keys = self._properties.get("KEYS", "")
+        return [k for k in keys.split(" ") if k]
+
+    @property
+    def uniq_key(self):
+        return self._get_property(b"UNIQ_KEY", 8, "UNIQ_KEY")
+
+    @property
+    def user_properties(self):
+        global _SYSTEM_PROPERTIES
+        if _SYSTEM_PROPERTIES is None:
+            from mqstore.client.protocol import SYSTEM_PROPERTIES
+            _SYSTEM_PROPERTIES = SYSTEM_PROPERTIES
+        return {k: v for k, v in self.properties.items() if k not in _SYSTEM_PROPERTIES}
+
+    @property
+    def message_queue(self):
+        global _MessageQueue
+        if _MessageQueue is None:
+            from mqstore.client.route import MessageQueue
+            _MessageQueue = MessageQueue
+        return _MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    cdef tuple _fields(self):
+        return (self.topic, self.body, self.queue_id, self.queue_offset, self._commit_log_offset, self.msg_id,
+                self.offset_msg_id, self.properties, self.flag, self.sys_flag, self.born_timestamp, self.born_host,
+                self.store_timestamp, self.store_host, self.reconsume_times, self.body_crc, self.broker_name)
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == (<MessageExt>other)._fields()
+
+    def __ne__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() != (<MessageExt>other)._fields()
+
+    __hash__ = None  # mutable and compared by value, like the dataclass it replaces (eq=True, not frozen)
+
+    def __repr__(self):
+        return (f"{type(self).__qualname__}(topic={self.topic!r}, body={self.body!r}, queue_id={self.queue_id!r}, "
+                f"queue_offset={self.queue_offset!r}, commit_log_offset={self._commit_log_offset!r}, "
+                f"msg_id={self.msg_id!r}, offset_msg_id={self.offset_msg_id!r}, properties={self.properties!r}, "
+                f"flag={self.flag!r}, sys_flag={self.sys_flag!r}, born_timestamp={self.born_timestamp!r}, "
+                f"born_host={self.born_host!r}, store_timestamp={self.store_timestamp!r}, "
+                f"store_host={self.store_host!r}, reconsume_times={self.reconsume_times!r}, "
+                f"body_crc={self.body_crc!r}, broker_name={self.broker_name!r})")
+
+    def __reduce__(self):
+        return (type(self), self._fields())
+
+
+# -- a pull response body ----------------------------------------------------------------------
+
+def decode_messages(body, *, broker_name="", address=""):
+    """The messages of a pull response body: whole CommitLog records back to back (§2.4.2, §2.6),
+    compressed bodies (sys flag bit 0) inflated. ValueError naming the offset and the problem when
+    the body holds anything else (mqstore.client.message.decode_messages makes it a
+    MessageDecodeError)."""
+    cdef const unsigned char[::1] view
+    cdef const char *b = NULL
+    cdef Py_ssize_t n, pos = 0
+    if type(body) is bytes:
+        b = PyBytes_AS_STRING(body)
+        n = PyBytes_GET_SIZE(body)
+    else:
+        view = memoryview(body).cast("B")
+        n = view.shape[0]
+        if n:
+            b = <const char *>&view[0]
+    cdef list out = []
+    cdef Rec r
+    cdef int code, expected
+    cdef object topic = None, raw_props, raw_body
+    cdef const char *last_topic = NULL
+    cdef int last_topic_len = -1
+    cdef MessageExt m
+    while pos < n:
+        code = _parse(b, n, pos, &r)
+        if code != R_OK:
+            raise _no_record(address, pos, n, _problem(code, &r, pos, n))
+        try:
+            if r.topic_len != last_topic_len or memcmp(b + r.topic_pos, last_topic, r.topic_len) != 0:
+                topic = PyUnicode_DecodeUTF8(b + r.topic_pos, r.topic_len, NULL)
+                last_topic = b + r.topic_pos
+                last_topic_len = r.topic_len
+            if r.props_len > 0:
+                if not _ascii(b + r.props_pos, r.props_len):
+                    PyUnicode_DecodeUTF8(b + r.props_pos, r.props_len, NULL)  # strict: it must be UTF-8
+                raw_props = PyBytes_FromStringAndSize(b + r.props_pos, r.props_len)
+            else:
+                raw_props = _EMPTY
+        except UnicodeDecodeError as exc:
+            raise _no_record(address, pos, n,
+                             f"record at offset {pos}: topic or properties are not UTF-8 ({exc})") from None
+        expected = mq_record_length(r.body_len if r.body_len > 0 else 0, r.topic_len,
+                                    r.props_len if r.props_len > 0 else 0, r.sys_flag, r.v2)
+        if expected != r.total:
+            raise _no_record(address, pos, n,
+                             f"record at offset {pos}: TOTALSIZE {r.total} but its fields add up to {expected} bytes")
+        raw_body = PyBytes_FromStringAndSize(b + r.body_pos, r.body_len) if r.body_len > 0 else _EMPTY
+        if r.sys_flag & COMPRESSED_FLAG:
+            try:
+                raw_body = _decompress(raw_body)
+            except _zlib_error as exc:
+                raise ValueError(f"the record at byte {pos}{_where(address)} is flagged compressed but does not "
+                                 f"inflate: {exc}") from None
+        m = MessageExt.__new__(MessageExt)
+        m.topic = topic
+        m.body = raw_body
+        m.queue_id = r.queue_id
+        m.queue_offset = r.queue_offset
+        m._commit_log_offset = r.physical_offset
+        m.flag = r.flag
+        m.sys_flag = r.sys_flag
+        m.born_timestamp = r.born_timestamp
+        m.store_timestamp = r.store_timestamp
+        m.reconsume_times = r.reconsume_times
+        m.body_crc = r.body_crc
+        m.broker_name = broker_name
+        m._raw_properties = raw_props
+        memcpy(m._born_raw, b + r.born_pos, r.born_len)
+        m._born_len = r.born_len
+        memcpy(m._store_raw, b + r.store_pos, r.store_len)
+        m._store_len = r.store_len
+        m._lazy = LAZY_ALL
+        out.append(m)
+        pos += r.total
+    return out
