@@ -564,6 +564,8 @@ cdef class CommitLogAppender:
     cdef public bint slave
     cdef bytes store_host_b
     cdef object store_host
+    cdef object last_host         # the born_host last encoded (a front passes its connection's one tuple)
+    cdef bytes last_host_b
     cdef object last_topic
     cdef set valid_topics
     cdef Py_ssize_t max_topic_length
@@ -745,7 +747,12 @@ cdef class CommitLogAppender:
     cdef bytes _host_bytes(self, object host):
         if host is None:
             return self.store_host_b
-        return encode_host(tuple(host))
+        if host is self.last_host:  # the same tuple again: a front's connection sends many
+            return self.last_host_b
+        cdef bytes encoded = encode_host(tuple(host))
+        if type(host) is tuple:
+            self.last_host, self.last_host_b = host, encoded
+        return encoded
 
     # -- single message ---------------------------------------------------------------------
     def put_message(self, Message msg not None) -> PutMessageResult:

@@ -35,10 +35,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from mqstore._codec import string_to_properties
 from mqstore._commitlog import Message, MessageBatch
+from mqstore._front import parse_send, send_ok_response
 from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
@@ -91,7 +92,8 @@ class Connection(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # (asyncio's own, or uvloop's, which does not subclass asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -117,6 +119,10 @@ class Connection(asyncio.Protocol):
     def write(self, cmd: RemotingCommand) -> None:
         if not self.closed and self.transport is not None:
             self.transport.write(cmd.encode())
+
+    def write_bytes(self, frame: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(frame)
 
     def answer(self, request: RemotingCommand, code: int, remark: str | None = None, *,
                ext_fields: dict[str, str] | None = None, body: bytes = b"") -> None:
@@ -152,6 +158,9 @@ class Front:
         self.link = link.LinkClient(link_address, self._pushed, self._link_lost)
         self.topics: dict[str, dict[str, Any]] = {}
         self._sendable: set[str] = set()  # topic names that passed topic_problem
+        #: topic -> (its config, its queue count) for the send fast path, while that config is current
+        self._writable: dict[str, tuple[dict[str, Any], int]] = {}
+        self.cluster = self.cfg.broker_cluster_name
         self.groups: dict[str, dict[str, Any]] = {}
         self.conns: dict[str, Connection] = {}
         self._ids = 0
@@ -293,6 +302,8 @@ class Front:
 
     # -- send (SendMessageProcessor) -------------------------------------------------------------
     def send(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if self.executor is None and self._send_fast(conn, cmd):
+            return
         f = send_fields(cmd.code, cmd.ext_fields)
         check_header(RequestCode.SEND_MESSAGE, f)
         topic = field(f, "topic")
@@ -310,6 +321,37 @@ class Front:
             self._create_then_send(conn, cmd, f, topic)
             return
         self._send_to(conn, cmd, f, topic, tc)
+
+    def _send_fast(self, conn: Connection, cmd: RemotingCommand) -> bool:
+        """The common send, served without the general path's checks: a single message whose
+        header ``parse_send`` takes, to a known writable topic already checked, a queue it has
+        (an ASYNC_FLUSH put, answered at once). False when it is not one: the general path then
+        serves or refuses it, naming why."""
+        parsed = parse_send(cmd.code, cmd.ext_fields)
+        if parsed is None:
+            return False
+        topic, queue_id, sys_flag, born, flag, reconsume, properties = parsed
+        tc = self.topics.get(topic)
+        writable = self._writable.get(topic)
+        if writable is None or writable[0] is not tc:
+            if tc is None or topic not in self._sendable or not tc.get("perm", 0) & PERM_WRITE:
+                return False
+            writable = self._writable[topic] = (tc, max(tc.get("writeQueueNums", 0), tc.get("readQueueNums", 0)))
+        if queue_id >= writable[1]:
+            return False
+        props = string_to_properties(properties) if properties else {}
+        wait = props.pop("WAIT", "true").lower() != "false"
+        props["CLUSTER"] = self.cluster
+        result = self.store.put_message(Message(topic, cmd.body, queue_id=queue_id, flag=flag, properties=props,
+                                                sys_flag=sys_flag, born_timestamp=born, born_host=conn.peer,
+                                                reconsume_times=reconsume, wait_store_msg_ok=None if wait else False))
+        if result.status is PutMessageStatus.PUT_OK:
+            if not cmd.is_oneway:
+                conn.write_bytes(send_ok_response(cmd, ResponseCode.SUCCESS, result.msg_id or "", queue_id,
+                                                  result.queue_offset))
+        else:
+            self._answer_put(conn, cmd, result, queue_id)
+        return True
 
     def _create_then_send(self, conn: Connection, cmd: RemotingCommand, f: dict[str, str], topic: str) -> None:
         ask = RemotingCommand(link.TOPIC_FOR_SEND, ext_fields={
@@ -640,7 +682,12 @@ def main(argv: list[str]) -> int:
                 pass
 
     try:
-        asyncio.run(run())
+        if os.environ.get("MQSTORE_FRONT_LOOP") == "uvloop":
+            import uvloop
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(run())
+        else:
+            asyncio.run(run())
     finally:
         if front.executor is not None:
             front.executor.shutdown(wait=True)
