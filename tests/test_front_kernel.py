@@ -89,3 +89,15 @@ def test_the_send_response_in_the_requests_serialization():
         assert (got.code, got.opaque, got.flag, got.serialize_type, got.language) == (0, 77, 1, serialize, "JAVA")
         assert got.ext_fields == {"msgId": "7F0000010000ABCD", "queueId": "2", "queueOffset": "41",
                                   "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+@settings(max_examples=500, deadline=None)
+@given(serialize=st.sampled_from([JSON, ROCKETMQ]), code=st.sampled_from([0, 10, 11, 12]),
+       msg_id=st.one_of(st.text("0123456789ABCDEF,", max_size=70), st.text(max_size=8)),
+       queue_id=st.integers(0, 2**31 - 1), offset=st.integers(-2**63, 2**63 - 1), opaque=st.integers(-2**31, 2**31 - 1))
+def test_the_send_response_is_the_bytes_remoting_command_makes(serialize, code, msg_id, queue_id, offset, opaque):
+    request = RemotingCommand(RequestCode.SEND_MESSAGE, opaque=opaque, serialize_type=serialize)
+    want = RemotingCommand(code, language="JAVA", version=407, opaque=opaque, flag=1, serialize_type=serialize,
+                           ext_fields={"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(offset),
+                                       "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}).encode()
+    assert send_ok_response(request, code, msg_id, queue_id, offset) == want
