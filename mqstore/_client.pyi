@@ -1,11 +1,13 @@
 """Type stubs for the compiled ``mqstore._client`` (ext/mqstore/_client.pyx).
 
 The RocketMQ client's pulled messages (docs/rocketmq-remoting-spec.md §2.4.2, §2.6): the records
-of a pull response body decoded into MessageExt, the costly fields made on first access.
-Twin: mqstore.client._twin.
+of a pull response body decoded into MessageExt, the costly fields made on first access; and the
+send side's message ids, properties strings and batch bodies (§1.4, §2.4.1).
+Twin: mqstore.client._twin (and mqstore._codec for the properties and batch bodies).
 """
 
-from typing import ClassVar, Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Final, final
 
 from typing_extensions import Buffer, disjoint_base
 
@@ -78,3 +80,37 @@ def decode_messages(body: Buffer, *, broker_name: str = "", address: str = "") -
     compressed bodies (sys flag bit 0) inflated. ValueError naming the offset and the problem when
     the body holds anything else (mqstore.client.message.decode_messages makes it a
     MessageDecodeError)."""
+
+@final
+class UniqIdGenerator:
+    """Message ids like RocketMQ's MessageClientIDSetter.createUniqID: 32 upper-case hex digits of
+    IPv4 address (4 bytes; RocketMQ's createFakeIP, 4 bytes of the clock, when ``ip`` is not
+    one), pid (2), a per-generator random salt (4), ms since the start of the local month (4)
+    and a counter (2). ``fix``, ``counter`` and ``now_ms`` are for tests."""
+
+    def __init__(self, ip: str | None = None, *, fix: bytes | None = None, counter: int = 0,
+                 now_ms: int | None = None) -> None: ...
+    @property
+    def fix(self) -> bytes:
+        """The fixed first 10 bytes of every id: IPv4 address, pid, salt."""
+    def next(self) -> str:
+        """The next id."""
+    def next_at(self, now_ms: int) -> str:
+        """The next id as if the clock read now_ms (ms since the epoch)."""
+    def next_many(self, n: int) -> list[str]:
+        """The next n ids (the clock read for each)."""
+
+def encode_properties(props: Mapping[str, str | None] | None) -> str:
+    """MessageDecoder.messageProperties2String (spec §1.4) in Java HashMap order, None values left
+    out: what mqstore._codec.properties_to_string gives."""
+
+_BatchEntry = bytes | tuple[bytes, dict[str, str] | None, int]
+
+def batch_entries(items: Iterable[Any], prepare: Callable[[Any, int], tuple[bytes, dict[str, str] | None, int]],
+                  max_body: int) -> list[_BatchEntry]:
+    """The entries of a batch, checked: a bytes item of 1 to max_body bytes as it is, any other
+    item as prepare(item, index) gives it, or raises."""
+
+def encode_batch(entries: list[_BatchEntry], ids: list[str]) -> bytes:
+    """A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages, spec §2.4.1), entry i with the
+    UNIQ_KEY ids[i]."""

@@ -734,6 +734,50 @@ def test_requests_from_the_server_and_bad_frames(ser):
     run(main())
 
 
+def test_timeouts_fire_soon_after_their_deadlines_without_a_timer_per_request():
+    """Requests with different timeouts in flight on one connection to a server that never
+    answers: each fails with RemotingTimeoutError within 250 ms after its own deadline (one
+    timer per connection, re-armed for the earliest deadline), and the connection stays usable."""
+    async def main():
+        server = FakeServer()
+        address = await server.start()
+        conn = await RemotingConnection.open(address)
+        loop = asyncio.get_running_loop()
+        failed: dict[float, float] = {}
+
+        async def one(timeout: float) -> None:
+            started = loop.time()
+            with pytest.raises(RemotingTimeoutError) as late:
+                await conn.request(RemotingCommand(RequestCode.HEART_BEAT), timeout=timeout)
+            failed[timeout] = loop.time() - started
+            assert late.value.timeout == timeout and late.value.address == address
+            assert re.fullmatch(rf"no response from {address} to HEART_BEAT\(34\) \(opaque \d+\) in {timeout:g} s",
+                                str(late.value))
+
+        first = asyncio.ensure_future(one(1.2))
+        await asyncio.sleep(0.05)
+        assert conn.in_flight == 1
+        await asyncio.gather(first, one(0.3), one(0.6), one(0.25))
+        for timeout, elapsed in failed.items():
+            assert timeout <= elapsed < timeout + 0.25, f"the {timeout} s timeout fired after {elapsed:.3f} s"
+        assert conn.in_flight == 0 and not conn.closed
+        for _ in range(20):  # the scan stops once nothing is in flight
+            if conn._scan is None:
+                break
+            await asyncio.sleep(0.05)
+        assert conn._scan is None
+        pending = asyncio.ensure_future(conn.request(RemotingCommand(RequestCode.HEART_BEAT), timeout=30))
+        await asyncio.sleep(0.05)
+        assert conn._scan is not None
+        conn.close()
+        await conn.wait_closed()
+        assert conn._scan is None, "closing cancels the scan"
+        with pytest.raises(ConnectionClosedError):
+            await pending
+        await server.close()
+    run(main())
+
+
 def test_connecting_to_nothing_names_the_address():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

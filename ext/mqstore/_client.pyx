@@ -21,18 +21,36 @@ The numbers are RocketMQ's Java types: queue_id, flag, sys_flag, reconsume_times
 are int32, queue_offset, commit_log_offset and the timestamps int64 (OverflowError otherwise).
 
 Twin: mqstore.client._twin (hypothesis parity in tests/test_client_decode.py).
+
+The send side lives here too: ``UniqIdGenerator`` makes the message ids (RocketMQ's
+MessageClientIDSetter) without a Python call per id, ``encode_properties`` writes a properties
+string in Java HashMap order computing each set of names' order once, and ``batch_entries`` /
+``encode_batch`` make a SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages) in one
+allocation, a plain ``bytes`` item never leaving C. Their twins are in mqstore.client._twin and
+mqstore._codec (parity in tests/test_client_ids.py).
 """
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint32_t
-from libc.string cimport memchr, memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy, memset
+from libc.time cimport localtime_r, mktime, time_t, tm
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from mq_bytes cimport mq_body_crc, mq_crc32_init, mq_get_i16, mq_get_i32, mq_get_i64, mq_put_i64
-from mq_record cimport (MQ_BLANK_MAGIC_CODE, MQ_BORNHOST_V6_FLAG, MQ_MESSAGE_MAGIC_CODE, MQ_MESSAGE_MAGIC_CODE_V2,
-                        MQ_STOREHOST_V6_FLAG, mq_record_length)
+from mq_bytes cimport (mq_body_crc, mq_crc32_init, mq_get_i16, mq_get_i32, mq_get_i64, mq_put_i16, mq_put_i32,
+                       mq_put_i64)
+from mq_record cimport (MQ_BLANK_MAGIC_CODE, MQ_BORNHOST_V6_FLAG, MQ_MAX_PROPERTIES_BYTES, MQ_MESSAGE_MAGIC_CODE,
+                        MQ_MESSAGE_MAGIC_CODE_V2, MQ_STOREHOST_V6_FLAG, java_hashmap_keys, mq_record_length)
 
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+import os
+import random
+import socket
 import zlib
 
 mq_crc32_init()
@@ -690,4 +708,244 @@ def decode_messages(body, *, broker_name="", address=""):
         m._lazy = LAZY_ALL
         out.append(m)
         pos += r.total
+    return out
+
+
+
+# -- message ids (MessageClientIDSetter.createUniqID) -----------------------------------------
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef int _month_bounds(int64_t ms, int64_t *start, int64_t *nxt) except -1:
+    """The start of the local month holding ms and of the next, in ms since the epoch (what
+    the twin's time.localtime / time.mktime give: the C library's own calls)."""
+    cdef time_t secs = <time_t>(ms // 1000)
+    cdef tm t, a
+    if ms < 0 and ms % 1000:
+        secs -= 1  # floor, as time.localtime(ms / 1000)
+    if localtime_r(&secs, &t) == NULL:
+        raise OverflowError(f"{ms} ms is out of the C library's time range")
+    memset(&a, 0, sizeof(tm))
+    a.tm_year = t.tm_year
+    a.tm_mon = t.tm_mon
+    a.tm_mday = 1
+    a.tm_isdst = -1
+    start[0] = <int64_t>mktime(&a) * 1000
+    memset(&a, 0, sizeof(tm))
+    a.tm_year = t.tm_year + (1 if t.tm_mon == 11 else 0)
+    a.tm_mon = 0 if t.tm_mon == 11 else t.tm_mon + 1
+    a.tm_mday = 1
+    a.tm_isdst = -1
+    nxt[0] = <int64_t>mktime(&a) * 1000
+    return 0
+
+
+cdef inline void _put_hex(char *out, uint32_t value, int digits) noexcept nogil:
+    cdef int i
+    for i in range(digits - 1, -1, -1):
+        out[i] = _HEX[value & 15]
+        value >>= 4
+
+
+@cython.final
+cdef class UniqIdGenerator:
+    """Message ids like RocketMQ's MessageClientIDSetter.createUniqID: 32 upper-case hex digits of
+    IPv4 address (4 bytes; RocketMQ's createFakeIP, 4 bytes of the clock, when ``ip`` is not
+    one), pid (2), a per-generator random salt (4; Java uses a class loader's hash), ms since the
+    start of the local month (4; the month's bounds recomputed when the clock passes the next
+    month's start, a clock stepped back by less than 1000 s reads as the month's start) and a
+    counter (2).
+
+    ``fix`` (the first 10 bytes), ``counter`` (the first counter value) and ``now_ms`` (the
+    clock reading the month bounds start from) are for tests: ``next_at(now_ms)`` gives the id
+    of a given clock reading, so the twin (mqstore.client._twin.UniqIdGenerator) can be
+    compared id for id."""
+
+    cdef char _text[32]
+    cdef bytes _fix
+    cdef int64_t _start
+    cdef int64_t _next_start
+    cdef uint32_t _counter
+
+    def __init__(self, ip=None, *, fix=None, counter=0, now_ms=None):
+        cdef int i
+        cdef const unsigned char *f
+        if fix is None:
+            addr = b""
+            if ip is not None:
+                try:
+                    addr = socket.inet_pton(socket.AF_INET, ip)
+                except (OSError, TypeError):
+                    addr = b""
+            if not addr:  # MessageClientIDSetter.createFakeIP: 4 bytes of the clock
+                addr = (_now_ms() & 0xFFFFFFFF).to_bytes(4, "big")
+            fix = addr + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
+        if type(fix) is not bytes or len(fix) != 10:
+            raise ValueError(f"fix must be 10 bytes (ip, pid, salt), not {fix!r}")
+        self._fix = fix
+        f = <const unsigned char *>PyBytes_AS_STRING(fix)
+        for i in range(10):
+            self._text[2 * i] = _HEX[f[i] >> 4]
+            self._text[2 * i + 1] = _HEX[f[i] & 15]
+        self._counter = <uint32_t>(counter & 0xFFFF)
+        _month_bounds(_now_ms() if now_ms is None else <int64_t>now_ms, &self._start, &self._next_start)
+
+    @property
+    def fix(self):
+        """The fixed first 10 bytes of every id: IPv4 address, pid, salt."""
+        return self._fix
+
+    cdef str _make(self, int64_t now):
+        cdef int64_t diff
+        if now >= self._next_start:
+            _month_bounds(now, &self._start, &self._next_start)
+        diff = now - self._start
+        if -1000000 < diff < 0:
+            diff = 0  # a clock stepped back a little (NTP)
+        _put_hex(self._text + 20, <uint32_t>diff, 8)  # the low 32 bits, as Java's (int) cast
+        _put_hex(self._text + 28, self._counter, 4)
+        self._counter = (self._counter + 1) & 0xFFFF
+        return PyUnicode_DecodeASCII(self._text, 32, NULL)
+
+    def next(self):
+        """The next id."""
+        return self._make(_now_ms())
+
+    def next_at(self, int64_t now_ms):
+        """The next id as if the clock read now_ms (ms since the epoch)."""
+        return self._make(now_ms)
+
+    def next_many(self, Py_ssize_t n):
+        """The next n ids (the clock read for each)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, not {n}")
+        cdef list out = [None] * n
+        cdef Py_ssize_t i
+        for i in range(n):
+            out[i] = self._make(_now_ms())
+        return out
+
+    def __repr__(self):
+        return f"<UniqIdGenerator {self._fix.hex().upper()}>"
+
+
+# -- properties and batch bodies on the wire ---------------------------------------------------
+
+cdef dict _ORDERS = {}  # names in insertion order -> the names in Java HashMap order
+cdef Py_ssize_t _ORDERS_MAX = 1024
+
+
+cdef str _properties_string(dict props):
+    """mq_record.properties_string(props, java order), each set of names ordered once."""
+    cdef Py_ssize_t n = len(props)
+    if n == 0:
+        return ""
+    if n == 1:
+        for key, value in props.items():
+            return "" if value is None else f"{key}\x01{value}"
+    names = tuple(props)
+    order = _ORDERS.get(names)
+    if order is None:
+        order = tuple(java_hashmap_keys(props))
+        if len(_ORDERS) >= _ORDERS_MAX:
+            _ORDERS.clear()
+        _ORDERS[names] = order
+    cdef list parts = []
+    for key in <tuple>order:
+        value = props[key]
+        if value is not None:
+            parts.append(f"{key}\x01{value}")
+    return "\x02".join(parts)
+
+
+def encode_properties(props):
+    """MessageDecoder.messageProperties2String (spec §1.4): name\\x01value pairs joined by \\x02
+    in Java HashMap order, None values left out; what mqstore._codec.properties_to_string gives,
+    the order of each set of names computed once."""
+    if props is None:
+        return ""
+    return _properties_string(props if type(props) is dict else dict(props))
+
+
+def batch_entries(items, prepare, Py_ssize_t max_body):
+    """The entries of a batch, checked: a ``bytes`` item of 1 to max_body bytes as it is (no
+    properties, flag 0), any other item as ``prepare(item, index)`` gives it (a (body bytes,
+    properties dict or None, flag int32) tuple), or raises."""
+    cdef list out = []
+    cdef Py_ssize_t i = 0, n
+    for item in items:
+        if type(item) is bytes:
+            n = PyBytes_GET_SIZE(item)
+            if 0 < n <= max_body:
+                out.append(item)
+                i += 1
+                continue
+        out.append(prepare(item, i))
+        i += 1
+    return out
+
+
+def encode_batch(list entries, list ids):
+    """A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages, spec §2.4.1) of batch_entries'
+    entries, the i-th message with the UNIQ_KEY ids[i]: for each, [totalSize][magic 0][bodyCRC 0]
+    [flag][bodyLen][body][propsLen][props]; what mqstore._codec.encode_batch_body gives for
+    (body, properties with UNIQ_KEY, flag)."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(entries), i, total = 0, size, props_len, body_len
+    if PyList_GET_SIZE(ids) != n:
+        raise ValueError(f"{n} entries but {PyList_GET_SIZE(ids)} ids")
+    cdef list props_strs = [None] * n
+    cdef object entry, body, uniq, flag
+    cdef dict props
+    cdef const char *p
+    cdef str s
+    for i in range(n):
+        entry = <object>PyList_GET_ITEM(entries, i)
+        uniq = <object>PyList_GET_ITEM(ids, i)
+        if type(uniq) is not str:
+            raise TypeError(f"id {i} must be a str, not {type(uniq).__name__}")
+        if type(entry) is bytes:
+            body = entry
+            s = "UNIQ_KEY\x01" + <str>uniq
+        else:
+            if type(entry) is not tuple or PyTuple_GET_SIZE(entry) != 3:
+                raise TypeError(f"batch entry {i} must be bytes or a (body, properties, flag) tuple")
+            body = <object>PyTuple_GET_ITEM(entry, 0)
+            if type(body) is not bytes:
+                raise TypeError(f"the body of batch entry {i} must be bytes, not {type(body).__name__}")
+            raw = <object>PyTuple_GET_ITEM(entry, 1)
+            props = {} if raw is None else dict(raw)
+            props["UNIQ_KEY"] = uniq
+            s = _properties_string(props)
+        PyUnicode_AsUTF8AndSize(s, &props_len)
+        if props_len > MQ_MAX_PROPERTIES_BYTES:
+            raise ValueError(f"batch message properties are {props_len} bytes, more than {MQ_MAX_PROPERTIES_BYTES}")
+        props_strs[i] = s
+        total += 22 + PyBytes_GET_SIZE(body) + props_len
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *w = PyBytes_AS_STRING(out)
+    cdef int32_t flag32
+    for i in range(n):
+        entry = <object>PyList_GET_ITEM(entries, i)
+        if type(entry) is bytes:
+            body = entry
+            flag32 = 0
+        else:
+            body = <object>PyTuple_GET_ITEM(entry, 0)
+            flag32 = <int32_t>(<object>PyTuple_GET_ITEM(entry, 2))
+        p = PyUnicode_AsUTF8AndSize(<object>PyList_GET_ITEM(props_strs, i), &props_len)
+        body_len = PyBytes_GET_SIZE(body)
+        size = 22 + body_len + props_len
+        mq_put_i32(w, <int32_t>size)
+        mq_put_i32(w + 4, 0)
+        mq_put_i32(w + 8, 0)
+        mq_put_i32(w + 12, flag32)
+        mq_put_i32(w + 16, <int32_t>body_len)
+        memcpy(w + 20, PyBytes_AS_STRING(body), body_len)
+        mq_put_i16(w + 20 + body_len, <short>props_len)
+        memcpy(w + 22 + body_len, p, props_len)
+        w += size
     return out

@@ -25,7 +25,8 @@ from mqstore.client.protocol import (DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, VE
 from mqstore.client.remoting import RemotingConnection, parse_address, serialize_type
 from mqstore.client.route import TopicRoute, parse_route_data
 
-__all__ = ["ClientInstance", "check_group", "parse_namesrv", "response_int"]
+__all__ = ["ClientInstance", "check_group", "check_positive", "derived_route", "new_instance_name",
+           "no_namesrv_answered", "parse_namesrv", "publish_route", "response_int", "route_of", "wants_default_route"]
 
 log = logging.getLogger("mqstore.client")
 
@@ -83,10 +84,53 @@ class _CachedRoute:
     derived: bool  # from TBW102's route
 
 
-def _positive(name: str, value: float) -> float:
+def check_positive(name: str, value: float) -> float:
+    """A positive number of seconds; ValueError naming name otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
     return float(value)
+
+
+def new_instance_name() -> str:
+    """The instance name of a client id (clientIP@instanceName): pid and a clock reading."""
+    return f"{os.getpid()}#{time.monotonic_ns()}"
+
+
+# -- routes: what the asyncio ClientInstance and the SyncProducer decide alike --------------------
+def route_of(response: RemotingCommand, addr: str) -> TopicRoute:
+    """The route a GET_ROUTEINFO_BY_TOPIC response from the NameServer at addr carries;
+    MQClientError for an answer that is not SUCCESS (TOPIC_NOT_EXIST for an unknown topic)."""
+    if response.code != ResponseCode.SUCCESS:
+        raise MQClientError(response.code, response.remark, address=addr, request=RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    return parse_route_data(response.body)
+
+
+def no_namesrv_answered(topic: str, errors: list[str], namesrv: list[str]) -> ConnectFailedError:
+    return ConnectFailedError(f"no NameServer answered the route of {topic}: " + "; ".join(errors), ";".join(namesrv))
+
+
+def publish_route(route: TopicRoute, topic: str) -> TopicRoute:
+    """route, when a producer can send to topic with it; MQClientError TOPIC_NOT_EXIST when it
+    has no writable queue with a master (then the producer falls back to TBW102's route)."""
+    if not route.publish_queues(topic):
+        raise MQClientError(ResponseCode.TOPIC_NOT_EXIST, f"the route of {topic} has no writable queue with a master",
+                            request=RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    return route
+
+
+def wants_default_route(exc: MQClientError, topic: str, publish: bool) -> bool:
+    """Whether a producer that got exc looking up topic's route asks for TBW102's instead."""
+    return publish and exc.code == ResponseCode.TOPIC_NOT_EXIST and topic != DEFAULT_TOPIC
+
+
+def derived_route(default: TopicRoute, topic: str, exc: MQClientError) -> TopicRoute:
+    """The route a producer uses for a topic the NameServers do not know: TBW102's, at most 4
+    queues per broker (the broker creates the topic on the first send, §3.2); exc (the lookup's
+    error) when even that has no queue to send to."""
+    route = default.with_queue_nums(DEFAULT_TOPIC_QUEUE_NUMS)
+    if not route.publish_queues(topic):
+        raise exc from None
+    return route
 
 
 K = TypeVar("K")
@@ -122,14 +166,14 @@ class ClientInstance:
                  on_notify: Callable[[str], None] | None = None) -> None:
         self.namesrv = parse_namesrv(namesrv)
         self.serialize_type = serialize_type(serialize)
-        self.timeout = _positive("timeout", timeout)
-        self.heartbeat_interval = _positive("heartbeat_interval", heartbeat_interval)
-        self.route_ttl = _positive("route_ttl", route_ttl)
+        self.timeout = check_positive("timeout", timeout)
+        self.heartbeat_interval = check_positive("heartbeat_interval", heartbeat_interval)
+        self.route_ttl = check_positive("route_ttl", route_ttl)
         self.version = int(version)
         self.heartbeat_body = heartbeat_body
         self.unregister_fields = dict(unregister_fields)
         self.on_notify = on_notify
-        self.instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
+        self.instance_name = new_instance_name()
         self.connections: dict[str, RemotingConnection] = {}
         self.brokers: dict[str, dict[int, str]] = {}  # broker name -> id -> address
         self.heartbeats = 0  # HEART_BEAT requests answered SUCCESS
@@ -155,9 +199,16 @@ class ClientInstance:
         return self._client_id
 
     def new_msg_id(self) -> str:
-        if self._uniq is None:
-            self._uniq = UniqIdGenerator(self._local_ip)
-        return self._uniq.next()
+        uniq = self._uniq
+        if uniq is None:
+            uniq = self._uniq = UniqIdGenerator(self._local_ip)
+        return uniq.next()
+
+    def new_msg_ids(self, n: int) -> list[str]:
+        uniq = self._uniq
+        if uniq is None:
+            uniq = self._uniq = UniqIdGenerator(self._local_ip)
+        return uniq.next_many(n)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -246,7 +297,9 @@ class ClientInstance:
                                remark=f" request type {cmd.code} not supported")
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        conn = await self.connection(addr)
+        conn = self.connections.get(addr)
+        if conn is None or conn.closed:  # (the open connection is used without awaiting connection())
+            conn = await self.connection(addr)
         return await conn.request(cmd, self.timeout if timeout is None else timeout)
 
     async def call(self, addr: str, code: int, fields: dict[str, str] | None = None, body: bytes = b"", *,
@@ -273,12 +326,8 @@ class ClientInstance:
                 errors.append(str(exc))
                 continue
             self._ns_index = (self._ns_index + i) % n
-            if response.code != ResponseCode.SUCCESS:
-                raise MQClientError(response.code, response.remark, address=addr,
-                                    request=RequestCode.GET_ROUTEINFO_BY_TOPIC)
-            return parse_route_data(response.body)
-        raise ConnectFailedError(f"no NameServer answered the route of {topic}: " + "; ".join(errors),
-                                 ";".join(self.namesrv))
+            return route_of(response, addr)
+        raise no_namesrv_answered(topic, errors, self.namesrv)
 
     def cached_route(self, topic: str) -> TopicRoute | None:
         entry = self._routes.get(topic)
@@ -304,19 +353,16 @@ class ClientInstance:
         try:
             try:
                 route = await self.query_route(topic)
-                if publish and not route.publish_queues(topic):
-                    raise MQClientError(ResponseCode.TOPIC_NOT_EXIST, f"the route of {topic} has no writable "
-                                        "queue with a master", request=RequestCode.GET_ROUTEINFO_BY_TOPIC)
+                if publish:
+                    publish_route(route, topic)
             except MQClientError as exc:
-                if not publish or exc.code != ResponseCode.TOPIC_NOT_EXIST or topic == DEFAULT_TOPIC:
+                if not wants_default_route(exc, topic, publish):
                     raise
                 try:
                     default = await self.query_route(DEFAULT_TOPIC)
                 except MQClientError:
                     raise exc from None
-                route = default.with_queue_nums(DEFAULT_TOPIC_QUEUE_NUMS)
-                if not route.publish_queues(topic):
-                    raise exc from None
+                route = derived_route(default, topic, exc)
                 derived = True
         except (RemotingConnectionError, RemotingTimeoutError) as exc:
             if old is None:

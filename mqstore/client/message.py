@@ -5,23 +5,19 @@
 decoded from the CommitLog records of the response body by the compiled client kernel
 (``mqstore._client``: the record checks of the record codec, the costly fields made on first
 access; its pure-Python twin is ``mqstore.client._twin``); message ids are made like RocketMQ's
-MessageClientIDSetter.
+MessageClientIDSetter, by the same kernel's ``UniqIdGenerator`` (twin:
+``mqstore.client._twin.UniqIdGenerator``).
 """
 
 from __future__ import annotations
 
 import enum
-import itertools
-import os
-import random
-import socket
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mqstore._client import MessageExt
+from mqstore._client import MessageExt, UniqIdGenerator
 from mqstore._client import decode_messages as _decode_messages
-from mqstore._codec import properties_to_string
+from mqstore._client import encode_properties as _encode_properties
 from mqstore.client.errors import MessageDecodeError
 from mqstore.client.protocol import SYSTEM_PROPERTIES
 from mqstore.client.route import MessageQueue
@@ -87,34 +83,50 @@ class Message:
         return body
 
     def property_map(self, uniq_key: str | None) -> dict[str, str]:
-        """Every property the message carries on the wire: the user's, TAGS, KEYS, DELAY and UNIQ_KEY."""
+        """Every property the message carries on the wire: the user's, TAGS, KEYS, DELAY and
+        UNIQ_KEY; ValueError naming a bad one (checked here, once per send). A message with no
+        user properties whose tags and keys are plain strs takes the short way."""
         props: dict[str, str] = {}
-        for name, value in (self.properties or {}).items():
-            _check_text("a property name", name)
-            _check_text(f"property {name!r}", value, allow_empty=False)
-            if name in SYSTEM_PROPERTIES:
-                raise ValueError(f"the property {name!r} is used by the system; give tags, keys and delay_level "
-                                 "as their own arguments")
-            props[name] = value
-        if self.tags is not None:
-            props["TAGS"] = _check_text("tags", self.tags)
-        keys = _keys_text(self.keys)
+        user = self.properties
+        if user:
+            for name, value in user.items():
+                _check_text("a property name", name)
+                _check_text(f"property {name!r}", value, allow_empty=False)
+                if name in SYSTEM_PROPERTIES:
+                    raise ValueError(f"the property {name!r} is used by the system; give tags, keys and "
+                                     "delay_level as their own arguments")
+                props[name] = value
+        tags = self.tags
+        if tags is not None:
+            if type(tags) is str and tags and "\x01" not in tags and "\x02" not in tags:
+                props["TAGS"] = tags
+            else:
+                props["TAGS"] = _check_text("tags", tags)
+        keys = self.keys
         if keys is not None:
-            props["KEYS"] = keys
-        if type(self.flag) is not int or not -2**31 <= self.flag < 2**31:
-            raise ValueError(f"flag must be an int32, not {self.flag!r}")
-        if type(self.delay_level) is not int or self.delay_level < 0:
-            raise ValueError(f"delay_level must be an int >= 0, not {self.delay_level!r}")
-        if self.delay_level:
-            props["DELAY"] = str(self.delay_level)
+            if type(keys) is str and keys and "\x01" not in keys and "\x02" not in keys:
+                props["KEYS"] = keys
+            else:
+                text = _keys_text(keys)
+                if text is not None:
+                    props["KEYS"] = text
+        flag = self.flag
+        if type(flag) is not int or not -2**31 <= flag < 2**31:
+            raise ValueError(f"flag must be an int32, not {flag!r}")
+        delay = self.delay_level
+        if type(delay) is not int or delay < 0:
+            raise ValueError(f"delay_level must be an int >= 0, not {delay!r}")
+        if delay:
+            props["DELAY"] = str(delay)
         if uniq_key is not None:
             props["UNIQ_KEY"] = uniq_key
         return props
 
 
 def encode_properties(props: Mapping[str, str]) -> str:
-    """MessageDecoder.messageProperties2String, in Java HashMap order (spec §1.4)."""
-    return properties_to_string(props)
+    """MessageDecoder.messageProperties2String, in Java HashMap order (spec §1.4): what
+    mqstore._codec.properties_to_string gives, each set of names' order computed once."""
+    return _encode_properties(props)
 
 
 class SendStatus(enum.Enum):
@@ -143,6 +155,26 @@ class SendResult:
     @property
     def message_queue(self) -> MessageQueue:
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+
+_new_object = object.__new__
+
+
+def new_send_result(status: SendStatus, msg_id: str, queue_id: int, queue_offset: int, broker_name: str,
+                    offset_msg_id: str, topic: str) -> SendResult:
+    """SendResult(status, msg_id, ...) made without the frozen dataclass's __init__ (one
+    object.__setattr__ per field): the fields go straight into the instance's __dict__. A
+    send's result is made once per send; the object is the same (tests/test_client_ids.py)."""
+    result = _new_object(SendResult)
+    fields = result.__dict__
+    fields["status"] = status
+    fields["msg_id"] = msg_id
+    fields["queue_id"] = queue_id
+    fields["queue_offset"] = queue_offset
+    fields["broker_name"] = broker_name
+    fields["offset_msg_id"] = offset_msg_id
+    fields["topic"] = topic
+    return result
 
 
 class PullStatus(enum.Enum):
@@ -176,42 +208,3 @@ def decode_messages(body: bytes, *, broker_name: str = "", address: str = "") ->
         return _decode_messages(body, broker_name=broker_name, address=address)
     except ValueError as exc:
         raise MessageDecodeError(str(exc)) from None
-
-
-def _month_bounds(ms: int) -> tuple[int, int]:
-    """(start of the local month holding ms, start of the next), in ms since the epoch."""
-    t = time.localtime(ms / 1000)
-    start = time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
-    nxt = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
-    return int(start * 1000), int(nxt * 1000)
-
-
-class UniqIdGenerator:
-    """Message ids like RocketMQ's MessageClientIDSetter.createUniqID: 32 upper-case hex digits of
-    IPv4 address (4 bytes), pid (2), a per-process random salt (4; Java uses a class loader's
-    hash), ms since the start of the local month (4) and a counter (2)."""
-
-    def __init__(self, ip: str | None = None) -> None:
-        addr = b""
-        if ip is not None:
-            try:
-                addr = socket.inet_pton(socket.AF_INET, ip)
-            except OSError:
-                addr = b""
-        if not addr:  # MessageClientIDSetter.createFakeIP: 4 bytes of the clock
-            addr = (time.time_ns() // 1_000_000).to_bytes(8, "big")[4:]
-        self._fix = addr + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
-        self._counter = itertools.count(0)
-        self._start, self._next_start = _month_bounds(time.time_ns() // 1_000_000)
-
-    def next(self) -> str:
-        now = time.time_ns() // 1_000_000
-        if now >= self._next_start:
-            self._start, self._next_start = _month_bounds(now)
-        diff = now - self._start
-        if -1_000_000 < diff < 0:
-            diff = 0  # a clock stepped back a little (NTP)
-        diff = ((diff + 2**31) % 2**32) - 2**31
-        tail = diff.to_bytes(4, "big", signed=True) + (next(self._counter) & 0xFFFF).to_bytes(2, "big")
-        return (self._fix + tail).hex().upper()

@@ -3,6 +3,10 @@ NameServer carrying any number of requests at once, each matched to its response
 (§1.6), oneway requests, per-request timeouts, and the requests the server sends on its own
 (NOTIFY_CONSUMER_IDS_CHANGED) handed to a callback.
 
+A request costs no timer of its own: each one in flight keeps its deadline, and one timer per
+connection, armed for the earliest deadline (never more than SCAN_INTERVAL_S ahead), fails the
+overdue ones when it fires, as RocketMQ's scanResponseTable does every second.
+
 Frames are encoded and decoded by the compiled ``mqstore._remoting``; the header serialization
 (JSON or ROCKETMQ, §1.2, §1.4) is chosen per connection, and a 4.9.7 server answers in the
 request's.
@@ -31,6 +35,9 @@ log = logging.getLogger("mqstore.client")
 
 #: RemotingCommand flag bits (§1.2)
 RPC_RESPONSE, RPC_ONEWAY = 0x1, 0x2
+#: the longest the timeout scan of a connection with requests in flight sleeps: a request fails
+#: at most this long after its deadline, whatever deadlines came after the timer was armed
+SCAN_INTERVAL_S = 0.1
 LANGUAGE = "PYTHON"
 
 #: what the server's requests are handed to: (connection, request) -> the response to send, or None
@@ -113,7 +120,11 @@ class RemotingConnection:
         self.unmatched = 0
         self._transport: asyncio.Transport | None = None
         self._frames = FrameReader()
-        self._pending: dict[int, tuple[asyncio.Future[RemotingCommand], int]] = {}
+        # opaque -> (future, request code, deadline on the loop's clock, timeout)
+        self._pending: dict[int, tuple[asyncio.Future[RemotingCommand], int, float, float]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scan: asyncio.TimerHandle | None = None
+        self._scan_at = 0.0
         self._writable = asyncio.Event()
         self._writable.set()
         self._closed = False
@@ -134,7 +145,7 @@ class RemotingConnection:
         if self._transport is not None or self._closed:
             raise ConnectionClosedError(f"the connection to {self.address} was already used; make a new one",
                                         self.address)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout)
         except asyncio.TimeoutError:
@@ -186,8 +197,11 @@ class RemotingConnection:
         self._lost_event.set()
         self._writable.set()
         reason = self._close_reason or (f"closed by the peer: {exc}" if exc else "closed by the peer")
+        if self._scan is not None:
+            self._scan.cancel()
+            self._scan = None
         pending, self._pending = self._pending, {}
-        for opaque, (fut, code) in pending.items():
+        for opaque, (fut, code, _deadline, _timeout) in pending.items():
             if not fut.done():
                 fut.set_exception(ConnectionClosedError(
                     f"the connection to {self.address} {reason} while {request_name(code)} (opaque {opaque}) "
@@ -217,27 +231,60 @@ class RemotingConnection:
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         self._prepare(cmd, 0)
-        assert self._transport is not None
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        transport, loop = self._transport, self._loop
+        assert transport is not None and loop is not None
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
         opaque = cmd.opaque
-        self._pending[opaque] = (fut, cmd.code)
+        pending = self._pending
+        deadline = loop.time() + timeout
+        pending[opaque] = (fut, cmd.code, deadline, timeout)
         self.requests += 1
-        self.max_in_flight = max(self.max_in_flight, len(self._pending))
-        timer = asyncio.get_running_loop().call_later(timeout, self._timed_out, opaque, timeout)
+        if len(pending) > self.max_in_flight:
+            self.max_in_flight = len(pending)
+        if self._scan is None or deadline < self._scan_at:
+            self._arm(loop, deadline)
         try:
-            self._transport.write(cmd.encode())
+            transport.write(cmd.encode())
             if not self._writable.is_set():
                 await self._writable.wait()
             return await fut
         finally:
-            timer.cancel()
-            self._pending.pop(opaque, None)
+            pending.pop(opaque, None)
 
-    def _timed_out(self, opaque: int, timeout: float) -> None:
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """(Re-)arm the timeout scan for when (at most SCAN_INTERVAL_S from now)."""
+        when = min(when, loop.time() + SCAN_INTERVAL_S)
+        if self._scan is not None:
+            self._scan.cancel()
+        self._scan_at = when
+        self._scan = loop.call_at(when, self._scan_timeouts)
+
+    def _scan_timeouts(self) -> None:
+        """Fail every request whose deadline passed; re-arm for the earliest one left."""
+        self._scan = None
+        loop = self._loop
+        if loop is None or self._closed:
+            return
+        now = loop.time()
+        earliest = None
+        overdue = []
+        for opaque, entry in self._pending.items():
+            deadline = entry[2]
+            if deadline <= now:
+                overdue.append(opaque)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        for opaque in overdue:
+            self._timed_out(opaque)
+        if earliest is not None:
+            self._arm(loop, earliest)
+
+    def _timed_out(self, opaque: int) -> None:
         entry = self._pending.pop(opaque, None)
         if entry is not None and not entry[0].done():
-            entry[0].set_exception(RemotingTimeoutError(
-                f"no response from {self.address} to {request_name(entry[1])} (opaque {opaque}) in {timeout:g} s",
+            fut, code, _deadline, timeout = entry
+            fut.set_exception(RemotingTimeoutError(
+                f"no response from {self.address} to {request_name(code)} (opaque {opaque}) in {timeout:g} s",
                 self.address, timeout))
 
     async def oneway(self, cmd: RemotingCommand) -> None:
