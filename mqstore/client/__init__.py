@@ -1,8 +1,8 @@
 """A RocketMQ client for asyncio (docs/client.md): a producer and a pull consumer speaking RocketMQ
 4.9.7's remoting protocol (docs/rocketmq-remoting-spec.md) to mqstore's broker or any RocketMQ
-4.x broker and NameServer.
+4.x broker and NameServer, and a blocking producer for programs without asyncio.
 
-    from mqstore.client import Producer, PullConsumer
+    from mqstore.client import Producer, PullConsumer, SyncProducer
 
 It imports nothing from the broker or the store: only the compiled frame and record codecs.
 """
@@ -19,10 +19,11 @@ from mqstore.client.producer import Producer
 from mqstore.client.protocol import RequestCode, ResponseCode
 from mqstore.client.remoting import RemotingConnection
 from mqstore.client.route import BrokerData, MessageQueue, QueueData, TopicRoute, parse_route_data
+from mqstore.client.sync import SyncProducer
 
 __all__ = ["BrokerData", "ClientError", "ClientStateError", "ConnectFailedError", "ConnectionClosedError",
            "MQClientError", "Message", "MessageDecodeError", "MessageExt", "MessageQueue", "ProtocolError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "QueueData", "RemotingConnection",
            "RemotingConnectionError", "RemotingTimeoutError", "RequestCode", "ResponseCode", "RouteError",
-           "SendResult", "SendStatus", "TopicRoute", "UniqIdGenerator", "decode_messages", "parse_expression",
-           "parse_route_data"]
+           "SendResult", "SendStatus", "SyncProducer", "TopicRoute", "UniqIdGenerator", "decode_messages",
+           "parse_expression", "parse_route_data"]
