@@ -6,7 +6,8 @@ Each benchmark starts its own broker (``python -m mqstore broker DIR`` in a proc
 bench/_broker.py ``BrokerProc``: default settings except 127.0.0.1 and free ports, so 2 front
 processes on a 2-CPU machine) and its own redis-server (bench/_peers.py ``RedisServer``: AOF with
 ``appendfsync everysec``, the durability class of the broker's default ASYNC_FLUSH), and stops
-them by pid. Clients are what a user runs: ``mqstore.client`` (asyncio, in this process), the
+them by pid. Clients are what a user runs: ``mqstore.client`` (asyncio ``Producer`` in this
+process's event loop; ``SyncProducer`` in threads, one each, as redis-sync), the
 real RocketMQ C++ client (the PyPI ``rocketmq`` wheel, in a worker process, one producer and so
 one connection per thread) and redis-py (threads with a client each, or asyncio clients in one
 event loop). 100-byte bodies (NUL-free: the wheel cuts bodies at NUL).
@@ -33,6 +34,7 @@ import asyncio
 import base64
 import os
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -206,6 +208,74 @@ class AsyncClients:
             self.loop.close()
 
 
+class SyncClients:
+    """K mqstore.client SyncProducers (one connection each), each sending from its own thread,
+    as redis-sync's K clients do (one client in the calling thread)."""
+
+    def __init__(self, namesrv: str, conns: int) -> None:
+        from mqstore.client import MQClientError, SyncProducer
+
+        self.producers = [SyncProducer("PG_BENCH", namesrv).start() for _ in range(conns)]
+        self.acked = 0
+        for p in self.producers:  # the topic exists and every producer has its route and connection
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    p.send(TOPIC, BODY)
+                    break
+                except MQClientError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            self.acked += 1
+
+    def _each(self, work: Any) -> None:
+        errors: list[BaseException] = []
+
+        def run(p: Any) -> None:
+            try:
+                work(p)
+            except BaseException as exc:  # re-raised below
+                errors.append(exc)
+
+        if len(self.producers) == 1:
+            run(self.producers[0])
+        else:
+            threads = [threading.Thread(target=run, args=(p,)) for p in self.producers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        if errors:
+            raise errors[0]
+
+    def single(self, n: int) -> None:
+        per = n // len(self.producers)
+
+        def work(p: Any) -> None:
+            send = p.send
+            for _ in range(per):
+                send(TOPIC, BODY)
+
+        self._each(work)
+        self.acked += per * len(self.producers)
+
+    def batches(self, n: int, size: int = BATCH) -> None:
+        per = n // len(self.producers) // size
+        items = [BODY] * size
+
+        def work(p: Any) -> None:
+            for _ in range(per):
+                p.send_batch(TOPIC, items)
+
+        self._each(work)
+        self.acked += per * size * len(self.producers)
+
+    def close(self) -> None:
+        for p in self.producers:
+            p.close()
+
+
 async def send_until_routed(producer: Any, topic: str, deadline_s: float = 30.0) -> None:
     """One send; the first send to a new topic may meet TOPIC_NOT_EXIST while the broker creates
     it and registers it with the NameServer, so retry for a while."""
@@ -291,8 +361,9 @@ class CpuWindow:
 
 
 # -- 1. sends -------------------------------------------------------------------------------------
-CLIENTS_SINGLE = ("mqstore-JSON", "mqstore-ROCKETMQ", "cpp", "redis-sync", "redis-async")
-CLIENTS_BATCH = ("mqstore-JSON", "mqstore-ROCKETMQ", "cpp", f"cpp-batch{CPP_SMALL_BATCH}", "redis-sync", "redis-async")
+CLIENTS_SINGLE = ("mqstore-JSON", "mqstore-ROCKETMQ", "mqstore-sync", "cpp", "redis-sync", "redis-async")
+CLIENTS_BATCH = ("mqstore-JSON", "mqstore-ROCKETMQ", "mqstore-sync", "cpp", f"cpp-batch{CPP_SMALL_BATCH}", "redis-sync",
+                 "redis-async")
 SEND_CASES = ([("single", c, k) for k in CONNS for c in CLIENTS_SINGLE]
               + [("batch100", c, k) for k in CONNS for c in CLIENTS_BATCH])
 
@@ -314,13 +385,22 @@ def test_send(benchmark: Any, request: pytest.FixtureRequest, mode: str, client:
 def run_mqstore(benchmark: Any, broker: BrokerProc, client: str, mode: str, conns: int, n: int,
                 case: str | None = None) -> None:
     serialize = client.split("-", 1)[1]
-    clients = AsyncClients(broker.namesrv, conns, serialize)
-    try:
-        assert established(os.getpid(), broker.port) == conns
-        work = clients.single if mode == "single" else clients.batches
+    clients: AsyncClients | SyncClients
+    if serialize == "sync":
+        clients = sync = SyncClients(broker.namesrv, conns)
+        sync_work = sync.single if mode == "single" else sync.batches
 
         def target() -> None:
-            clients.run(work(n))
+            sync_work(n)
+    else:
+        clients = aio = AsyncClients(broker.namesrv, conns, serialize)
+        work = aio.single if mode == "single" else aio.batches
+
+        def target() -> None:
+            aio.run(work(n))
+    try:
+        # SyncClients: one connection each, and no NameServer connection left open once routed
+        assert established(os.getpid(), broker.port) == conns
 
         target()  # warm-up, untimed
         cpu = CpuWindow(broker)
@@ -329,7 +409,12 @@ def run_mqstore(benchmark: Any, broker: BrokerProc, client: str, mode: str, conn
         timed = n * (1 if benchmark.disabled else ROUNDS)
         extra = cpu.stop(timed)
         expected = clients.acked
-        got = wait_stored(clients, expected)
+        checker = clients if isinstance(clients, AsyncClients) else AsyncClients(broker.namesrv, 0)
+        try:
+            got = wait_stored(checker, expected)
+        finally:
+            if checker is not clients:
+                checker.close()
         assert got == expected, f"the broker holds {got} messages of {TOPIC}, {expected} were acknowledged"
         record(benchmark, case or f"{client}/{mode}/{conns}c", n, connections=conns, fronts=len(broker.fronts),
                **extra)
