@@ -155,6 +155,8 @@ class CommitLogAppender:
     def file_size(self) -> int: ...
     @property
     def sync_flush(self) -> bool: ...
+    @property
+    def sync_master(self) -> bool: ...
     closed: bool
     slave: bool
     def __init__(
@@ -176,6 +178,9 @@ class CommitLogAppender:
         max_topic_length: int = 127,
         space_provider: Callable[[int], str | None] | None = None,
         flush_provider: Callable[[], bool] | None = None,
+        sync_master: bool = False,
+        slave_timeout_ms: int = 3000,
+        slave_fallbehind_max: int = 268435456,
     ) -> None:
         """file_provider(offset) maps the file holding offset and makes it current (with
         set_current_file); it returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""
@@ -195,6 +200,11 @@ class CommitLogAppender:
         """Put a batch: a MessageBatch (client batch body) or a list of Messages of one topic and
         queue. All records get consecutive queue and physical offsets and one store timestamp.
         StoreClosedError after this process shut the store down."""
+    def append_data(self, phy_offset: int, data: bytes | bytearray | memoryview) -> int:
+        """A slave appends what its master sent (the master's CommitLog bytes from phy_offset,
+        which must be this log's end, else ValueError): into the mapped files at the same
+        positions; wrote moves to their end (what the slave reports), committed to the end of
+        the last whole record (what the dispatcher reads). Returns the new wrote position."""
     def put_bodies(
         self,
         topic: str,

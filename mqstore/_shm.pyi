@@ -31,6 +31,7 @@ CellName = Literal[
     "alloc_request_upto", "alloc_ready_upto", "alloc_error_errno", "alloc_error_offset",
     "alloc_error_count", "running_flags", "lock_begin_time_ms", "lock_takeovers",
     "lock_entry_wrote", "lock_owner_pid", "manual_delete_request", "dispatch_idle", "reserved",
+    "ha_slaves", "ha_report_ms", "ha_port",
 ]
 #: the statistics counters of add_stat / max_stat / set_stat (STAT_NAMES)
 StatName = Literal[
@@ -142,6 +143,13 @@ class ControlBlock:
     def advance(self, name: CellName, value: int) -> int:
         """Raise a position to at least value (positions only move forward); returns the new value."""
 
+    def ha_data_seq(self) -> int:
+        """The sequence puts bump while slaves are connected (new data for the HA writers)."""
+    def wait_ha_data(self, seen: int, timeout_ms: float) -> bool:
+        """Block until a put bumps the HA data sequence past seen, or timeout; True if it did."""
+    def ha_broadcast(self) -> None:
+        """The confirmed position (what a slave holds) or the slave count changed: wake every
+        SYNC_MASTER put waiting for its slave."""
     def positions(self) -> dict[str, int]: ...
     def set_running_flag(self, flag: RunningFlag, on: bool = True) -> None: ...
     def running_flags(self) -> list[RunningFlag]: ...

@@ -15,7 +15,7 @@
  *   640    put lock: spin word, begin_time_in_lock, entry position, takeovers
  *   704    robust process-shared pthread mutex (the "mutex" lock kind)
  *   768    futex words: wake-up sequence numbers and pending flags per service
- *   832    flush request/error cells, 896 allocation cells
+ *   832    flush request/error cells, 896 allocation cells, 936 replication cells
  *   1024   statistics counters (MQ_STAT_*), one line per updater
  *   4096   per-process heartbeat slots (MQ_HEARTBEAT_SLOTS x 64 B)
  *   8192   per-writer statistics slots (MQ_WRITER_SLOTS x 128 B): a writer process's pid, and
@@ -70,6 +70,13 @@ enum {
     MQ_CTL_FLUSH_ERROR_OFFSET = 856,
     MQ_CTL_ALLOC_REQUEST_UPTO = 896, MQ_CTL_ALLOC_READY_UPTO = 904, MQ_CTL_ALLOC_ERROR_ERRNO = 912,
     MQ_CTL_ALLOC_ERROR_OFFSET = 920, MQ_CTL_ALLOC_ERROR_COUNT = 928,
+    /* replication (spec's HA): the slave connections the master's HA service holds, the wall ms
+     * of the newest slave report, at 952 a 32-bit futex word bumped (and waiters woken) whenever
+     * the confirmed position (what a slave holds) moves: SYNC_MASTER puts wait on it; at 956 one
+     * bumped by puts while slaves are connected (the HA writers wait on it for new data); at 960
+     * the port the master's HA service listens on (0 while it does not) */
+    MQ_CTL_HA_SLAVES = 936, MQ_CTL_HA_REPORT_MS = 944, MQ_CTL_HA_SEQ = 952, MQ_CTL_HA_DATA_SEQ = 956,
+    MQ_CTL_HA_PORT = 960,
 
     MQ_CTL_STATS = 1024
 };
@@ -184,6 +191,20 @@ static inline int mq_wait_notified(char *ctl, int ch, int64_t timeout_ns) {
     int r = mq_futex_wait(mq_ch_seq(ctl, ch), s, timeout_ns);
     mq_store32(pending, 0);
     return r == 0;
+}
+
+/* The confirmed position moved (or the slave count changed): wake every SYNC_MASTER put waiting. */
+static inline void mq_ha_broadcast(char *ctl) {
+    mq_inc32((uint32_t *)(ctl + MQ_CTL_HA_SEQ));
+    mq_futex_wake((uint32_t *)(ctl + MQ_CTL_HA_SEQ), INT_MAX);
+}
+
+/* New data is readable: wake the HA writers (only while slaves are connected). */
+static inline void mq_ha_data(char *ctl) {
+    if (mq_load_relaxed(mq_cell(ctl, MQ_CTL_HA_SLAVES)) > 0) {
+        mq_inc32((uint32_t *)(ctl + MQ_CTL_HA_DATA_SEQ));
+        mq_futex_wake((uint32_t *)(ctl + MQ_CTL_HA_DATA_SEQ), INT_MAX);
+    }
 }
 
 /* ---- the put lock ---- */

@@ -580,13 +580,20 @@ cdef class CommitLogAppender:
     cdef int64_t *wstats          # this process's writer statistics cells (mq_writer_stats)
     cdef int64_t wstats_pid       # the pid they were claimed for (a forked child claims its own)
     cdef object flush_provider    # flush_provider(): flush what is written here, False if a flush is running
+    cdef readonly bint sync_master  # broker_role SYNC_MASTER: a waiting put waits for a slave to hold it
+    cdef int64_t slave_timeout_ms
+    cdef int64_t slave_fallbehind_max
 
     def __init__(self, control_block, file_provider, *, int64_t file_size, int64_t max_message_size,
                  int64_t os_page_cache_busy_time_out_mills, int64_t sync_flush_timeout, bint sync_flush,
                  bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
                  delay_levels=None, pool=None, Py_ssize_t max_topic_length=MQ_MAX_TOPIC_BYTES_V1,
-                 space_provider=None, flush_provider=None):
+                 space_provider=None, flush_provider=None, bint sync_master=False, int64_t slave_timeout_ms=3000,
+                 int64_t slave_fallbehind_max=256 * 1024 * 1024):
         self.ctl_obj = control_block
+        self.sync_master = sync_master
+        self.slave_timeout_ms = slave_timeout_ms
+        self.slave_fallbehind_max = slave_fallbehind_max
         # with a space provider, a put never writes past the control block's reserved offset:
         # the provider allocates the current file's blocks further first (a full disk is then
         # a status, never SIGBUS on a write into a hole); None: files are allocated whole
@@ -965,6 +972,104 @@ cdef class CommitLogAppender:
         finally:
             plan.release()
 
+    # -- a slave's appends (CommitLog.appendData) ----------------------------------------------------
+    def append_data(self, int64_t phy_offset, data) -> int:
+        """A slave appends what its master sent (HAClient -> DefaultMessageStore.appendToCommitLog):
+        the master's CommitLog bytes from phy_offset, which must be this log's end (the wrote
+        position), else ValueError (the caller drops the connection, as HAClient does on an
+        offset mismatch). The bytes go into the mapped files at the same positions, the next
+        file mapped or created through the file provider when they reach it (the master never
+        sends a chunk across a file's end, but nothing here relies on it).
+
+        The wrote position moves to the end of the bytes: that is what the slave reports to its
+        master. The committed position, which the flusher and the dispatcher follow, moves to the
+        end of the last whole record (a chunk may end inside a record, and the dispatcher must
+        never read half of one); an END_OF_FILE record takes it to the file's end once the file's
+        bytes are all here. Returns the new wrote position. Puts are refused on a slave; this
+        takes the put lock all the same, so nothing else writes meanwhile."""
+        if self.closed:
+            raise StoreClosedError("the store is shut down: this process called shutdown()")
+        cdef const unsigned char[::1] v = memoryview(data).cast("B")
+        cdef Py_ssize_t n = v.shape[0]
+        cdef Py_ssize_t done = 0
+        cdef char *ctl = self.ctl
+        cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+        cdef int64_t file_pos, chunk, need = 0
+        cdef int want  # 0 copied, 1 a file, 2 disk space, 3 fenced
+        if phy_offset != wrote:
+            raise ValueError(f"the master sent bytes from CommitLog offset {phy_offset}, but this log ends at {wrote}")
+        while done < n:
+            self._lock()
+            want = 0
+            wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+            file_pos = wrote - self.cur_from
+            if (mq_load(mq_cell(ctl, MQ_CTL_RUNNING_FLAGS)) & MQ_NOT_WRITEABLE
+                    or mq_load(mq_cell(ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms):
+                want = 3
+            elif self.cur_base == NULL or wrote < self.cur_from or file_pos >= self.file_size:
+                want = 1
+                need = wrote
+            else:
+                chunk = min(<int64_t>(n - done), self.file_size - file_pos)
+                if self.space_provider is not None and mq_load(mq_cell(ctl, MQ_CTL_RESERVED)) < wrote + chunk:
+                    want = 2
+                    need = wrote + chunk
+                else:
+                    memcpy(self.cur_base + file_pos, &v[done], chunk)
+                    mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + chunk)
+                    done += chunk
+                    try:
+                        self._commit_whole_records(wrote + chunk)
+                    except BaseException:
+                        mq_put_unlock(ctl, self.lock_kind)
+                        raise
+            mq_put_unlock(ctl, self.lock_kind)
+            if want == 3:
+                raise StoreClosedError("the store is not writable: its owner stopped writers (shutdown or a new owner)")
+            if want:
+                detail = self.file_provider(need) if want == 1 else self.space_provider(need)
+                if detail is not None:
+                    raise OSError(f"cannot append the master's bytes at CommitLog offset {need}: {detail}")
+        mq_wake_idle_dispatcher(ctl)
+        if self.wake_flusher:
+            mq_notify(ctl, MQ_CH_FLUSH)
+        return mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+
+    cdef _commit_whole_records(self, int64_t wrote):
+        """Move committed over the whole records of the current file below wrote, raising each
+        queue's next offset in the topic-queue table as a put would have (put lock held)."""
+        cdef char *ctl = self.ctl
+        cdef int64_t c = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
+        cdef int64_t file_end = self.cur_from + self.file_size
+        cdef int64_t last_ts = 0
+        cdef int32_t size, magic
+        cdef const char *r
+        if c < self.cur_from:
+            c = self.cur_from  # the file before ended with its END_OF_FILE record (no record crosses a file)
+        while wrote - c >= 8:
+            r = self.cur_base + (c - self.cur_from)
+            size = mq_get_i32(r)
+            magic = mq_get_i32(r + 4)
+            if magic == MQ_BLANK_MAGIC_CODE:
+                if wrote >= file_end:
+                    c = file_end
+                break
+            if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < MQ_MIN_RECORD \
+                    or size > wrote - c or size > file_end - c:
+                break
+            last_ts = mq_get_i64(r + store_timestamp_pos(mq_get_i32(r + MQ_POS_SYSFLAG)))
+            c += size
+        cdef int64_t old = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
+        if old < self.cur_from:
+            old = self.cur_from
+        if c > old:
+            # the queue offsets the records carry, into the table (scan_records stops at the blank)
+            scan_records(self.cur_view, self.cur_from, old - self.cur_from, min(c, wrote) - self.cur_from, False,
+                         self.ctl_obj)
+            mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), c)
+        if last_ts > 0:
+            mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), last_ts)
+
     # -- the locked section -----------------------------------------------------------------------
     cdef int _append(self, char *rec, int64_t total, int n, int32_t *sizes, bytes topic_b, int queue_id,
                      int sys_flag, bint born_now, AppendOut *out) except -1:
@@ -1169,6 +1274,7 @@ cdef class CommitLogAppender:
         res._record_sizes = record_sizes
         if not self.pool_buffers:  # with the pool, the commit that makes the put readable wakes it
             mq_wake_idle_dispatcher(self.ctl)
+            mq_ha_data(self.ctl)
         if self.pool_buffers:
             mq_notify(self.ctl, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush
         elif self.sync_flush:
@@ -1178,7 +1284,43 @@ cdef class CommitLogAppender:
                 mq_notify(self.ctl, MQ_CH_FLUSH)
         elif self.wake_flusher:
             mq_notify(self.ctl, MQ_CH_FLUSH)
+        if self.sync_master and wait:
+            self._wait_replicated(res, out.wrote_offset + out.wrote_bytes)
         return res
+
+    cdef _wait_replicated(self, PutMessageResult res, int64_t end):
+        """SYNC_MASTER (CommitLog.submitReplicaRequest, GroupTransferService): with a slave
+        connected and less than ha_slave_fallbehind_max behind, wait until the confirmed
+        position (what a slave reported holding) passes `end`: PUT_OK, or FLUSH_SLAVE_TIMEOUT
+        after slave_timeout; else SLAVE_NOT_AVAILABLE at once. Every put waiting wakes on the
+        one broadcast the HA service makes when a slave reports, so the waits batch like group
+        commit. The replication status wins over the flush's, as in 4.9.7's putMessage."""
+        cdef char *ctl = self.ctl
+        cdef int64_t *confirmed = mq_cell(ctl, MQ_CTL_CONFIRMED)
+        cdef uint32_t *seq = <uint32_t *>(ctl + MQ_CTL_HA_SEQ)
+        cdef int64_t slaves = mq_load(mq_cell(ctl, MQ_CTL_HA_SLAVES))
+        cdef int64_t behind = end - mq_load(confirmed)
+        if slaves <= 0 or behind >= self.slave_fallbehind_max:
+            res.c_status = MQ_PUT_SLAVE_NOT_AVAILABLE
+            res.c_detail = ("no slave is connected to the master's HA service" if slaves <= 0 else
+                            f"the slave is {behind} bytes behind (ha_slave_fallbehind_max={self.slave_fallbehind_max})")
+            return
+        cdef int64_t deadline = mq_mono_ns() + self.slave_timeout_ms * 1000000
+        cdef int64_t left
+        cdef uint32_t s
+        with nogil:
+            while True:
+                s = mq_load32(seq)
+                if mq_load(confirmed) >= end:
+                    break
+                left = deadline - mq_mono_ns()
+                if left <= 0:
+                    break
+                mq_futex_wait(seq, s, left if left < 100000000 else 100000000)
+        if mq_load(confirmed) < end:
+            res.c_status = MQ_PUT_FLUSH_SLAVE_TIMEOUT
+            res.c_detail = (f"no slave reported holding it within slave_timeout={self.slave_timeout_ms} ms "
+                            f"(confirmed {mq_load(confirmed)}, the put ends at {end})")
 
     cdef _wait_flushed(self, PutMessageResult res, int64_t end, int64_t errors0):
         """Group commit: ask the flusher for `end` and wait until the flushed position passes it,

@@ -84,7 +84,8 @@ _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": M
               "lock_begin_time_ms": MQ_CTL_LOCK_BEGIN_MS, "lock_takeovers": MQ_CTL_LOCK_TAKEOVERS,
               "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE, "lock_owner_pid": MQ_CTL_LOCK_OWNER_PID,
               "manual_delete_request": MQ_CTL_MANUAL_DELETE, "dispatch_idle": MQ_CTL_DISPATCH_IDLE,
-              "reserved": MQ_CTL_RESERVED}
+              "reserved": MQ_CTL_RESERVED, "ha_slaves": MQ_CTL_HA_SLAVES, "ha_report_ms": MQ_CTL_HA_REPORT_MS,
+              "ha_port": MQ_CTL_HA_PORT}
 
 
 cdef tuple _reusable_block(str path, int64_t size, object why):
@@ -317,6 +318,24 @@ cdef class ControlBlock:
     def advance(self, str name, int64_t value) -> int:
         """Raise a position to at least value (positions only move forward); returns the new value."""
         return mq_max(mq_cell(self._w(), _POSITIONS[name]), value)
+
+    def ha_data_seq(self) -> int:
+        """The sequence puts bump while slaves are connected (new data for the HA writers)."""
+        return mq_load32(<uint32_t *>(self._b() + MQ_CTL_HA_DATA_SEQ))
+
+    def wait_ha_data(self, uint32_t seen, double timeout_ms) -> bool:
+        """Block until a put bumps the HA data sequence past seen, or timeout; True if it did."""
+        cdef uint32_t *seq = <uint32_t *>(self._b() + MQ_CTL_HA_DATA_SEQ)
+        cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
+        with nogil:
+            if mq_load32(seq) == seen:
+                mq_futex_wait(seq, seen, ns)
+        return mq_load32(seq) != seen
+
+    def ha_broadcast(self):
+        """The confirmed position (what a slave holds) or the slave count changed: wake every
+        SYNC_MASTER put waiting for its slave."""
+        mq_ha_broadcast(self._w())
 
     def positions(self) -> dict:
         """The store's positions. Read trailing position first (confirmed, dispatched, flushed,

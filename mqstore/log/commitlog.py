@@ -17,6 +17,7 @@ from mqstore.layout import OS_PAGE_SIZE
 from mqstore._commitlog import CommitLogAppender
 from mqstore.log.mapped_file_queue import MappedFileQueue, reservation_step
 from mqstore.log.pool import commit_range
+from mqstore.roles import BrokerRole
 
 if TYPE_CHECKING:
     from mqstore._shm import ControlBlock, TransientStorePool
@@ -73,6 +74,9 @@ class CommitLog:
             pool=pool,
             space_provider=self._reserve_space if self.allocate_step else None,
             flush_provider=self.flush_here if config.is_sync_flush and pool is None else None,
+            sync_master=config.broker_role is BrokerRole.SYNC_MASTER,
+            slave_timeout_ms=config.slave_timeout,
+            slave_fallbehind_max=config.ha_slave_fallbehind_max,
         )
 
     # -- files for the put path (called by the kernel outside the put lock) ---------------
