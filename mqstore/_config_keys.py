@@ -83,6 +83,7 @@ class TypedKeys:
     ha_transfer_batch_size: int
     ha_slave_fallbehind_max: int
     slave_timeout: int
+    ha_master_address: str
     listen_port: int
     bind_address: str
     broker_ip1: str

@@ -39,7 +39,7 @@ from mqstore.log import pool as transient_pool
 from mqstore.log import clean_close as clean_close_record
 from mqstore.log.clean_close import CleanClose
 from mqstore.queue.follow import NOT_FOLLOWING, Follower, NotFollowing
-from mqstore.services import SERVICE_KINDS
+from mqstore.services import service_kinds
 from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
@@ -473,6 +473,9 @@ class MessageStore(StoreBase):
         self.follower: NotFollowing = NOT_FOLLOWING  # a node's owner follows its service processes
         self.supervisor: Supervisor | None = None
         self.cleaner: CleanService | None = None
+        #: the replication service of a threads-mode store: HAService (a master serving slaves)
+        #: or HAClient (a slave); None when it does not replicate, and in a node (a process does)
+        self.ha: Any = None
         self.abort_path = os.path.join(self.root, "abort")
         self._abort_created = False
         check_store_dir(self.root)
@@ -610,14 +613,16 @@ class MessageStore(StoreBase):
         parts = ServiceParts(self.root, cfg, self.ctl, log_files=self.commitlog.queue, commitlog=self.commitlog,
                              consume_queues=self.consume_queues, index=self.index, checkpoint=self.checkpoint,
                              dispatcher=self.dispatcher, pool=self.pool)
-        built = {kind: build_services(kind, parts, own_process=False) for kind in SERVICE_KINDS}
+        kinds = service_kinds(cfg)
+        built = {kind: build_services(kind, parts, own_process=False) for kind in kinds}
         self.commitlog.allocator = built["allocator"][0]  # type: ignore[assignment]
         self.cq_flusher, self.reput = built["dispatcher"]
         self.cleaner = built["cleaner"][0]  # type: ignore[assignment]
         # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
         # log are flushed (the pool's commit service before the flusher, whose final flush
         # covers what the last commit moved)
-        self._services = [service for kind in SERVICE_KINDS for service in built[kind]]
+        self._services = [service for kind in kinds for service in built[kind]]
+        self.ha = built["ha"][0] if built.get("ha") else None  # HAService (master) or HAClient (slave)
         for service in self._services:
             service.start()
 
@@ -632,7 +637,7 @@ class MessageStore(StoreBase):
         if self.index is not None:
             self.index.flush()
         self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
-        self.supervisor = Supervisor(self.root)
+        self.supervisor = Supervisor(self.root, service_kinds(cfg))
         try:
             self.supervisor.start()
         except BaseException:

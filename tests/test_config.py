@@ -133,6 +133,7 @@ STR_EXAMPLES: dict[str, list[str]] = {
     "broker_name": ["broker-a", "b_1"],
     "broker_cluster_name": ["DefaultCluster", "c-2"],
     "namesrv_addr": ["", "127.0.0.1:9876", "10.0.0.1:9876;10.0.0.2:9876"],
+    "ha_master_address": ["", "127.0.0.1:10912", "10.0.0.1:30912"],
     "serialize_type": ["JSON", "ROCKETMQ"],
 }
 
@@ -150,8 +151,7 @@ def test_appendix_a_keys_that_do_nothing_in_a_store_are_ignored_broker_keys() ->
 
 
 @pytest.mark.parametrize("key, value", [
-    ("broker_role", "SYNC_MASTER"), ("broker_role", "SLAVE"), ("ha_listen_port", 10999),
-    ("ha_slave_fallbehind_max", 1), ("slave_timeout", 1), ("duplication_enable", True),
+    ("duplication_enable", True),
     ("offset_check_in_slave", True), ("enable_consume_queue_ext", True),
     ("mapped_file_size_consume_queue_ext", 1 << 20),
 ])
@@ -797,9 +797,7 @@ def test_broker_conf_text() -> None:
     assert (cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id) == ("DefaultCluster", "broker-a", 0)
     assert (cfg.namesrv_addr, cfg.listen_port, cfg.auto_create_topic_enable) == ("10.0.0.1:9876;10.0.0.2:9876", 10911,
                                                                               True)
-    with pytest.raises(ConfigError, match="broker_role=SYNC_MASTER is refused: master/slave replication"):
-        cfg.validate()  # loads as is; a store refuses to open with it until replication exists
-    cfg.replace(broker_role="ASYNC_MASTER").validate()
+    cfg.validate()  # loads as is, and a store opens with it: a SYNC_MASTER serving slaves on ha_listen_port
 
 
 def test_broker_conf_file(tmp_path: Path) -> None:

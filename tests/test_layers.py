@@ -91,7 +91,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
         "procs", "twin", "protocol"),
     1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory
     2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
-    3: ("services", "node"),      # the service loops, their registry, the node's supervisor
+    3: ("services", "node", "ha"),  # the service loops, their registry, the node's supervisor, replication
     4: ("store",),                # MessageStore / AttachedStore: the composition
     5: ("tools", "launch", "__main__", "broker", "client"),  # the commands, checker, inspection, stats, soak;
     #                                                         the broker front; the RocketMQ client

@@ -18,8 +18,8 @@ from mqstore.roles import BrokerRole, FlushDiskType
 from mqstore.config.rules import (RECORD_HEADROOM, Rule, _BOOL, _COMMIT_LOG_PATH_RULE, _CQ_EXT_UNIT_HEADER,
                                   _CQ_EXT_UNIT_MAX, _DELAY_RULE, _DELETE_WHEN_RULE, _HA_FRAME_HEADER,
                                   _HA_SLAVE_READ_BUFFER, _INT_MAX, _LONG_MAX, _NON_NEGATIVE, _PERCENT, _POSITIVE,
-                                  _ROOT_DIR_RULE, _SERVICE_MODE_RULE, _STORE_HOST_RULE, _IPV4_RULE, _NAME_RULE, _NAMESRV_RULE,
-                                  _SERIALIZE_RULE, _enum_rule, _int_range,
+                                  _ROOT_DIR_RULE, _SERVICE_MODE_RULE, _HA_MASTER_RULE, _STORE_HOST_RULE, _IPV4_RULE,
+                                  _NAME_RULE, _NAMESRV_RULE, _SERIALIZE_RULE, _enum_rule, _int_range,
                                   _power_of_two)
 
 
@@ -424,6 +424,11 @@ _TABLE: tuple[Definition, ...] = (
     _key("slave_timeout", int, 3000, "ms", _POSITIVE,
          "SYNC_MASTER: how long a put waits for the slave ack before FLUSH_SLAVE_TIMEOUT.",
          java="slaveTimeout"),
+    _key("ha_master_address", str, "", "-", _HA_MASTER_RULE,
+         "SLAVE: host:port of the master's HA service to replicate from; \"\" = learned from the "
+         "NameServer registration (a broker), or no replication (a store). A master serves slaves "
+         "when it is SYNC_MASTER or ha_listen_port is given (`mqstore broker`: listen_port + 1).",
+         java="haMasterAddress"),
     # --- broker front (BrokerConfig, NettyServerConfig) ----------------------------------------------
     _key("listen_port", int, 10911, "-", _int_range(0, 65535),
          "TCP port the broker's front processes accept clients on (SO_REUSEPORT, every front "

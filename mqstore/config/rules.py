@@ -178,4 +178,13 @@ def _check_namesrv(value: str) -> str | None:
 _IPV4_RULE = Rule("an IPv4 address", _check_ipv4)
 _NAME_RULE = Rule("1 .. 127 of a-z A-Z 0-9 _ -", _check_name)
 _NAMESRV_RULE = Rule('"" or host:port, several separated by ";"', _check_namesrv)
+def _check_ha_master(value: str) -> str | None:
+    if not value:
+        return None
+    if ";" in value:
+        return "one master address, not a list"
+    return _check_namesrv(value)
+
+
+_HA_MASTER_RULE = Rule('"" or host:port', _check_ha_master)
 _SERIALIZE_RULE = Rule("JSON, ROCKETMQ", lambda v: None if v in ("JSON", "ROCKETMQ") else "unknown serialization")

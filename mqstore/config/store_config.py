@@ -67,12 +67,9 @@ class _Unimplemented:
 
 
 _UNIMPLEMENTED: tuple[_Unimplemented, ...] = (
-    _Unimplemented(("broker_role", "ha_listen_port", "ha_send_heartbeat_interval", "ha_housekeeping_interval",
-                    "ha_transfer_batch_size", "ha_slave_fallbehind_max", "slave_timeout", "offset_check_in_slave",
-                    "duplication_enable"),
-                   "master/slave replication is not implemented yet, so a SYNC_MASTER would acknowledge puts no "
-                   "slave has and a SLAVE would never receive anything",
-                   "leave broker_role at ASYNC_MASTER and the HA settings at their defaults"),
+    _Unimplemented(("offset_check_in_slave", "duplication_enable"),
+                   "a slave's offset correction and the confirm-offset dispatch (DLedger) are not implemented",
+                   "leave offset_check_in_slave and duplication_enable false"),
     _Unimplemented(("enable_consume_queue_ext", "mapped_file_size_consume_queue_ext",
                     "bit_map_length_consume_queue_ext"),
                    "ConsumeQueueExt units and bitmap filters are not implemented",
@@ -143,7 +140,7 @@ _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
     clientCallbackExecutorThreads clientOnewaySemaphoreValue clientAsyncSemaphoreValue
     connectTimeoutMillis channelNotActiveInterval clientChannelMaxIdleTimeSeconds
     clientSocketSndBufSize clientSocketRcvBufSize clientPooledByteBufAllocatorEnable
-    clientCloseSocketIfTimeout useTLS haMasterAddress flushDelayOffsetInterval debugLockEnable
+    clientCloseSocketIfTimeout useTLS flushDelayOffsetInterval debugLockEnable
     dLegerGroup dLegerPeers dLegerSelfId preferredLeaderId enableBatchPush
     enableScheduleMessageStats enableLmq enableMultiDispatch maxLmqConsumeQueueNum
     enableScheduleAsyncDeliver scheduleAsyncDeliverMaxPendingLimit

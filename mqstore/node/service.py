@@ -29,8 +29,8 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
     from mqstore.log.mapped_file_queue import MappedFileQueue
     from mqstore.services.registry import ServiceParts, build_services
 
-    if kind not in SERVICE_KINDS:
-        raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
+    if kind not in SERVICE_KINDS + ("ha",):
+        raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
     parts = ServiceParts(root, cfg, ctl)
     closers: list[Any] = []
     if kind == "allocator":
@@ -73,6 +73,17 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
         closers = [commitlog, queues, checkpoint]
         if index is not None:
             closers.insert(0, index)
+    elif kind == "ha":
+        from mqstore.ha import ha_role
+
+        if ha_role(cfg) == "slave":
+            parts.commitlog = CommitLog(root, cfg, ctl)
+            parts.commitlog.queue.map_new_files()
+            closers = [parts.commitlog]
+        else:  # a master's HA service reads the files, mapping new ones as it needs them
+            parts.log_files = MappedFileQueue(cfg.commit_log_dir(root), cfg.mapped_file_size_commit_log)
+            parts.log_files.map_new_files()
+            closers = [parts.log_files]
     else:  # the cleaner
         from mqstore.queue.consume_queue import ConsumeQueueTable
         from mqstore.queue.index import IndexService
@@ -142,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m mqstore.node.service",
                                      description="Run one service process of an mqstore node.")
-    parser.add_argument("--service", choices=SERVICE_KINDS, required=True)
+    parser.add_argument("--service", choices=SERVICE_KINDS + ("ha",), required=True)
     parser.add_argument("root")
     args = parser.parse_args(argv)
     return service_main(args.service, os.path.abspath(args.root))

@@ -15,7 +15,10 @@ def write_config(root: str, config: StoreConfig) -> None:
     Nothing is written when the file already says the same (a store reopened on a full disk
     with its own settings needs no new block for it)."""
     path = os.path.join(root, CONFIG_NAME)
-    text = json.dumps(config.to_dict(changed_only=True), indent=1, sort_keys=True)
+    values = config.to_dict(changed_only=True)
+    if "ha_listen_port" in config.explicit_keys:  # given, even at its default: the master serves slaves
+        values["ha_listen_port"] = config.ha_listen_port
+    text = json.dumps(values, indent=1, sort_keys=True)
     try:
         with open(path, encoding="utf-8") as fh:
             if fh.read() == text:

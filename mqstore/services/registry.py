@@ -93,4 +93,19 @@ def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list
     if kind == "cleaner":
         files, queues = _need(parts, kind, "log_files", "consume_queues")
         return [CleanService(parts.ctl, files, queues, parts.index, cfg, parts.root, follow=own_process)]
-    raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}")
+    if kind == "ha":
+        from mqstore.ha import ha_role
+
+        role = ha_role(cfg)
+        if role == "master":
+            from mqstore.ha.master import HAService
+
+            (files,) = _need(parts, kind, "log_files")
+            return [HAService(parts.ctl, files, cfg, follow=own_process)]
+        if role == "slave":
+            from mqstore.ha.slave import HAClient
+
+            (commitlog,) = _need(parts, kind, "commitlog")
+            return [HAClient(parts.ctl, commitlog, cfg)]
+        return []
+    raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")

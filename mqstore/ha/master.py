@@ -1,0 +1,289 @@
+"""The master's side of replication (docs/rocketmq-remoting-spec.md §4.3, HAService and
+HAConnection of RocketMQ 4.9.7): a listener on ``ha_listen_port`` accepting any number of
+slaves, and per slave a reader (its 8-byte reports) and a writer (the CommitLog from where the
+slave stands, in frames of at most ``ha_transfer_batch_size`` bytes that never cross a file's
+end, sent straight from the mapped files; an empty frame after ``ha_send_heartbeat_interval``
+of silence).
+
+What the slaves report is published in the control block: ``confirmed`` is the highest
+offset a slave reported holding (RocketMQ's push2SlaveMaxOffset), ``ha_slaves`` the slaves
+connected, ``ha_report_ms`` when the last report came; each report wakes the SYNC_MASTER puts
+waiting (``ControlBlock.ha_broadcast``), and puts wake the writers while slaves are connected
+(``wait_ha_data``). ``ha_port`` is the port listened on (``ha_listen_port`` 0 picks one).
+
+Decided differently from RocketMQ (docs/replication.md): a slave that reports 0 (an empty
+log) gets the master's whole log from its first byte still held, where RocketMQ starts it at
+the start of the master's last file; and a slave that reports more than the master holds is
+sent one empty frame at the master's end before the connection closes, so it can say how many
+bytes it holds that the master lost (RocketMQ closes without a word).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+from mqstore._ha import header, last_report
+from mqstore.services.base import ServiceThread
+
+__all__ = ["HAConnection", "HAService"]
+
+log = logging.getLogger("mqstore.ha")
+
+#: how long a writer waits for new data before looking again (RocketMQ: 100 ms)
+IDLE_WAIT_MS = 100.0
+
+
+class HAConnection:
+    """One slave: its socket, the reader thread and the writer thread."""
+
+    def __init__(self, service: HAService, sock: socket.socket, peer: str) -> None:
+        self.service = service
+        self.sock = sock
+        self.peer = peer
+        self.request_offset = -1   # the slave's first report: where the writer starts
+        self.ack_offset = -1       # its latest report
+        self.sent_upto = -1        # the writer's next byte
+        self.started = time.monotonic()
+        self.bytes_sent = 0
+        self._closed = threading.Event()
+        self._first_report = threading.Event()
+        self.reader = threading.Thread(target=self._read_loop, name=f"mqstore-ha-read-{peer}", daemon=True)
+        self.writer = threading.Thread(target=self._write_loop, name=f"mqstore-ha-write-{peer}", daemon=True)
+
+    def start(self) -> None:
+        self.reader.start()
+        self.writer.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def close(self, why: str = "") -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._first_report.set()
+        if why:
+            log.info("HA: closing the connection of slave %s: %s", self.peer, why)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.service.connection_closed(self)
+
+    # -- the slave's reports (ReadSocketService) ---------------------------------------------------
+    def _read_loop(self) -> None:
+        cfg = self.service.config
+        buf = bytearray(1024 * 1024)
+        view = memoryview(buf)
+        end = 0
+        last_read = time.monotonic()
+        try:
+            while not self._closed.is_set() and not self.service.is_stopped:
+                ready, _, _ = select.select([self.sock], [], [], 1.0)
+                now = time.monotonic()
+                if not ready:
+                    if (now - last_read) * 1000 > cfg.ha_housekeeping_interval:
+                        self.close(f"nothing read for {cfg.ha_housekeeping_interval} ms (ha_housekeeping_interval)")
+                    continue
+                n = self.sock.recv_into(view[end:])
+                if n == 0:
+                    self.close("the slave closed it")
+                    return
+                last_read = now
+                end += n
+                value, used = last_report(buf, 0, end)
+                if value < 0:
+                    continue
+                buf[:end - used] = buf[used:end]
+                end -= used
+                if not self._report(value):
+                    return
+        except OSError as exc:
+            self.close(f"read failed: {exc}")
+
+    def _report(self, offset: int) -> bool:
+        ctl = self.service.ctl
+        master_end = ctl.get("wrote")
+        if self.request_offset < 0:
+            self.request_offset = offset
+            log.info("HA: slave %s asks for the CommitLog from offset %d (the master ends at %d)", self.peer, offset,
+                     master_end)
+            self._first_report.set()
+            if offset > master_end:
+                return False  # the writer tells the slave where the master ends, then closes
+        elif offset > master_end:
+            self.close(f"it reports offset {offset}, past the master's end {master_end}")
+            return False
+        self.ack_offset = offset
+        ctl.set("ha_report_ms", time.time_ns() // 1_000_000)
+        if offset > ctl.get("confirmed"):
+            ctl.advance("confirmed", offset)
+        ctl.ha_broadcast()
+        return True
+
+    # -- the CommitLog to the slave (WriteSocketService) -------------------------------------------
+    def _write_loop(self) -> None:
+        service = self.service
+        cfg, ctl = service.config, service.ctl
+        while not self._first_report.wait(1.0):
+            if self._closed.is_set() or service.is_stopped:
+                return
+        if self._closed.is_set():
+            return
+        try:
+            master_end = ctl.get("wrote")
+            if self.request_offset > master_end:
+                # the slave holds bytes this master does not (it lost them in a crash): say
+                # where this log ends, so the slave can report it, and close
+                self._send(header(master_end, 0))
+                self.close(f"it holds {self.request_offset - master_end} bytes past the master's end {master_end}")
+                return
+            self.sent_upto = self.request_offset if self.request_offset > 0 else service.first_offset()
+            log.info("HA: sending the CommitLog to slave %s from offset %d", self.peer, self.sent_upto)
+            last_write = time.monotonic()
+            heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
+            batch = cfg.ha_transfer_batch_size
+            while not self._closed.is_set() and not service.is_stopped:
+                seq = ctl.ha_data_seq()
+                readable = ctl.get("committed")
+                if self.sent_upto < readable:
+                    view = service.log_view(self.sent_upto, min(readable, self.sent_upto + batch))
+                    if view is None:
+                        self.close(f"the master no longer holds offset {self.sent_upto} (its log starts at "
+                                   f"{service.first_offset()})")
+                        return
+                    self._send(header(self.sent_upto, len(view)), view)
+                    self.sent_upto += len(view)
+                    self.bytes_sent += len(view)
+                    last_write = time.monotonic()
+                    continue
+                if time.monotonic() - last_write >= heartbeat_s:
+                    self._send(header(self.sent_upto, 0))
+                    last_write = time.monotonic()
+                ctl.wait_ha_data(seq, IDLE_WAIT_MS)
+        except OSError as exc:
+            self.close(f"write failed: {exc}")
+
+    def _send(self, head: bytes, body: memoryview | None = None) -> None:
+        """The header and the body (a view of the mapped file: no copy here), all of it."""
+        parts: list[Any] = [head] if body is None else [head, body]
+        total = sum(len(p) for p in parts)
+        sent = 0
+        while sent < total:
+            n = self.sock.sendmsg(parts)
+            sent += n
+            while parts and n >= len(parts[0]):
+                n -= len(parts[0])
+                parts.pop(0)
+            if parts and n:
+                parts[0] = memoryview(parts[0])[n:]
+
+    def status(self) -> dict[str, Any]:
+        now_end = self.service.ctl.get("wrote")
+        return {"slave": self.peer, "request_offset": self.request_offset, "ack_offset": self.ack_offset,
+                "sent_upto": self.sent_upto, "lag_bytes": max(0, now_end - max(self.ack_offset, 0)),
+                "bytes_sent": self.bytes_sent, "connected_s": round(time.monotonic() - self.started, 1)}
+
+
+class HAService(ServiceThread):
+    """The master's HA listener and its slave connections (RocketMQ's HAService.AcceptSocketService).
+
+    ``files`` is a MappedFileQueue of the CommitLog (the node's HA process maps new files as
+    the allocator creates them: ``follow``)."""
+
+    channel = None
+
+    def __init__(self, ctl: Any, files: Any, config: Any, *, follow: bool = False) -> None:
+        super().__init__("ha", ctl)
+        self.config = config
+        self.files = files
+        self.follow = follow
+        self.connections: list[HAConnection] = []
+        self._lock = threading.Lock()
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        port = config.ha_listen_port
+        previous = ctl.get("ha_port")
+        if port == 0 and previous > 0:
+            # a restarted HA process (the one before was killed) takes the port its slaves know
+            try:
+                self.server.bind((config.bind_address, previous))
+                port = -1
+            except OSError:
+                pass
+        if port >= 0:
+            self.server.bind((config.bind_address, port))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        ctl.set("ha_slaves", 0)
+        ctl.set("ha_port", self.port)
+        ctl.ha_broadcast()
+        log.info("HA: listening for slaves on %s:%d", config.bind_address, self.port)
+
+    def run_once(self) -> None:
+        ready, _, _ = select.select([self.server], [], [], 0.5)
+        if not ready or self.is_stopped:
+            return
+        try:
+            sock, addr = self.server.accept()
+        except OSError:
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = HAConnection(self, sock, f"{addr[0]}:{addr[1]}")
+        with self._lock:
+            self.connections.append(conn)
+            self.ctl.set("ha_slaves", len(self.connections))
+        self.ctl.ha_broadcast()
+        log.info("HA: slave %s connected", conn.peer)
+        conn.start()
+
+    def connection_closed(self, conn: HAConnection) -> None:
+        with self._lock:
+            if conn in self.connections:
+                self.connections.remove(conn)
+            self.ctl.set("ha_slaves", len(self.connections))
+        self.ctl.ha_broadcast()
+
+    def first_offset(self) -> int:
+        """The first byte of the log this master still holds."""
+        if self.follow:
+            self.files.map_new_files()
+        first = self.files.first()
+        return first.file_from if first is not None else 0
+
+    def log_view(self, start: int, end: int) -> memoryview | None:
+        """A view of the mapped CommitLog from start up to end, cut at its file's end; None
+        when no file holds start (deleted by the cleaner, or not yet mapped here)."""
+        mf = self.files.find_mapped_file_by_offset(start)
+        if mf is None and self.follow:
+            self.files.map_new_files()
+            mf = self.files.find_mapped_file_by_offset(start)
+        if mf is None:
+            return None
+        pos = start - mf.file_from
+        stop = min(end - mf.file_from, mf.file_size)
+        return memoryview(mf)[pos:stop]
+
+    def status(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [c.status() for c in self.connections]
+
+    def on_shutdown(self) -> None:
+        self.server.close()
+        with self._lock:
+            conns = list(self.connections)
+        for conn in conns:
+            conn.close("the master stops")
+        for conn in conns:
+            conn.reader.join(2)
+            conn.writer.join(2)
+        self.ctl.set("ha_slaves", 0)
+        self.ctl.set("ha_port", 0)
+        self.ctl.ha_broadcast()

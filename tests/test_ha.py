@@ -1,0 +1,328 @@
+"""Master/slave replication (docs/replication.md): RocketMQ's HA wire format against its twin,
+a master's HA service and a slave's HA client over loopback (two stores in this process, their
+services as threads), SYNC_MASTER's statuses, a restarted slave, a slave holding more than its
+master, bad frames from a master, and the same between two nodes (service processes) with the
+master's HA process killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqstore import Message, MessageStore
+from mqstore import _ha
+from mqstore.status import PutMessageStatus
+from mqstore.tools.checker import check_store
+from mqstore.twin import ha as twin
+
+from helpers_store import read_queue
+
+FS = 1 << 20  # 1 MiB CommitLog files: a few thousand messages roll several
+
+
+def wait_for(cond, timeout_s: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or cond}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def stores(tmp_path):
+    """stores(name, **config) -> a MessageStore in tmp_path/name; every one is shut down and
+    checked at the end."""
+    opened: list[MessageStore] = []
+
+    def make(name: str, **config) -> MessageStore:
+        store = MessageStore(str(tmp_path / name), mapped_file_size_commit_log=FS, **config)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        if not store.closed:
+            store.shutdown()
+    for store in opened:
+        check_store(store.root, config=store.config).raise_if_failed()
+
+
+def master_of(stores, name: str = "master", **config) -> MessageStore:
+    return stores(name, ha_listen_port=0, **config)
+
+
+def slave_of(stores, master: MessageStore, name: str = "slave", **config) -> MessageStore:
+    return stores(name, broker_role="SLAVE", ha_master_address=f"127.0.0.1:{master.ctl.get('ha_port')}", **config)
+
+
+def put_many(store: MessageStore, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        r = store.put_message(Message("T", b"body-%06d-" % i + b"x" * (i % 150), queue_id=i % 4, keys=f"k{i}",
+                                      tags="even" if i % 2 == 0 else "odd"))
+        assert r.status is PutMessageStatus.PUT_OK, (r.status, r.detail)
+
+
+def caught_up(master: MessageStore, slave: MessageStore) -> bool:
+    end = master.ctl.get("wrote")
+    return slave.ctl.get("wrote") == end and slave.ctl.get("dispatched") == end
+
+
+def same_log(master: MessageStore, slave: MessageStore) -> None:
+    """Byte-identical CommitLogs up to the slave's end, file by file."""
+    end = slave.ctl.get("wrote")
+    assert end > 0
+    for mf in slave.commitlog.queue.files:
+        upto = min(FS, end - mf.file_from)
+        if upto <= 0:
+            break
+        theirs = master.commitlog.queue.get(mf.file_from)
+        assert theirs is not None, f"the master has no file {mf.file_from}"
+        assert bytes(memoryview(mf)[:upto]) == bytes(memoryview(theirs)[:upto]), f"file {mf.file_from} differs"
+
+
+def same_messages(master: MessageStore, slave: MessageStore) -> None:
+    for q in range(4):
+        mine = [(m.queue_offset, bytes(m.body), m.physical_offset) for m in read_queue(master, "T", q)]
+        theirs = [(m.queue_offset, bytes(m.body), m.physical_offset) for m in read_queue(slave, "T", q)]
+        assert mine == theirs and mine
+
+
+# -- the wire format -----------------------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(offset=st.integers(-2**63, 2**63 - 1), size=st.integers(-2**31, 2**31 - 1))
+def test_header_and_report_encode_like_the_twin(offset, size):
+    assert _ha.header(offset, size) == twin.header(offset, size)
+    assert _ha.report(offset) == twin.report(offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=64), start=st.integers(0, 70), end=st.integers(0, 70))
+def test_the_last_report_is_read_like_the_twin(data, start, end):
+    try:
+        want = twin.last_report(data, start, end)
+    except ValueError:
+        with pytest.raises(ValueError):
+            _ha.last_report(data, start, end)
+        return
+    assert _ha.last_report(data, start, end) == want
+
+
+frames = st.lists(st.tuples(st.integers(0, 2**40), st.binary(max_size=300)), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=frames, cuts=st.lists(st.integers(1, 97), max_size=20), junk=st.binary(max_size=12))
+def test_the_slave_reads_frames_like_the_twin(items, cuts, junk):
+    stream = b"".join(twin.header(phy, len(body)) + body for phy, body in items) + junk
+    mine, theirs = _ha.SlaveReader(4096), twin.SlaveReader(4096)
+    got_mine, got_theirs = [], []
+    pos = 0
+    for n in cuts + [len(stream)]:
+        chunk = stream[pos:pos + n]
+        pos += len(chunk)
+        for reader, got in ((mine, got_mine), (theirs, got_theirs)):
+            reader.feed(chunk)
+            while True:
+                try:
+                    frame = reader.next()
+                except ValueError as exc:
+                    got.append(("error", str(exc)))
+                    break
+                if frame is None:
+                    break
+                got.append((frame[0], bytes(frame[1])))
+        if got_mine and got_mine[-1][0] == "error":
+            break
+    assert got_mine == got_theirs
+    assert [g for g in got_mine if g[0] != "error"] == [(phy, body) for phy, body in items][:len(got_mine)]
+
+
+def test_a_frame_that_cannot_fit_the_buffer_is_refused():
+    reader = _ha.SlaveReader(1024)
+    reader.feed(_ha.header(0, 5000))
+    with pytest.raises(ValueError, match="5000 bytes at CommitLog offset 0: it cannot fit the 1024-byte read buffer"):
+        reader.next()
+    reader = _ha.SlaveReader(1024)
+    reader.feed(_ha.header(7, -1))
+    with pytest.raises(ValueError, match="-1 bytes"):
+        reader.next()
+
+
+# -- a master and its slaves ---------------------------------------------------------------------
+def test_a_slave_holds_what_its_master_holds(stores):
+    master = master_of(stores)
+    slave = slave_of(stores, master)
+    put_many(master, 12_000)  # ~2.5 MB: three files
+    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    assert len(slave.commitlog.queue.files) >= 3
+    same_log(master, slave)
+    same_messages(master, slave)
+    assert [m.physical_offset for m in slave.query_message("T", "k4321").messages] == \
+        [m.physical_offset for m in master.query_message("T", "k4321").messages] != []
+    assert master.ctl.get("confirmed") == master.ctl.get("wrote")
+    (conn,) = master.ha.status()
+    assert conn["ack_offset"] == master.ctl.get("wrote") and conn["lag_bytes"] == 0
+    assert slave.ha.status()["connected"] and slave.ha.status()["frames"] > 0
+    # a slave takes no puts of its own (SERVICE_NOT_AVAILABLE naming the role)
+    r = slave.put_message(Message("T", b"x"))
+    assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "slave" in r.detail
+
+
+def test_two_slaves_follow_one_master(stores):
+    master = master_of(stores)
+    a, b = slave_of(stores, master, "a"), slave_of(stores, master, "b")
+    wait_for(lambda: master.ctl.get("ha_slaves") == 2, what="two slaves connected")
+    put_many(master, 3000)
+    wait_for(lambda: caught_up(master, a) and caught_up(master, b), what="both slaves to catch up")
+    for slave in (a, b):
+        same_log(master, slave)
+        same_messages(master, slave)
+
+
+def test_a_restarted_slave_catches_up_from_its_end(stores, tmp_path):
+    master = master_of(stores)
+    slave = slave_of(stores, master)
+    put_many(master, 2000)
+    wait_for(lambda: caught_up(master, slave))
+    stopped_at = slave.ctl.get("wrote")
+    slave.shutdown()
+    wait_for(lambda: master.ctl.get("ha_slaves") == 0, what="the master to see the slave go")
+    put_many(master, 3000, start=2000)
+    slave = slave_of(stores, master, "slave")  # the same directory, reopened
+    wait_for(lambda: caught_up(master, slave), what="the restarted slave to catch up")
+    (conn,) = master.ha.status()
+    assert conn["request_offset"] == stopped_at  # it asked from its end, not from 0
+    same_log(master, slave)
+    same_messages(master, slave)
+
+
+def test_sync_master_waits_for_its_slave(stores):
+    master = master_of(stores, broker_role="SYNC_MASTER", slave_timeout=300)
+    r = master.put_message(Message("T", b"alone"))
+    assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE and "no slave is connected" in r.detail
+    slave = slave_of(stores, master)
+    wait_for(lambda: master.ctl.get("ha_slaves") == 1)
+    for i in range(300):
+        r = master.put_message(Message("T", b"m%d" % i, queue_id=i % 4))
+        assert r.status is PutMessageStatus.PUT_OK, (r.status, r.detail)
+        assert master.ctl.get("confirmed") >= r.wrote_offset + r.wrote_bytes  # the slave has it when PUT_OK
+    wait_for(lambda: caught_up(master, slave))
+    same_log(master, slave)
+    # SYNC_MASTER puts of many threads at once: every one PUT_OK, each confirmed
+    results = []
+
+    def producer(k: int) -> None:
+        for i in range(100):
+            results.append(master.put_message(Message("T", b"t%d-%d" % (k, i), queue_id=k % 4)))
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 800 and all(r.status is PutMessageStatus.PUT_OK for r in results)
+    slave.shutdown()
+    wait_for(lambda: master.ctl.get("ha_slaves") == 0)
+    r = master.put_message(Message("T", b"gone"))
+    assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
+    # stored all the same: the status says its replication is not confirmed
+    assert master.look_message_by_offset(r.wrote_offset) is not None
+
+
+def test_sync_master_times_out_on_a_slave_that_stops_answering(stores):
+    """A frozen slave: a socket that connects, reports its end once and never again."""
+    master = master_of(stores, broker_role="SYNC_MASTER", slave_timeout=300)
+    frozen = socket.create_connection(("127.0.0.1", master.ctl.get("ha_port")))
+    try:
+        frozen.sendall(_ha.report(0))
+        wait_for(lambda: master.ctl.get("ha_slaves") == 1)
+        t0 = time.monotonic()
+        r = master.put_message(Message("T", b"waits"))
+        waited = time.monotonic() - t0
+        assert r.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT and "slave_timeout=300 ms" in r.detail
+        assert 0.25 < waited < 5
+    finally:
+        frozen.close()
+
+
+def test_a_slave_holding_more_than_its_master_says_how_much(stores):
+    first = master_of(stores, "first")
+    slave = slave_of(stores, first)
+    put_many(first, 1000)
+    wait_for(lambda: caught_up(first, slave))
+    held = slave.ctl.get("wrote")
+    slave.shutdown()
+    first.shutdown()
+    second = master_of(stores, "second")  # a master that lost what the first had (a new log)
+    put_many(second, 10)
+    slave = slave_of(stores, second, "slave")
+    wait_for(lambda: slave.ha.diverged is not None, what="the slave to notice")
+    lost = held - second.ctl.get("wrote")
+    assert f"holds {lost} bytes the master does not" in slave.ha.diverged
+    assert slave.ctl.get("wrote") == held  # nothing dropped without an operator
+
+
+def fake_master(replies: list[bytes]) -> tuple[socket.socket, threading.Thread, list[bytes]]:
+    """A listener that, per connection, reads the slave's first report and sends `replies`."""
+    server = socket.create_server(("127.0.0.1", 0))
+    reports: list[bytes] = []
+
+    def serve() -> None:
+        server.settimeout(10)
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(5)
+            try:
+                reports.append(conn.recv(8))
+                for reply in replies:
+                    conn.sendall(reply)
+                time.sleep(0.5)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return server, t, reports
+
+
+@pytest.mark.parametrize("reply, why", [
+    (_ha.header(0, 64 << 20), "cannot fit"),
+    (_ha.header(4096, 3) + b"abc", "from offset 4096, but this log ends at 0"),
+])
+def test_a_bad_frame_from_the_master_drops_the_connection_not_the_store(stores, reply, why):
+    server, t, reports = fake_master([reply])
+    try:
+        slave = stores("slave", broker_role="SLAVE", ha_master_address=f"127.0.0.1:{server.getsockname()[1]}")
+        wait_for(lambda: slave.ha.last_error is not None and why in slave.ha.last_error, what=why)
+        assert reports == [_ha.report(0)]
+        assert slave.ctl.get("wrote") == 0
+    finally:
+        server.close()
+        t.join(10)
+
+
+# -- two nodes -----------------------------------------------------------------------------------
+@pytest.mark.multiprocess
+def test_two_nodes_replicate_and_survive_the_masters_ha_process_killed(stores):
+    master = master_of(stores, service_mode="processes")
+    wait_for(lambda: master.ctl.get("ha_port") > 0, what="the master's HA process to listen")
+    slave = slave_of(stores, master, service_mode="processes")
+    put_many(master, 4000)
+    wait_for(lambda: caught_up(master, slave), what="the slave node to catch up")
+    ha_pid = master.supervisor.pids()["ha"]
+    os.kill(ha_pid, signal.SIGKILL)
+    wait_for(lambda: master.supervisor.pids()["ha"] not in (ha_pid, 0), what="the HA process restarted")
+    put_many(master, 2000, start=4000)
+    wait_for(lambda: caught_up(master, slave), timeout_s=30, what="the slave to catch up after the restart")
+    same_log(master, slave)
+    same_messages(master, slave)
