@@ -29,11 +29,13 @@ from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_
 from mqstore.broker.groups import SubscriptionGroups
 from mqstore.broker.namesrv import NameServer
 from mqstore.broker.requests import BadField, check_header, field, int_field, parse_number, response, wall_ms
-from mqstore.broker.offsets import ConsumerOffsets
+from mqstore.broker.offsets import ConsumerOffsets, decode_offset_table
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
 from mqstore.broker.schedule import ScheduleMessageService
 from mqstore.broker.topics import PERM_READ, PERM_WRITE, TopicConfigs, topic_config, topic_problem
+from mqstore.ha import write_ha_master
 from mqstore.protocol import VERSION
+from mqstore.roles import BrokerRole
 from mqstore.store import StoreBase
 
 __all__ = ["BrokerController", "LOCK_EXPIRY_MS", "wall_ms"]
@@ -45,6 +47,8 @@ LOCK_EXPIRY_MS = 60_000
 #: client housekeeping period (ClientHousekeepingService)
 SCAN_INTERVAL_S = 10.0
 REGISTER_TIMEOUT_S = 6.0
+#: a slave copies its master's topics, offsets and groups this often (SlaveSynchronize: 10 s)
+SLAVE_SYNC_PERIOD_S = 10.0
 
 
 def _json_body(cmd: RemotingCommand) -> Any:
@@ -124,6 +128,11 @@ class BrokerController:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self.registrations = 0  # successful REGISTER_BROKER calls (status, tests)
+        #: a slave broker: its master's remoting address (from the NameServer's answer to its
+        #: registration) and how many metadata syncs from it went through (SlaveSynchronize)
+        self.is_slave = cfg.broker_role is BrokerRole.SLAVE
+        self.master_addr: str | None = None
+        self.slave_syncs = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -135,10 +144,13 @@ class BrokerController:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.link_address)
         self._server = await asyncio.start_unix_server(self._serve_front, sock=sock)
-        self.schedule.start()
+        if not self.is_slave:  # a slave delivers no delayed messages: its master does (handleScheduleMessageService)
+            self.schedule.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._register_loop()), loop.create_task(self._flush_loop()),
                        loop.create_task(self._scan_loop())]
+        if self.is_slave:
+            self._tasks.append(loop.create_task(self._slave_sync_loop()))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -472,7 +484,8 @@ class BrokerController:
         body = json.dumps({"topicConfigSerializeWrapper": self.topics.wrapper(), "filterServerList": []}).encode()
         return RemotingCommand(RequestCode.REGISTER_BROKER, language="JAVA", version=VERSION, ext_fields={
             "brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
-            "clusterName": self.cfg.broker_cluster_name, "haServerAddr": f"{self.cfg.broker_ip1}:{self.cfg.ha_listen_port}",
+            "clusterName": self.cfg.broker_cluster_name,
+            "haServerAddr": f"{self.cfg.broker_ip1}:{self.store.ctl.get('ha_port') or self.cfg.ha_listen_port}",
             "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}, body=body)
 
     async def register_all(self) -> None:
@@ -486,12 +499,37 @@ class BrokerController:
         await asyncio.gather(*(self._call_namesrv(addr, cmd) for addr in self.namesrv_addrs))
 
     async def _call_namesrv(self, addr: str, cmd: RemotingCommand) -> bool:
+        got = await self._request(addr, cmd, "NameServer")
+        if got is None:
+            return False
+        if got.code != ResponseCode.SUCCESS:
+            log.warning("NameServer %s refused %d: %s", addr, cmd.code, got.remark)
+            return False
+        if cmd.code == RequestCode.REGISTER_BROKER:
+            self.registrations += 1
+            if self.is_slave:
+                self._learn_master(got)
+        return True
+
+    def _learn_master(self, got: RemotingCommand) -> None:
+        """A slave's registration answer names its master (masterAddr) and the master's HA
+        address (haServerAddr): the metadata sync asks the one, the HA client follows the other
+        unless ha_master_address says where."""
+        master, ha = got.ext_fields.get("masterAddr"), got.ext_fields.get("haServerAddr")
+        if master and master != self.master_addr:
+            log.info("slave: the master of %s is %s", self.cfg.broker_name, master)
+            self.master_addr = master
+        if ha and not self.cfg.ha_master_address:
+            write_ha_master(self.root, ha)
+
+    async def _request(self, addr: str, cmd: RemotingCommand, what: str) -> RemotingCommand | None:
+        """One request on a connection of its own; the answer, or None (logged) when there is none."""
         host, _, port = addr.rpartition(":")
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), REGISTER_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
-            log.warning("NameServer %s: cannot connect (%s)", addr, exc)
-            return False
+            log.warning("%s %s: cannot connect (%s)", what, addr, exc)
+            return None
         try:
             cmd.opaque = random.getrandbits(31)
             writer.write(cmd.encode())
@@ -502,17 +540,50 @@ class BrokerController:
                 if not data:
                     raise ConnectionError("closed")
                 frames.feed(data)
-            if got.code != ResponseCode.SUCCESS:
-                log.warning("NameServer %s refused %d: %s", addr, cmd.code, got.remark)
-                return False
-            if cmd.code == RequestCode.REGISTER_BROKER:
-                self.registrations += 1
-            return True
+            return got
         except (OSError, asyncio.TimeoutError, FrameError) as exc:
-            log.warning("NameServer %s: request %d failed (%s)", addr, cmd.code, exc)
-            return False
+            log.warning("%s %s: request %d failed (%s)", what, addr, cmd.code, exc)
+            return None
         finally:
             writer.close()
+
+    # -- a slave's copy of its master's metadata (SlaveSynchronize) -------------------------------
+    async def _slave_sync_loop(self) -> None:
+        while True:
+            if self.master_addr:
+                try:
+                    await self.sync_from_master()
+                except (ValueError, KeyError, TypeError, OSError) as exc:
+                    log.warning("slave: syncing from the master %s failed: %s", self.master_addr, exc)
+            await asyncio.sleep(SLAVE_SYNC_PERIOD_S if self.slave_syncs else 0.5)
+
+    async def sync_from_master(self) -> None:
+        """The master's topics, consumer offsets and subscription groups, as this slave's
+        (GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG): a
+        consumer the master sends here finds its topic, group and offsets."""
+        assert self.master_addr is not None
+        answers = []
+        for code in (RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
+                     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG):
+            got = await self._request(self.master_addr, RemotingCommand(code, language="JAVA", version=VERSION),
+                                      "master")
+            if got is None or got.code != ResponseCode.SUCCESS:
+                return
+            answers.append(got.body.decode("utf-8"))
+        topics, offsets, groups = answers
+        obj = json.loads(topics)
+        table = {str(k): dict(v) for k, v in (obj.get("topicConfigTable") or {}).items()}
+        if table != self.topics.table:
+            changed = [t for t in set(table) | set(self.topics.table) if table.get(t) != self.topics.table.get(t)]
+            self.topics.table = table
+            if type(obj.get("dataVersion")) is dict:
+                self.topics.data_version = dict(obj["dataVersion"])
+            self.topics.persist()
+            for topic in changed:
+                self._topic_changed(topic)
+        self.offsets.replace(decode_offset_table(offsets))
+        self.groups.replace(groups)
+        self.slave_syncs += 1
 
     async def _flush_loop(self) -> None:
         while True:

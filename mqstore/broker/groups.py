@@ -160,6 +160,18 @@ class SubscriptionGroups:
         """A copy of the table (the configs themselves are immutable)."""
         return dict(self.table)
 
+    def replace(self, text: str) -> None:
+        """The whole table from a GET_ALL_SUBSCRIPTIONGROUP_CONFIG answer, as a slave takes its
+        master's (SlaveSynchronize); ValueError when it does not decode."""
+        table, version = _decode(text)
+        merged = {name: SubscriptionGroupConfig(name) for name in STARTUP_GROUPS}
+        merged.update(table)
+        if merged != self.table:
+            self.table = merged
+            if version is not None:
+                self.data_version = version
+            self.persist()
+
     def wrapper(self) -> dict[str, Any]:
         """The manager as RocketMQ serializes it: what subscriptionGroup.json holds and
         GET_ALL_SUBSCRIPTIONGROUP_CONFIG answers."""

@@ -141,6 +141,12 @@ class ConsumerOffsets:
             self._dirty = True
         return bool(doomed)
 
+    def replace(self, table: OffsetTable) -> None:
+        """The whole table, as a slave takes its master's (SlaveSynchronize)."""
+        if table != self._table:
+            self._table = {key: dict(queues) for key, queues in table.items()}
+            self._dirty = True
+
     def persist(self) -> bool:
         """Write consumerOffset.json when the table changed (the previous file kept as .bak, the new
         one written whole and renamed over it); whether it wrote. An OSError leaves it dirty."""

@@ -28,6 +28,7 @@ from mqstore.broker.link import link_address
 from mqstore.config import StoreConfig
 from mqstore.log.directory import check_store_dir
 from mqstore.node.supervisor import Supervisor
+from mqstore.roles import BrokerRole
 from mqstore.store import MessageStore
 
 __all__ = ["Broker", "FrontSupervisor", "front_count"]
@@ -98,6 +99,10 @@ class Broker:
         self._port_holder = _reserve_port(cfg.bind_address, cfg.listen_port)
         self.port: int = self._port_holder.getsockname()[1]
         cfg = cfg.replace(store_host=f"{cfg.broker_ip1}:{self.port}")
+        if "ha_listen_port" not in cfg.explicit_keys and cfg.broker_role is not BrokerRole.SLAVE:
+            # a master accepts slaves on listen_port + 1, as BrokerStartup sets haListenPort (a
+            # free port when the broker's own was picked free)
+            cfg = cfg.replace(ha_listen_port=self.port + 1 if cfg.listen_port else 0)
         self.store = MessageStore(root, cfg)
         self.root = self.store.root
         self.config = self.store.config

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from mqstore._ha import SlaveReader, report
+from mqstore.ha import read_ha_master
 from mqstore.services.base import ServiceThread
 
 __all__ = ["HAClient"]
@@ -40,8 +41,10 @@ class HAClient(ServiceThread):
 
     channel = None
 
-    def __init__(self, ctl: Any, commitlog: Any, config: Any, master_address: str | None = None) -> None:
+    def __init__(self, ctl: Any, commitlog: Any, config: Any, master_address: str | None = None,
+                 root: str | None = None) -> None:
         super().__init__("haclient", ctl)
+        self.root = root
         self.commitlog = commitlog
         self.appender = commitlog.appender
         self.config = config
@@ -105,8 +108,10 @@ class HAClient(ServiceThread):
         if self.diverged is not None:
             self.sleep(1000)
             return
+        if not self.config.ha_master_address and self.root is not None and self.sock is None:
+            self.master_address = read_ha_master(self.root)  # learned by the broker from its NameServer
         if not self.master_address:
-            self.sleep(1000)
+            self.sleep(500)
             return
         if self.sock is None and not self._connect():
             return

@@ -106,6 +106,6 @@ def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list
             from mqstore.ha.slave import HAClient
 
             (commitlog,) = _need(parts, kind, "commitlog")
-            return [HAClient(parts.ctl, commitlog, cfg)]
+            return [HAClient(parts.ctl, commitlog, cfg, root=parts.root)]
         return []
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
