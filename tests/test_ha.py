@@ -6,6 +6,7 @@ master's HA process killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -313,7 +314,7 @@ def test_a_bad_frame_from_the_master_drops_the_connection_not_the_store(stores, 
 
 # -- two nodes -----------------------------------------------------------------------------------
 @pytest.mark.multiprocess
-def test_two_nodes_replicate_and_survive_the_masters_ha_process_killed(stores):
+def test_two_nodes_replicate_and_survive_the_masters_ha_process_killed(stores, capsys):
     master = master_of(stores, service_mode="processes")
     wait_for(lambda: master.ctl.get("ha_port") > 0, what="the master's HA process to listen")
     slave = slave_of(stores, master, service_mode="processes")
@@ -326,3 +327,22 @@ def test_two_nodes_replicate_and_survive_the_masters_ha_process_killed(stores):
     wait_for(lambda: caught_up(master, slave), timeout_s=30, what="the slave to catch up after the restart")
     same_log(master, slave)
     same_messages(master, slave)
+    # what `mqstore node status` says about both sides (their HA processes' ha.json)
+    from mqstore.tools.node_cli import status
+
+    def replication(store: MessageStore) -> dict:
+        wait_for(lambda: os.path.exists(os.path.join(store.root, "ha.json")), what="ha.json")
+        status(store.root, as_json=True)
+        return json.loads(capsys.readouterr().out)["replication"]
+
+    wait_for(lambda: (replication(master) or {}).get("slaves") and
+             replication(master)["slaves"][0]["ack_offset"] == master.ctl.get("wrote"), what="the master's status")
+    (seen,) = replication(master)["slaves"]
+    assert seen["lag_bytes"] == 0 and seen["lag_ms"] == 0
+    assert seen["bytes_sent"] == master.ctl.get("wrote") - seen["request_offset"] > 0  # since the restart
+    wait_for(lambda: replication(slave)["connected"] and replication(slave)["offset"] == master.ctl.get("wrote"),
+             what="the slave's status")
+    assert replication(slave)["role"] == "slave"
+    status(master.root)
+    text = capsys.readouterr().out
+    assert "replication: master" in text and "lag 0 bytes / 0 ms" in text

@@ -20,7 +20,10 @@ bytes it holds that the master lost (RocketMQ closes without a word).
 
 from __future__ import annotations
 
+import collections
+import json
 import logging
+import os
 import select
 import socket
 import threading
@@ -30,7 +33,25 @@ from typing import Any
 from mqstore._ha import header, last_report
 from mqstore.services.base import ServiceThread
 
-__all__ = ["HAConnection", "HAService"]
+__all__ = ["HAConnection", "HAService", "STATUS_FILE", "write_status"]
+
+#: what the HA service (either side) says about itself, in the store directory, about every
+#: second (``mqstore node status`` shows it)
+STATUS_FILE = "ha.json"
+
+
+def write_status(root: str | None, status: dict[str, Any]) -> None:
+    """Write the status file atomically (a failure is not the service's: it is skipped)."""
+    if root is None:
+        return
+    path = os.path.join(root, STATUS_FILE)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(status, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 log = logging.getLogger("mqstore.ha")
 
@@ -187,9 +208,14 @@ class HAConnection:
 
     def status(self) -> dict[str, Any]:
         now_end = self.service.ctl.get("wrote")
+        ack = max(self.ack_offset, 0)
         return {"slave": self.peer, "request_offset": self.request_offset, "ack_offset": self.ack_offset,
-                "sent_upto": self.sent_upto, "lag_bytes": max(0, now_end - max(self.ack_offset, 0)),
-                "bytes_sent": self.bytes_sent, "connected_s": round(time.monotonic() - self.started, 1)}
+                "sent_upto": self.sent_upto, "lag_bytes": max(0, now_end - ack),
+                "lag_ms": self.service.lag_ms(ack), "bytes_sent": self.bytes_sent,
+                "rate_bytes_per_s": self.rate, "connected_s": round(time.monotonic() - self.started, 1)}
+
+    rate = 0.0  # bytes sent per second over the last status interval (HAService.run_once sets it)
+    _rate_mark = (0.0, 0)
 
 
 class HAService(ServiceThread):
@@ -200,9 +226,14 @@ class HAService(ServiceThread):
 
     channel = None
 
-    def __init__(self, ctl: Any, files: Any, config: Any, *, follow: bool = False) -> None:
+    def __init__(self, ctl: Any, files: Any, config: Any, *, follow: bool = False, root: str | None = None) -> None:
         super().__init__("ha", ctl)
         self.config = config
+        self.root = root
+        #: (monotonic s, the master's end) about every second: how long ago the log first held
+        #: bytes past what a slave reported (its lag in time)
+        self._ends: collections.deque[tuple[float, int]] = collections.deque(maxlen=3600)
+        self._next_status = 0.0
         self.files = files
         self.follow = follow
         self.connections: list[HAConnection] = []
@@ -227,7 +258,36 @@ class HAService(ServiceThread):
         ctl.ha_broadcast()
         log.info("HA: listening for slaves on %s:%d", config.bind_address, self.port)
 
+    def lag_ms(self, ack: int) -> int:
+        """How long ago the master's log first ended past `ack` (0 when it does not), to the
+        resolution of the samples (about a second)."""
+        if self.ctl.get("wrote") <= ack:
+            return 0
+        now = time.monotonic()
+        first = now
+        for t, end in reversed(self._ends):
+            if end <= ack:
+                break
+            first = t
+        return int((now - first) * 1000)
+
+    def _status_tick(self) -> None:
+        now = time.monotonic()
+        if now < self._next_status:
+            return
+        self._next_status = now + 1.0
+        self._ends.append((now, self.ctl.get("wrote")))
+        with self._lock:
+            conns = list(self.connections)
+        for c in conns:
+            t0, sent0 = c._rate_mark
+            c.rate = round((c.bytes_sent - sent0) / (now - t0), 1) if t0 else 0.0
+            c._rate_mark = (now, c.bytes_sent)
+        write_status(self.root, {"role": "master", "port": self.port, "pid": os.getpid(),
+                                 "time_ms": time.time_ns() // 1_000_000, "slaves": [c.status() for c in conns]})
+
     def run_once(self) -> None:
+        self._status_tick()
         ready, _, _ = select.select([self.server], [], [], 0.5)
         if not ready or self.is_stopped:
             return

@@ -19,6 +19,7 @@ truncated yet).
 from __future__ import annotations
 
 import logging
+import os
 import select
 import socket
 import time
@@ -26,6 +27,7 @@ from typing import Any
 
 from mqstore._ha import SlaveReader, report
 from mqstore.ha import read_ha_master
+from mqstore.ha.master import write_status
 from mqstore.services.base import ServiceThread
 
 __all__ = ["HAClient"]
@@ -60,6 +62,7 @@ class HAClient(ServiceThread):
         self._last_report = 0.0
         self._last_read = 0.0
         self._reported = -1
+        self._next_status = 0.0
 
     # -- the connection ----------------------------------------------------------------------------
     def _connect(self) -> bool:
@@ -105,6 +108,11 @@ class HAClient(ServiceThread):
 
     # -- the loop ----------------------------------------------------------------------------------
     def run_once(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_status:
+            self._next_status = now + 1.0
+            write_status(self.root, {"role": "slave", "pid": os.getpid(), "time_ms": time.time_ns() // 1_000_000,
+                                     **self.status()})
         if self.diverged is not None:
             self.sleep(1000)
             return

@@ -101,7 +101,7 @@ def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list
             from mqstore.ha.master import HAService
 
             (files,) = _need(parts, kind, "log_files")
-            return [HAService(parts.ctl, files, cfg, follow=own_process)]
+            return [HAService(parts.ctl, files, cfg, follow=own_process, root=parts.root)]
         if role == "slave":
             from mqstore.ha.slave import HAClient
 

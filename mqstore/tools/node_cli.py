@@ -23,6 +23,7 @@ import sys
 import threading
 from typing import Any
 
+from mqstore.ha.master import STATUS_FILE as HA_STATUS_FILE
 from mqstore.layout import NODE_INFO_NAME
 from mqstore.errors import ConfigError
 
@@ -166,10 +167,19 @@ def status(root: str, *, as_json: bool = False) -> int:
                                            "page_cache_busy", "lock_takeovers", "dispatch_records")
              if k in snap.counters}
     owner_alive = snap.owner_pid > 0 and _alive(snap.owner_pid)
+    replication: dict[str, Any] | None = None
+    try:
+        with open(os.path.join(snap.root, HA_STATUS_FILE), encoding="utf-8") as fh:
+            replication = json.load(fh)
+    except (FileNotFoundError, ValueError):
+        pass
+    if replication is not None and not _alive(int(replication.get("pid", 0))):
+        replication = None  # left by an HA service that is gone
     out: dict[str, Any] = {
         "store": snap.root, "state": snap.state, "owner_pid": snap.owner_pid, "owner_alive": owner_alive,
         "services": services, "positions": snap.positions, "dispatch_behind_bytes": snap.dispatch_behind_bytes,
         "dispatch_lag_ms": snap.dispatch_lag_ms, "running_flags": list(snap.running_flags), "stats": shown,
+        "replication": replication,
     }
     if as_json:
         print(json.dumps(out, indent=1))
@@ -181,5 +191,25 @@ def status(root: str, *, as_json: bool = False) -> int:
         print(f"  dispatch behind {snap.dispatch_behind_bytes:,} bytes, lag {snap.dispatch_lag_ms} ms; "
               f"flags {', '.join(snap.running_flags) or 'none'}")
         print("  " + ", ".join(f"{k} {v:,}" for k, v in shown.items()))
+        for line in replication_lines(replication):
+            print("  " + line)
     return 0 if running else 1
+
+
+def replication_lines(ha: dict[str, Any] | None) -> list[str]:
+    """What a store's HA service says (its ha.json): each slave's offset, lag and transfer rate
+    on a master; the master, offset and state on a slave."""
+    if not ha:
+        return []
+    if ha.get("role") == "master":
+        out = [f"replication: master, HA port {ha.get('port')}, {len(ha.get('slaves', []))} slave(s)"]
+        for s in ha.get("slaves", []):
+            out.append(f"  slave {s['slave']}: offset {s['ack_offset']:,}, lag {s['lag_bytes']:,} bytes / "
+                       f"{s['lag_ms']:,} ms, {s['rate_bytes_per_s'] / 1e6:.1f} MB/s")
+        return out
+    state = "connected" if ha.get("connected") else f"not connected ({ha.get('last_error') or 'no master known'})"
+    out = [f"replication: slave of {ha.get('master') or '?'}, offset {ha.get('offset', 0):,}, {state}"]
+    if ha.get("diverged"):
+        out.append(f"  DIVERGED: {ha['diverged']}")
+    return out
 
