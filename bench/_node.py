@@ -27,6 +27,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTH
 
 # A writer process. Commands (one line each), answers one JSON line:
 #   put N        N x put_message, one message object per put (prebuilt)  -> {"ns": ...}
+#                (every command answers "bad": the statuses other than PUT_OK it met, counted)
 #   batch N B    N messages as put_messages batches of B                  -> {"ns": ...}
 #   lat N        N x put_message, each timed; latencies of the puts next to a roll (a put
 #                whose wrote_offset is in another CommitLog file than the one before) and
@@ -57,7 +58,7 @@ WRITER = textwrap.dedent("""
         if cmd[0] == "put":
             t0 = now()
             for m in msgs[:n]:
-                put(m)
+                tally(put(m))
             out = {"ns": now() - t0}
         elif cmd[0] == "batch":
             b = int(cmd[2])
