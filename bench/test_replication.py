@@ -48,6 +48,14 @@ def _ctl(root: str) -> Any:
     return ControlBlock.attach(os.path.join(root, "mqstore.shm"), readonly=True)
 
 
+def _wait(cond: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
 @contextmanager
 def master_and_slave(work_dir: Any, **master_settings: Any) -> Iterator[tuple[Node, Node, Any, Any]]:
     mroot, sroot = str(work_dir / "master"), str(work_dir / "slave")
@@ -56,19 +64,11 @@ def master_and_slave(work_dir: Any, **master_settings: Any) -> Iterator[tuple[No
     mctl = sctl = None
     try:
         mctl = _ctl(mroot)
-        deadline = time.monotonic() + 30
-        while mctl.get("ha_port") == 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the master's HA process did not listen")
-            time.sleep(0.05)
+        _wait(lambda: mctl.get("ha_port") > 0, "the master's HA process did not listen")
         slave = Node(sroot, broker_role="SLAVE", ha_master_address=f"127.0.0.1:{mctl.get('ha_port')}",
                      mapped_file_size_commit_log=64 * MiB)
         sctl = _ctl(sroot)
-        deadline = time.monotonic() + 30
-        while mctl.get("ha_slaves") == 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the slave did not connect")
-            time.sleep(0.05)
+        _wait(lambda: mctl.get("ha_slaves") > 0, "the slave did not connect")
         yield master, slave, mctl, sctl
     finally:
         for ctl in (mctl, sctl):
