@@ -69,6 +69,10 @@ def test_short_polling_holds_a_pull_short_polling_time_mills_not_its_suspend_tim
                 except Exception:
                     await asyncio.sleep(0.05)
             assert mq is not None
+            for _ in range(200):  # dispatched: a pull past the queue's end before that is OFFSET_ILLEGAL
+                if await consumer.max_offset(mq) > sent.queue_offset:
+                    break
+                await asyncio.sleep(0.01)
             t0 = time.monotonic()
             empty = await consumer.pull(mq, sent.queue_offset + 1, suspend_ms=20_000, timeout=30)
             held = time.monotonic() - t0
