@@ -96,7 +96,8 @@ class LagSampler:
         while not self._stop.is_set():
             if self._on.wait(0.05):
                 behind = self.mctl.get("wrote") - self.sctl.get("wrote")
-                lag = self.mctl.get("last_store_timestamp") - self.sctl.get("last_store_timestamp") if behind > 0 else 0
+                theirs = self.sctl.get("last_store_timestamp")
+                lag = self.mctl.get("last_store_timestamp") - theirs if behind > 0 and theirs > 0 else 0
                 self.behind.append(max(0, behind))
                 self.lag_ms.append(max(0, lag))
                 time.sleep(0.001)
