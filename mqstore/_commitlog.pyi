@@ -205,6 +205,9 @@ class CommitLogAppender:
         which must be this log's end, else ValueError): into the mapped files at the same
         positions; wrote moves to their end (what the slave reports), committed to the end of
         the last whole record (what the dispatcher reads). Returns the new wrote position."""
+    def drop_partial_tail(self) -> int:
+        """A slave stopping: the bytes past its last whole record are zeroed and wrote goes back
+        to committed (the slave asks for them again when it reconnects); the bytes dropped."""
     def put_bodies(
         self,
         topic: str,

@@ -346,3 +346,58 @@ def test_two_nodes_replicate_and_survive_the_masters_ha_process_killed(stores, c
     status(master.root)
     text = capsys.readouterr().out
     assert "replication: master" in text and "lag 0 bytes / 0 ms" in text
+
+
+# -- promotion -----------------------------------------------------------------------------------
+def test_a_stopped_slave_is_promoted_and_serves_as_the_master(stores, tmp_path, capsys):
+    from mqstore.tools.commands.admin import promote
+
+    master = master_of(stores)
+    slave = slave_of(stores, master)
+    put_many(master, 3000)
+    wait_for(lambda: caught_up(master, slave))
+    held = {q: slave.get_max_offset_in_queue("T", q) for q in range(4)}
+    conf = tmp_path / "broker-b.conf"
+    conf.write_text("brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\n"
+                    f"haMasterAddress=127.0.0.1:{master.ctl.get('ha_port')}\n", encoding="utf-8")
+    # a running slave is refused: it must be stopped first
+    assert promote(slave.root, str(conf)) == 2
+    assert "stop the slave first" in capsys.readouterr().err
+    slave.shutdown()
+    master.shutdown()  # the master is lost
+    assert promote(slave.root, str(conf)) == 0
+    said = capsys.readouterr().out
+    assert f"promoted {slave.root}" in said and "start it as the master" in said
+    text = conf.read_text(encoding="utf-8")
+    assert "brokerRole=ASYNC_MASTER" in text and "brokerId=0" in text and "haMasterAddress" not in text
+    # the promoted store takes puts after what it replicated, its queues going on where they were
+    promoted = stores("slave")
+    for q in range(4):
+        r = promoted.put_message(Message("T", b"after promotion %d" % q, queue_id=q))
+        assert r.status is PutMessageStatus.PUT_OK and r.queue_offset == held[q]
+    wait_for(lambda: promoted.get_max_offset_in_queue("T", 0) == held[0] + 1, what="the new message dispatched")
+    assert bytes(read_queue(promoted, "T", 0)[-1].body) == b"after promotion 0"
+
+
+def test_a_damaged_slave_is_not_promoted(stores, capsys):
+    from mqstore.tools.commands.admin import promote
+
+    master = master_of(stores)
+    slave = slave_of(stores, master)
+    put_many(master, 500)
+    wait_for(lambda: caught_up(master, slave))
+    slave.shutdown()
+    path = os.path.join(slave.root, "commitlog", "0" * 20)
+    with open(path, "rb") as fh:
+        at = fh.read(FS).index(b"body-000010-")
+    with open(path, "r+b") as fh:  # a byte of the 11th record's body: its CRC no longer matches
+        fh.seek(at)
+        fh.write(b"B")
+    assert promote(slave.root, None) == 1
+    err = capsys.readouterr().err
+    assert "is not promoted" in err and "past the end of the log" in err
+    assert not os.path.exists(os.path.join(slave.root, "lock")) or promote(slave.root, None) == 1
+    with open(path, "r+b") as fh:  # put back, for the fixture's check
+        fh.seek(at)
+        fh.write(b"b")
+    assert check_store(slave.root, config=slave.config).ok

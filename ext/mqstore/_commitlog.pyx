@@ -15,7 +15,7 @@ from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_DecodeUTF8
 from libc.errno cimport EBUSY
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from mq_bytes cimport *
 from mq_ctl cimport *
@@ -1034,6 +1034,26 @@ cdef class CommitLogAppender:
         if self.wake_flusher:
             mq_notify(ctl, MQ_CH_FLUSH)
         return mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+
+    def drop_partial_tail(self) -> int:
+        """A slave stopping: the bytes past its last whole record (a record the master had not
+        finished sending) are zeroed and the wrote position goes back to the committed one, so
+        the log ends at a record's end; the slave asks for them again when it reconnects.
+        Returns how many bytes were dropped."""
+        if self.closed:
+            return 0
+        cdef char *ctl = self.ctl
+        self._lock()
+        cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+        cdef int64_t committed = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
+        cdef int64_t dropped = 0
+        if (wrote > committed and self.cur_base != NULL and committed >= self.cur_from
+                and wrote <= self.cur_from + self.file_size):
+            memset(self.cur_base + (committed - self.cur_from), 0, wrote - committed)
+            mq_store(mq_cell(ctl, MQ_CTL_WROTE), committed)
+            dropped = wrote - committed
+        mq_put_unlock(ctl, self.lock_kind)
+        return dropped
 
     cdef _commit_whole_records(self, int64_t wrote):
         """Move committed over the whole records of the current file below wrote, raising each

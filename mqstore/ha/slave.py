@@ -182,3 +182,7 @@ class HAClient(ServiceThread):
 
     def on_shutdown(self) -> None:
         self._close()
+        dropped = self.appender.drop_partial_tail()
+        if dropped:
+            log.info("HA: dropped the %d bytes of a record the master had not finished sending; they are asked "
+                     "for again at the next connection", dropped)

@@ -6,6 +6,7 @@
     mqstore admin topic-create NAME [--queues N] [--perm P] [--broker HOST:PORT]
     mqstore admin groups [--broker HOST:PORT] [--json]          consumer groups: online clients, lag
     mqstore admin group NAME [--broker HOST:PORT] [--json]      one group's lag per queue, its clients
+    mqstore admin promote DIR [--config broker.conf] [--json]    make a stopped slave's store a master's
 
 ``--broker`` defaults to 127.0.0.1:10911. Exit codes: 0, 1 when the broker refused (its code and
 remark are printed), 2 for usage errors or a broker that cannot be reached.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -51,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("group", help="one consumer group: lag per queue and its clients")
     s.add_argument("name", metavar="NAME")
     _common(s)
+    s = sub.add_parser("promote", help="make a stopped slave's store directory a master's (after checking it)")
+    s.add_argument("store", metavar="DIR")
+    s.add_argument("--config", metavar="FILE",
+                   help="the slave's broker.conf: its brokerRole becomes ASYNC_MASTER and brokerId 0")
+    s.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -62,6 +69,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from mqstore.client import ClientError
 
+    if args.admin_command == "promote":
+        return promote(args.store, args.config, as_json=args.json)
     try:
         return asyncio.run(_run(args))
     except AdminError as exc:
@@ -215,3 +224,94 @@ def _show(args: argparse.Namespace, out: dict[str, Any]) -> int:
         for c in out["clients"]:
             print(f"  client {c.get('clientId')} ({c.get('language')}, version {c.get('version')})")
     return 0
+
+
+# -- promotion ---------------------------------------------------------------------------------
+_ROLE_KEYS = {"brokerrole": ("brokerRole", "ASYNC_MASTER"), "broker_role": ("broker_role", "ASYNC_MASTER"),
+              "brokerid": ("brokerId", "0"), "broker_id": ("broker_id", "0")}
+_DROPPED_KEYS = ("hamasteraddress", "ha_master_address")
+
+
+def promote(root: str, config_path: str | None, *, as_json: bool = False) -> int:
+    """Make a stopped slave's store a master's: the store must not be running (its lock is
+    taken for the check), every invariant must hold (mqstore verify's check; a torn record at
+    the end of a slave that crashed is allowed: the next open truncates it), then the HA address
+    the slave had learned is forgotten and, with --config, the broker.conf says brokerRole
+    ASYNC_MASTER and brokerId 0 (any haMasterAddress line goes). 0 when promoted, 1 when the
+    check found problems (nothing is changed), 2 when the directory is not a store or is running."""
+    from mqstore.errors import MQStoreError
+    from mqstore.ha import HA_MASTER_FILE
+    from mqstore.log.directory import release_store_lock, require_store, take_store_lock
+    from mqstore.queue.files import store_config
+    from mqstore.tools.checker import check_store
+
+    try:
+        root = require_store(root)
+        fd = take_store_lock(root)
+    except MQStoreError as exc:
+        print(f"mqstore admin promote: {exc} (stop the slave first)", file=sys.stderr)
+        return 2
+    try:
+        config = store_config(root)
+        report = check_store(root, allow_torn_tail=True, config=config)
+        problems = [str(p) for p in report.problems]
+        if report.torn_tail_bytes > config.max_record_size:
+            # more than one record the slave was receiving when it crashed: bytes in the middle
+            # of its log are damaged, and the next open would drop everything after them
+            problems.append(f"{report.torn_tail_bytes:,} bytes after the last valid record at {report.valid_end:,} "
+                            "do not parse: more than a record cut by a crash")
+        if problems:
+            print(f"mqstore admin promote: {root} is not promoted: {len(problems)} problem(s):", file=sys.stderr)
+            for problem in problems[:20]:
+                print(f"  {problem}", file=sys.stderr)
+            return 1
+        try:
+            os.unlink(os.path.join(root, HA_MASTER_FILE))
+        except FileNotFoundError:
+            pass
+        changed = _promote_conf(config_path) if config_path else []
+    finally:
+        release_store_lock(fd)
+    start = f"mqstore broker {root} --config {config_path}" if config_path else \
+        f"mqstore broker {root} --set broker_role=ASYNC_MASTER --set broker_id=0"
+    out = {"store": root, "log_end": report.valid_end, "records": report.records, "torn_tail_bytes":
+           report.torn_tail_bytes, "config": config_path, "config_changes": changed, "start_with": start}
+    if as_json:
+        print_json(out)
+    else:
+        print(f"promoted {root}: its CommitLog ends at {report.valid_end:,} ({report.records:,} records checked"
+              + (f"; the {report.torn_tail_bytes} bytes of a torn record after it go at the next open"
+                 if report.torn_tail_bytes else "") + ")")
+        for line in changed:
+            print(f"  {config_path}: {line}")
+        print(f"start it as the master: {start}")
+    return 0
+
+
+def _promote_conf(path: str) -> list[str]:
+    """Rewrite a broker.conf's role lines for a master; what changed, in words."""
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    out, changed, seen = [], [], set()
+    for line in lines:
+        key, sep, value = line.partition("=")
+        k = key.strip().lower()
+        if sep and not line.lstrip().startswith("#") and k in _ROLE_KEYS:
+            name, want = _ROLE_KEYS[k]
+            seen.add(name.lower().replace("_", ""))
+            if value.strip() != want:
+                changed.append(f"{key.strip()}={value.strip()} -> {want}")
+            out.append(f"{key.strip()}={want}")
+        elif sep and not line.lstrip().startswith("#") and k in _DROPPED_KEYS:
+            changed.append(f"{key.strip()}={value.strip()} dropped")
+        else:
+            out.append(line)
+    for name, want in (("brokerRole", "ASYNC_MASTER"), ("brokerId", "0")):
+        if name.lower() not in seen:
+            out.append(f"{name}={want}")
+            changed.append(f"{name}={want} added")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(out) + "\n")
+    os.replace(tmp, path)
+    return changed
