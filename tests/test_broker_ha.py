@@ -57,11 +57,15 @@ def test_a_slave_broker_serves_what_its_master_stored(tmp_path):
         with running_broker(str(tmp_path / "slave"), broker_role="SLAVE", broker_id=1, namesrv_addr=namesrv) as slave:
             with SyncProducer("PG_HA", namesrv) as producer:
                 sent = [producer.send("TopicHA", b"message %d" % i, tags="TagA", queue_id=i % 4) for i in range(200)]
+                producer.send("TopicDelayed", b"in a second", delay_level=1)
             assert read_ha_master(slave.root) == f"127.0.0.1:{ha_port}"  # from the NameServer's answer
             end = master.store.ctl.get("wrote")
             wait_for(lambda: slave.store.ctl.get("dispatched") == end, what="the slave to hold the master's log")
             wait_for(lambda: slave.controller.slave_syncs > 0 and "TopicHA" in slave.controller.topics.table,
                      what="the slave to copy the master's topics")
+            # the delay offsets too, once the master delivered the delayed message (level 1: 1 s)
+            wait_for(lambda: master.controller.schedule.offsets_json() == slave.controller.schedule.offsets_json()
+                     and '1:1' in slave.controller.schedule.offsets_json(), what="the slave to copy the delay offsets")
             # the NameServer lists both under the broker's name
             route = request(namesrv, RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                      ext_fields={"topic": "TopicHA"}))

@@ -31,7 +31,7 @@ from mqstore.broker.namesrv import NameServer
 from mqstore.broker.requests import BadField, check_header, field, int_field, parse_number, response, wall_ms
 from mqstore.broker.offsets import ConsumerOffsets, decode_offset_table
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
-from mqstore.broker.schedule import ScheduleMessageService
+from mqstore.broker.schedule import ScheduleMessageService, decode_delay_offsets
 from mqstore.broker.topics import PERM_READ, PERM_WRITE, TopicConfigs, topic_config, topic_problem
 from mqstore.ha import write_ha_master
 from mqstore.protocol import VERSION
@@ -421,6 +421,9 @@ class BrokerController:
     def _all_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps({"offsetTable": self.offsets.table()}).encode())
 
+    def _all_delay_offsets(self, cmd: RemotingCommand) -> RemotingCommand:
+        return response(cmd, ResponseCode.SUCCESS, body=self.schedule.offsets_json().encode())
+
     def _all_groups(self, cmd: RemotingCommand) -> RemotingCommand:
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.groups.wrapper()).encode())
 
@@ -463,6 +466,7 @@ class BrokerController:
         RequestCode.UPDATE_AND_CREATE_TOPIC: _update_topic, RequestCode.GET_ALL_TOPIC_CONFIG: _all_topics,
         RequestCode.GET_ALL_CONSUMER_OFFSET: _all_offsets,
         RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _all_groups,
+        RequestCode.GET_ALL_DELAY_OFFSET: _all_delay_offsets,
         RequestCode.GET_BROKER_RUNTIME_INFO: _runtime_info,
         RequestCode.GET_CONSUMER_CONNECTION_LIST: _consumer_connections,
     }
@@ -558,19 +562,20 @@ class BrokerController:
             await asyncio.sleep(SLAVE_SYNC_PERIOD_S if self.slave_syncs else 0.5)
 
     async def sync_from_master(self) -> None:
-        """The master's topics, consumer offsets and subscription groups, as this slave's
-        (GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG): a
-        consumer the master sends here finds its topic, group and offsets."""
+        """The master's topics, consumer offsets, subscription groups and delay offsets, as this
+        slave's (GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        GET_ALL_DELAY_OFFSET): a consumer the master sends here finds its topic, group and
+        offsets, and a promoted slave delivers delayed messages from where its master was."""
         assert self.master_addr is not None
         answers = []
         for code in (RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
-                     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG):
+                     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.GET_ALL_DELAY_OFFSET):
             got = await self._request(self.master_addr, RemotingCommand(code, language="JAVA", version=VERSION),
                                       "master")
             if got is None or got.code != ResponseCode.SUCCESS:
                 return
             answers.append(got.body.decode("utf-8"))
-        topics, offsets, groups = answers
+        topics, offsets, groups, delays = answers
         obj = json.loads(topics)
         table = {str(k): dict(v) for k, v in (obj.get("topicConfigTable") or {}).items()}
         if table != self.topics.table:
@@ -583,6 +588,7 @@ class BrokerController:
                 self._topic_changed(topic)
         self.offsets.replace(decode_offset_table(offsets))
         self.groups.replace(groups)
+        self.schedule.replace_offsets(decode_delay_offsets(delays))
         self.slave_syncs += 1
 
     async def _flush_loop(self) -> None:

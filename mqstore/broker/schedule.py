@@ -446,6 +446,17 @@ class ScheduleMessageService:
             self._stop.wait(wait / 1000)
 
     # -- persistence and stats
+    def offsets_json(self) -> str:
+        """delayOffset.json's text of the offsets now (GET_ALL_DELAY_OFFSET answers it)."""
+        with self._lock:
+            return encode_delay_offsets(dict(self._offsets))
+
+    def replace_offsets(self, table: dict[int, int]) -> None:
+        """Every level's offset, as a slave takes its master's (SlaveSynchronize); written at once."""
+        with self._lock:
+            self._offsets = dict(table)
+        self.persist(only_if_changed=True)
+
     def persist(self, *, only_if_changed: bool = False) -> None:
         """Write delayOffset.json whole (the old one kept as .bak)."""
         with self._lock:
