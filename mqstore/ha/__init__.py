@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from mqstore.config import StoreConfig
+from mqstore.log.directory import replace_file
 from mqstore.roles import BrokerRole
 
 __all__ = ["HA_MASTER_FILE", "ha_role", "read_ha_master", "write_ha_master"]
@@ -21,11 +22,7 @@ def write_ha_master(root: str, address: str) -> None:
     """Record the master's HA address for the slave's HA client (atomically; only when it changed)."""
     if read_ha_master(root) == address:
         return
-    path = os.path.join(root, HA_MASTER_FILE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(address + "\n")
-    os.replace(tmp, path)
+    replace_file(os.path.join(root, HA_MASTER_FILE), address + "\n")
 
 
 def read_ha_master(root: str) -> str:

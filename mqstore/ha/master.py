@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from mqstore._ha import header, last_report
+from mqstore.log.directory import replace_file
 from mqstore.services.base import ServiceThread
 
 __all__ = ["HAConnection", "HAService", "STATUS_FILE", "write_status"]
@@ -44,12 +45,8 @@ def write_status(root: str | None, status: dict[str, Any]) -> None:
     """Write the status file atomically (a failure is not the service's: it is skipped)."""
     if root is None:
         return
-    path = os.path.join(root, STATUS_FILE)
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(status, fh)
-        os.replace(tmp, path)
+        replace_file(os.path.join(root, STATUS_FILE), json.dumps(status))
     except OSError:
         pass
 

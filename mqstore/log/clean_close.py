@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.layout import CLEAN_CLOSE_NAME
+from mqstore.log.directory import replace_file
 
 log = logging.getLogger("mqstore.recovery")
 
@@ -75,19 +76,10 @@ def tail_crc(files: Any, wrote: int) -> int | None:
 def write(root: str, record: CleanClose) -> None:
     """Write the record atomically (fsync'd: it stands for a scan of the log)."""
     path = os.path.join(root, CLEAN_CLOSE_NAME)
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(record.to_json())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_file(path, record.to_json(), fsync=True)
     except OSError as exc:  # the next open scans instead: nothing is lost
         log.warning("cannot write the clean-close record %s: %s", path, exc)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def read(root: str) -> tuple[CleanClose | None, str]:

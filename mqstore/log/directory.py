@@ -12,7 +12,27 @@ from mqstore import _shm
 from mqstore.errors import NotAStoreError, StoreLockedError
 from mqstore.layout import ABORT_NAME, COMMITLOG_DIR, CONTROL_BLOCK_NAME, LOCK_NAME, STORE_ENTRIES
 
-__all__ = ["check_store_dir", "lock_state", "release_store_lock", "require_store", "take_store_lock"]
+__all__ = ["check_store_dir", "lock_state", "release_store_lock", "replace_file", "require_store", "take_store_lock"]
+
+
+def replace_file(path: str, text: str, *, fsync: bool = False) -> None:
+    """Write text to path whole and atomically: into ``<path>.tmp<pid>`` beside it (fsync'd when
+    asked), then renamed over it, so a reader sees the old file or the new one, never part of
+    one. On failure the temporary file is removed and the error raised."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def check_store_dir(root: str) -> None:

@@ -8,6 +8,7 @@ import os
 
 from mqstore.config import StoreConfig
 from mqstore.layout import CONFIG_NAME
+from mqstore.log.directory import replace_file
 
 
 def write_config(root: str, config: StoreConfig) -> None:
@@ -25,19 +26,7 @@ def write_config(root: str, config: StoreConfig) -> None:
                 return
     except (OSError, UnicodeDecodeError):
         pass
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.replace(tmp, path)
+    replace_file(path, text, fsync=True)
 
 
 def read_config(root: str) -> StoreConfig:

@@ -25,6 +25,7 @@ from typing import Any
 
 from mqstore.ha.master import STATUS_FILE as HA_STATUS_FILE
 from mqstore.layout import NODE_INFO_NAME
+from mqstore.log.directory import replace_file
 from mqstore.errors import ConfigError
 
 
@@ -131,10 +132,7 @@ def serve(root: str, config_path: str | None, settings: list[str]) -> int:
 
 
 def _write_info(root: str, info: dict[str, Any]) -> None:
-    path = os.path.join(root, NODE_INFO_NAME)
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(info, fh)
-    os.replace(path + ".tmp", path)
+    replace_file(os.path.join(root, NODE_INFO_NAME), json.dumps(info))
 
 
 def _alive(pid: int) -> bool:

@@ -290,6 +290,8 @@ def promote(root: str, config_path: str | None, *, as_json: bool = False) -> int
 
 def _promote_conf(path: str) -> list[str]:
     """Rewrite a broker.conf's role lines for a master; what changed, in words."""
+    from mqstore.log.directory import replace_file
+
     with open(path, encoding="utf-8") as fh:
         lines = fh.read().splitlines()
     out, changed, seen = [], [], set()
@@ -310,8 +312,5 @@ def _promote_conf(path: str) -> list[str]:
         if name.lower() not in seen:
             out.append(f"{name}={want}")
             changed.append(f"{name}={want} added")
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(out) + "\n")
-    os.replace(tmp, path)
+    replace_file(path, "\n".join(out) + "\n")
     return changed
