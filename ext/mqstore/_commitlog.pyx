@@ -1056,36 +1056,19 @@ cdef class CommitLogAppender:
         return dropped
 
     cdef _commit_whole_records(self, int64_t wrote):
-        """Move committed over the whole records of the current file below wrote, raising each
-        queue's next offset in the topic-queue table as a put would have (put lock held)."""
+        """Move committed over the whole records of the current file below wrote (scan_records
+        also raises each queue's next offset in the topic-queue table, as a put would have); an
+        END_OF_FILE record takes it to the file's end once the file's bytes are all here. The
+        put lock is held."""
         cdef char *ctl = self.ctl
-        cdef int64_t c = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
         cdef int64_t file_end = self.cur_from + self.file_size
-        cdef int64_t last_ts = 0
-        cdef int32_t size, magic
-        cdef const char *r
-        if c < self.cur_from:
-            c = self.cur_from  # the file before ended with its END_OF_FILE record (no record crosses a file)
-        while wrote - c >= 8:
-            r = self.cur_base + (c - self.cur_from)
-            size = mq_get_i32(r)
-            magic = mq_get_i32(r + 4)
-            if magic == MQ_BLANK_MAGIC_CODE:
-                if wrote >= file_end:
-                    c = file_end
-                break
-            if (magic != MQ_MESSAGE_MAGIC_CODE and magic != MQ_MESSAGE_MAGIC_CODE_V2) or size < MQ_MIN_RECORD \
-                    or size > wrote - c or size > file_end - c:
-                break
-            last_ts = mq_get_i64(r + store_timestamp_pos(mq_get_i32(r + MQ_POS_SYSFLAG)))
-            c += size
         cdef int64_t old = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
         if old < self.cur_from:
-            old = self.cur_from
+            old = self.cur_from  # the file before ended with its END_OF_FILE record (no record crosses a file)
+        stop, reason, _, last_ts = scan_records(self.cur_view, self.cur_from, old - self.cur_from,
+                                                wrote - self.cur_from, False, self.ctl_obj)
+        cdef int64_t c = file_end if reason == "blank" and wrote >= file_end else self.cur_from + stop
         if c > old:
-            # the queue offsets the records carry, into the table (scan_records stops at the blank)
-            scan_records(self.cur_view, self.cur_from, old - self.cur_from, min(c, wrote) - self.cur_from, False,
-                         self.ctl_obj)
             mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), c)
         if last_ts > 0:
             mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), last_ts)

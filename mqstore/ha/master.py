@@ -68,6 +68,8 @@ class HAConnection:
         self.sent_upto = -1        # the writer's next byte
         self.started = time.monotonic()
         self.bytes_sent = 0
+        self.rate = 0.0  # bytes sent per second over the last status interval (HAService._status_tick)
+        self._rate_mark = (0.0, 0)  # (monotonic s, bytes_sent) when rate was last computed
         self._closed = threading.Event()
         self._first_report = threading.Event()
         self.reader = threading.Thread(target=self._read_loop, name=f"mqstore-ha-read-{peer}", daemon=True)
@@ -141,8 +143,7 @@ class HAConnection:
             return False
         self.ack_offset = offset
         ctl.set("ha_report_ms", time.time_ns() // 1_000_000)
-        if offset > ctl.get("confirmed"):
-            ctl.advance("confirmed", offset)
+        ctl.advance("confirmed", offset)
         ctl.ha_broadcast()
         return True
 
@@ -211,8 +212,6 @@ class HAConnection:
                 "lag_ms": self.service.lag_ms(ack), "bytes_sent": self.bytes_sent,
                 "rate_bytes_per_s": self.rate, "connected_s": round(time.monotonic() - self.started, 1)}
 
-    rate = 0.0  # bytes sent per second over the last status interval (HAService.run_once sets it)
-    _rate_mark = (0.0, 0)
 
 
 class HAService(ServiceThread):
