@@ -339,9 +339,7 @@ class Front:
             writable = self._writable[topic] = (tc, max(tc.get("writeQueueNums", 0), tc.get("readQueueNums", 0)))
         if queue_id >= writable[1]:
             return False
-        props = string_to_properties(properties) if properties else {}
-        wait = props.pop("WAIT", "true").lower() != "false"
-        props["CLUSTER"] = self.cluster
+        props, wait = self._properties(properties)
         result = self.store.put_message(Message(topic, cmd.body, queue_id=queue_id, flag=flag, properties=props,
                                                 sys_flag=sys_flag, born_timestamp=born, born_host=conn.peer,
                                                 reconsume_times=reconsume, wait_store_msg_ok=None if wait else False))
@@ -352,6 +350,14 @@ class Front:
         else:
             self._answer_put(conn, cmd, result, queue_id)
         return True
+
+    def _properties(self, text: str | None) -> tuple[dict[str, str], bool]:
+        """A send's properties as stored (its WAIT taken out, the broker's CLUSTER put in), and
+        whether it waits for the flush (WAIT absent or anything but "false")."""
+        props = string_to_properties(text) if text else {}
+        wait = props.pop("WAIT", "true").lower() != "false"
+        props["CLUSTER"] = self.cluster
+        return props, wait
 
     def _create_then_send(self, conn: Connection, cmd: RemotingCommand, f: dict[str, str], topic: str) -> None:
         ask = RemotingCommand(link.TOPIC_FOR_SEND, ext_fields={
@@ -407,9 +413,7 @@ class Front:
             return
         if queue_id < 0:
             queue_id = random.randrange(max(1, tc.get("writeQueueNums", 1)))
-        props = string_to_properties(f.get("properties") or "")
-        wait = props.pop("WAIT", "true").lower() != "false"
-        props["CLUSTER"] = self.cfg.broker_cluster_name
+        props, wait = self._properties(f.get("properties"))
         sys_flag = int_field(f, "sysFlag", 0)
         born = int_field(f, "bornTimestamp", 0)
         reconsume = int_field(f, "reconsumeTimes", 0)
