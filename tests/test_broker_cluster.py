@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from helpers_broker import BrokerProcess, broker_settings, free_port, running_broker, send_raw
+from helpers_proc import wait_until
 from test_broker_cpp import TOPIC_QUEUES, ClientProc, msg, sent_ok, stored
 
 from mqstore._remoting import FrameReader, RemotingCommand
@@ -103,17 +104,6 @@ def route(namesrv: str, topic: str) -> dict[str, tuple[str, list[int]]]:
                                         if m.broker_name == q.broker_name) for q in got.queue_datas}
         return {b.broker_name: (b.master or "", queues.get(b.broker_name, [])) for b in got.broker_datas}
     return asyncio.run(ask())
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while True:
-        last = predicate()
-        if last:
-            return last
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s (last: {last!r})"
-        time.sleep(0.05)
 
 
 def send_to(namesrv: str, topic: str, broker_name: str, bodies: list[bytes]) -> list[Any]:

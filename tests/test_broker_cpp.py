@@ -35,6 +35,7 @@ if not (platform.machine() == "x86_64" and sys.platform == "linux"):  # pragma: 
     pytest.skip("the rocketmq wheel (librocketmq) exists for x86_64 Linux only", allow_module_level=True)
 
 from helpers_broker import BrokerProcess, free_port, running_broker
+from helpers_proc import wait_until
 
 from mqstore.tools.checker import check_store
 
@@ -367,16 +368,6 @@ def checked_broker(root: str, **settings: Any) -> Iterator[Any]:
 def body_text(record: Any) -> str:
     """A stored record's body as the client sent it (inflated when sysFlag has COMPRESSED)."""
     return (zlib.decompress(record.body) if record.sys_flag & 1 else record.body).decode()
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
-        time.sleep(0.05)
 
 
 def by_queue(messages: list[dict[str, Any]]) -> dict[int, list[int]]:

@@ -39,6 +39,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers_broker import BrokerProcess, running_broker, send_raw
+from helpers_proc import wait_until
 
 from mqstore._codec import encode_batch_body
 from mqstore._remoting import ROCKETMQ, FrameReader, RemotingCommand
@@ -870,14 +871,6 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_until(predicate: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
-        time.sleep(0.02)
-    return value
 
 
 FAULT_TARGETS = [("FaultA", 0), ("FaultA", 1), ("FaultB", 0), ("FaultB", 3), ("FaultA", 0)]

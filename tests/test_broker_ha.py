@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -18,16 +17,9 @@ from mqstore.ha import read_ha_master
 from mqstore.protocol import RequestCode, ResponseCode
 
 from helpers_broker import running_broker
+from helpers_proc import wait_until
 
 pytestmark = pytest.mark.multiprocess
-
-
-def wait_for(cond, timeout_s: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 async def _request(address: str, cmd: RemotingCommand) -> RemotingCommand:
@@ -60,12 +52,13 @@ def test_a_slave_broker_serves_what_its_master_stored(tmp_path):
                 producer.send("TopicDelayed", b"in a second", delay_level=1)
             assert read_ha_master(slave.root) == f"127.0.0.1:{ha_port}"  # from the NameServer's answer
             end = master.store.ctl.get("wrote")
-            wait_for(lambda: slave.store.ctl.get("dispatched") == end, what="the slave to hold the master's log")
-            wait_for(lambda: slave.controller.slave_syncs > 0 and "TopicHA" in slave.controller.topics.table,
-                     what="the slave to copy the master's topics")
+            wait_until(lambda: slave.store.ctl.get("dispatched") == end, 30, what="the slave to hold the master's log")
+            wait_until(lambda: slave.controller.slave_syncs > 0 and "TopicHA" in slave.controller.topics.table,
+                       30, what="the slave to copy the master's topics")
             # the delay offsets too, once the master delivered the delayed message (level 1: 1 s)
-            wait_for(lambda: master.controller.schedule.offsets_json() == slave.controller.schedule.offsets_json()
-                     and '1:1' in slave.controller.schedule.offsets_json(), what="the slave to copy the delay offsets")
+            wait_until(lambda: master.controller.schedule.offsets_json() == slave.controller.schedule.offsets_json()
+                       and '1:1' in slave.controller.schedule.offsets_json(), 30,
+                       what="the slave to copy the delay offsets")
             # the NameServer lists both under the broker's name
             route = request(namesrv, RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                      ext_fields={"topic": "TopicHA"}))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import pytest
 
 from helpers_broker import running_broker
+from helpers_proc import wait_until
 from mqstore._remoting import FrameReader, RemotingCommand
 from mqstore.client import (ClientStateError, ConnectFailedError, ConnectionClosedError, Message, MessageQueue,
                             MQClientError, Producer, RemotingTimeoutError, RequestCode, ResponseCode, SendStatus,
@@ -59,13 +60,6 @@ def stored(broker, topic: str, queue_id: int, count: int, deadline_s: float = 10
 
 def user_properties(record) -> dict[str, str]:
     return {k: v for k, v in record.properties.items() if k not in SYSTEM_PROPERTIES}
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
-        time.sleep(0.02)
 
 
 # -- sends against the broker ------------------------------------------------------------------------

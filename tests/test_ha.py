@@ -23,17 +23,10 @@ from mqstore.status import PutMessageStatus
 from mqstore.tools.checker import check_store
 from mqstore.twin import ha as twin
 
+from helpers_proc import wait_until
 from helpers_store import read_queue
 
 FS = 1 << 20  # 1 MiB CommitLog files: a few thousand messages roll several
-
-
-def wait_for(cond, timeout_s: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what or cond}")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -161,7 +154,7 @@ def test_a_slave_holds_what_its_master_holds(stores):
     master = master_of(stores)
     slave = slave_of(stores, master)
     put_many(master, 12_000)  # ~2.5 MB: three files
-    wait_for(lambda: caught_up(master, slave), what="the slave to catch up")
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
     assert len(slave.commitlog.queue.files) >= 3
     same_log(master, slave)
     same_messages(master, slave)
@@ -179,9 +172,9 @@ def test_a_slave_holds_what_its_master_holds(stores):
 def test_two_slaves_follow_one_master(stores):
     master = master_of(stores)
     a, b = slave_of(stores, master, "a"), slave_of(stores, master, "b")
-    wait_for(lambda: master.ctl.get("ha_slaves") == 2, what="two slaves connected")
+    wait_until(lambda: master.ctl.get("ha_slaves") == 2, what="two slaves connected")
     put_many(master, 3000)
-    wait_for(lambda: caught_up(master, a) and caught_up(master, b), what="both slaves to catch up")
+    wait_until(lambda: caught_up(master, a) and caught_up(master, b), what="both slaves to catch up")
     for slave in (a, b):
         same_log(master, slave)
         same_messages(master, slave)
@@ -191,13 +184,13 @@ def test_a_restarted_slave_catches_up_from_its_end(stores, tmp_path):
     master = master_of(stores)
     slave = slave_of(stores, master)
     put_many(master, 2000)
-    wait_for(lambda: caught_up(master, slave))
+    wait_until(lambda: caught_up(master, slave))
     stopped_at = slave.ctl.get("wrote")
     slave.shutdown()
-    wait_for(lambda: master.ctl.get("ha_slaves") == 0, what="the master to see the slave go")
+    wait_until(lambda: master.ctl.get("ha_slaves") == 0, what="the master to see the slave go")
     put_many(master, 3000, start=2000)
     slave = slave_of(stores, master, "slave")  # the same directory, reopened
-    wait_for(lambda: caught_up(master, slave), what="the restarted slave to catch up")
+    wait_until(lambda: caught_up(master, slave), what="the restarted slave to catch up")
     (conn,) = master.ha.status()
     assert conn["request_offset"] == stopped_at  # it asked from its end, not from 0
     same_log(master, slave)
@@ -209,12 +202,12 @@ def test_sync_master_waits_for_its_slave(stores):
     r = master.put_message(Message("T", b"alone"))
     assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE and "no slave is connected" in r.detail
     slave = slave_of(stores, master)
-    wait_for(lambda: master.ctl.get("ha_slaves") == 1)
+    wait_until(lambda: master.ctl.get("ha_slaves") == 1)
     for i in range(300):
         r = master.put_message(Message("T", b"m%d" % i, queue_id=i % 4))
         assert r.status is PutMessageStatus.PUT_OK, (r.status, r.detail)
         assert master.ctl.get("confirmed") >= r.wrote_offset + r.wrote_bytes  # the slave has it when PUT_OK
-    wait_for(lambda: caught_up(master, slave))
+    wait_until(lambda: caught_up(master, slave))
     same_log(master, slave)
     # SYNC_MASTER puts of many threads at once: every one PUT_OK, each confirmed
     results = []
@@ -230,7 +223,7 @@ def test_sync_master_waits_for_its_slave(stores):
         t.join(60)
     assert len(results) == 800 and all(r.status is PutMessageStatus.PUT_OK for r in results)
     slave.shutdown()
-    wait_for(lambda: master.ctl.get("ha_slaves") == 0)
+    wait_until(lambda: master.ctl.get("ha_slaves") == 0)
     r = master.put_message(Message("T", b"gone"))
     assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
     # stored all the same: the status says its replication is not confirmed
@@ -243,7 +236,7 @@ def test_sync_master_times_out_on_a_slave_that_stops_answering(stores):
     frozen = socket.create_connection(("127.0.0.1", master.ctl.get("ha_port")))
     try:
         frozen.sendall(_ha.report(0))
-        wait_for(lambda: master.ctl.get("ha_slaves") == 1)
+        wait_until(lambda: master.ctl.get("ha_slaves") == 1)
         t0 = time.monotonic()
         r = master.put_message(Message("T", b"waits"))
         waited = time.monotonic() - t0
@@ -257,14 +250,14 @@ def test_a_slave_holding_more_than_its_master_says_how_much(stores):
     first = master_of(stores, "first")
     slave = slave_of(stores, first)
     put_many(first, 1000)
-    wait_for(lambda: caught_up(first, slave))
+    wait_until(lambda: caught_up(first, slave))
     held = slave.ctl.get("wrote")
     slave.shutdown()
     first.shutdown()
     second = master_of(stores, "second")  # a master that lost what the first had (a new log)
     put_many(second, 10)
     slave = slave_of(stores, second, "slave")
-    wait_for(lambda: slave.ha.diverged is not None, what="the slave to notice")
+    wait_until(lambda: slave.ha.diverged is not None, what="the slave to notice")
     lost = held - second.ctl.get("wrote")
     assert f"holds {lost} bytes the master does not" in slave.ha.diverged
     assert slave.ctl.get("wrote") == held  # nothing dropped without an operator
@@ -304,7 +297,7 @@ def test_a_bad_frame_from_the_master_drops_the_connection_not_the_store(stores, 
     server, t, reports = fake_master([reply])
     try:
         slave = stores("slave", broker_role="SLAVE", ha_master_address=f"127.0.0.1:{server.getsockname()[1]}")
-        wait_for(lambda: slave.ha.last_error is not None and why in slave.ha.last_error, what=why)
+        wait_until(lambda: slave.ha.last_error is not None and why in slave.ha.last_error, what=why)
         assert reports == [_ha.report(0)]
         assert slave.ctl.get("wrote") == 0
     finally:
@@ -316,32 +309,32 @@ def test_a_bad_frame_from_the_master_drops_the_connection_not_the_store(stores, 
 @pytest.mark.multiprocess
 def test_two_nodes_replicate_and_survive_the_masters_ha_process_killed(stores, capsys):
     master = master_of(stores, service_mode="processes")
-    wait_for(lambda: master.ctl.get("ha_port") > 0, what="the master's HA process to listen")
+    wait_until(lambda: master.ctl.get("ha_port") > 0, what="the master's HA process to listen")
     slave = slave_of(stores, master, service_mode="processes")
     put_many(master, 4000)
-    wait_for(lambda: caught_up(master, slave), what="the slave node to catch up")
+    wait_until(lambda: caught_up(master, slave), what="the slave node to catch up")
     ha_pid = master.supervisor.pids()["ha"]
     os.kill(ha_pid, signal.SIGKILL)
-    wait_for(lambda: master.supervisor.pids()["ha"] not in (ha_pid, 0), what="the HA process restarted")
+    wait_until(lambda: master.supervisor.pids()["ha"] not in (ha_pid, 0), what="the HA process restarted")
     put_many(master, 2000, start=4000)
-    wait_for(lambda: caught_up(master, slave), timeout_s=30, what="the slave to catch up after the restart")
+    wait_until(lambda: caught_up(master, slave), timeout_s=30, what="the slave to catch up after the restart")
     same_log(master, slave)
     same_messages(master, slave)
     # what `mqstore node status` says about both sides (their HA processes' ha.json)
     from mqstore.tools.node_cli import status
 
     def replication(store: MessageStore) -> dict:
-        wait_for(lambda: os.path.exists(os.path.join(store.root, "ha.json")), what="ha.json")
+        wait_until(lambda: os.path.exists(os.path.join(store.root, "ha.json")), what="ha.json")
         status(store.root, as_json=True)
         return json.loads(capsys.readouterr().out)["replication"]
 
-    wait_for(lambda: (replication(master) or {}).get("slaves") and
-             replication(master)["slaves"][0]["ack_offset"] == master.ctl.get("wrote"), what="the master's status")
+    wait_until(lambda: (replication(master) or {}).get("slaves") and
+               replication(master)["slaves"][0]["ack_offset"] == master.ctl.get("wrote"), what="the master's status")
     (seen,) = replication(master)["slaves"]
     assert seen["lag_bytes"] == 0 and seen["lag_ms"] == 0
     assert seen["bytes_sent"] == master.ctl.get("wrote") - seen["request_offset"] > 0  # since the restart
-    wait_for(lambda: replication(slave)["connected"] and replication(slave)["offset"] == master.ctl.get("wrote"),
-             what="the slave's status")
+    wait_until(lambda: replication(slave)["connected"] and replication(slave)["offset"] == master.ctl.get("wrote"),
+               what="the slave's status")
     assert replication(slave)["role"] == "slave"
     status(master.root)
     text = capsys.readouterr().out
@@ -355,7 +348,7 @@ def test_a_stopped_slave_is_promoted_and_serves_as_the_master(stores, tmp_path, 
     master = master_of(stores)
     slave = slave_of(stores, master)
     put_many(master, 3000)
-    wait_for(lambda: caught_up(master, slave))
+    wait_until(lambda: caught_up(master, slave))
     held = {q: slave.get_max_offset_in_queue("T", q) for q in range(4)}
     conf = tmp_path / "broker-b.conf"
     conf.write_text("brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=1\nbrokerRole=SLAVE\n"
@@ -375,7 +368,7 @@ def test_a_stopped_slave_is_promoted_and_serves_as_the_master(stores, tmp_path, 
     for q in range(4):
         r = promoted.put_message(Message("T", b"after promotion %d" % q, queue_id=q))
         assert r.status is PutMessageStatus.PUT_OK and r.queue_offset == held[q]
-    wait_for(lambda: promoted.get_max_offset_in_queue("T", 0) == held[0] + 1, what="the new message dispatched")
+    wait_until(lambda: promoted.get_max_offset_in_queue("T", 0) == held[0] + 1, what="the new message dispatched")
     assert bytes(read_queue(promoted, "T", 0)[-1].body) == b"after promotion 0"
 
 
@@ -385,7 +378,7 @@ def test_a_damaged_slave_is_not_promoted(stores, capsys):
     master = master_of(stores)
     slave = slave_of(stores, master)
     put_many(master, 500)
-    wait_for(lambda: caught_up(master, slave))
+    wait_until(lambda: caught_up(master, slave))
     slave.shutdown()
     path = os.path.join(slave.root, "commitlog", "0" * 20)
     with open(path, "rb") as fh:

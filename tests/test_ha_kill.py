@@ -19,6 +19,8 @@ import pytest
 
 from mqstore._shm import ControlBlock
 
+from helpers_proc import wait_until
+
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -48,17 +50,9 @@ def node(root: str, **settings) -> subprocess.Popen:
     return proc
 
 
-def wait_for(cond, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def ha_pid(root: str) -> int:
     path = os.path.join(root, "ha.json")
-    wait_for(lambda: os.path.exists(path), f"{path}")
+    wait_until(lambda: os.path.exists(path), 30, f"{path}")
     return int(json.load(open(path, encoding="utf-8"))["pid"])
 
 
@@ -70,22 +64,22 @@ def test_every_sync_master_ack_is_on_the_slave_after_kills(tmp_path):
     mctl = sctl = None
     try:
         mctl = ControlBlock.attach(os.path.join(mroot, "mqstore.shm"), readonly=True)
-        wait_for(lambda: mctl.get("ha_port") > 0, "the master's HA port")
+        wait_until(lambda: mctl.get("ha_port") > 0, 30, "the master's HA port")
         slave = node(sroot, broker_role="SLAVE", ha_master_address=f"127.0.0.1:{mctl.get('ha_port')}")
         procs.append(slave)
         sctl = ControlBlock.attach(os.path.join(sroot, "mqstore.shm"), readonly=True)
-        wait_for(lambda: mctl.get("ha_slaves") > 0, "the slave to connect")
+        wait_until(lambda: mctl.get("ha_slaves") > 0, 30, "the slave to connect")
         acks = str(tmp_path / "acks.jsonl")
         writers = [subprocess.Popen([sys.executable, "-c", WRITER, mroot, acks, f"w{k}"], env=ENV) for k in range(3)]
         procs += writers
         time.sleep(rng.uniform(0.5, 1.5))
         killed = ha_pid(mroot)
         os.kill(killed, signal.SIGKILL)
-        wait_for(lambda: ha_pid(mroot) != killed and mctl.get("ha_slaves") > 0, "the master's HA process back")
+        wait_until(lambda: ha_pid(mroot) != killed and mctl.get("ha_slaves") > 0, 30, "the master's HA process back")
         time.sleep(rng.uniform(0.3, 1.0))
         killed = ha_pid(sroot)
         os.kill(killed, signal.SIGKILL)
-        wait_for(lambda: ha_pid(sroot) != killed and mctl.get("ha_slaves") > 0, "the slave's HA process back")
+        wait_until(lambda: ha_pid(sroot) != killed and mctl.get("ha_slaves") > 0, 30, "the slave's HA process back")
         time.sleep(rng.uniform(0.5, 1.5))
         os.kill(master.pid, signal.SIGKILL)  # the master is lost; its service processes follow it
         master.wait(10)
