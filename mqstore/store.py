@@ -33,12 +33,14 @@ from mqstore.queue.dispatch import Dispatcher
 from mqstore.queue.index import IndexService
 from mqstore.queue.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
                            tags_expression)
-from mqstore.queue.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store
+from mqstore.queue.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store, truncate_store
+from mqstore.ha import TRUNCATE_EXIT, TRUNCATE_FILE, read_truncation_request, record_truncation
 from mqstore.node import Supervisor, read_config, write_config
 from mqstore.log import pool as transient_pool
 from mqstore.log import clean_close as clean_close_record
 from mqstore.log.clean_close import CleanClose
 from mqstore.queue.follow import NOT_FOLLOWING, Follower, NotFollowing
+from mqstore.roles import BrokerRole
 from mqstore.services import service_kinds
 from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
@@ -602,6 +604,7 @@ class MessageStore(StoreBase):
         self.put_message = appender.put_message  # type: ignore[method-assign]
         self.put_messages = appender.put_messages  # type: ignore[method-assign]
         self.put_bodies = appender.put_bodies  # type: ignore[method-assign]
+        self._truncate_as_requested()  # a slave's truncation its HA client asked for before it stopped
         self._start_services()
 
     def _start_services(self) -> None:
@@ -610,21 +613,68 @@ class MessageStore(StoreBase):
         if cfg.service_mode == "processes":
             self._start_service_processes()
             return
-        parts = ServiceParts(self.root, cfg, self.ctl, log_files=self.commitlog.queue, commitlog=self.commitlog,
-                             consume_queues=self.consume_queues, index=self.index, checkpoint=self.checkpoint,
-                             dispatcher=self.dispatcher, pool=self.pool)
-        kinds = service_kinds(cfg)
-        built = {kind: build_services(kind, parts, own_process=False) for kind in kinds}
+        self._parts = ServiceParts(self.root, cfg, self.ctl, log_files=self.commitlog.queue,
+                                   commitlog=self.commitlog, consume_queues=self.consume_queues, index=self.index,
+                                   checkpoint=self.checkpoint, dispatcher=self.dispatcher, pool=self.pool,
+                                   truncate=self._truncate_live)
+        self.ha = None
+        self._build_services(service_kinds(cfg))
+
+    def _build_services(self, kinds: tuple[str, ...]) -> None:
+        """Build and start the service threads of ``kinds`` (all of them at open; all but the HA
+        client after a slave's truncation, which runs in the HA client's thread)."""
+        built = {kind: build_services(kind, self._parts, own_process=False) for kind in kinds}
         self.commitlog.allocator = built["allocator"][0]  # type: ignore[assignment]
         self.cq_flusher, self.reput = built["dispatcher"]
         self.cleaner = built["cleaner"][0]  # type: ignore[assignment]
         # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
         # log are flushed (the pool's commit service before the flusher, whose final flush
         # covers what the last commit moved)
-        self._services = [service for kind in kinds for service in built[kind]]
-        self.ha = built["ha"][0] if built.get("ha") else None  # HAService (master) or HAClient (slave)
-        for service in self._services:
+        services = [service for kind in kinds for service in built[kind]]
+        if built.get("ha"):
+            self.ha = built["ha"][0]  # HAService (master) or HAClient (slave)
+        self._services = services if "ha" in kinds or self.ha is None else services + [self.ha]
+        for service in services:
             service.start()
+
+    def _truncate_live(self) -> None:
+        """A slave's HA client (a thread of this store) asks for its log to be cut back to its
+        master's end: stop the other services (dispatch catches up, flushes finish), truncate,
+        start them again."""
+        for service in reversed(self._services):
+            if service is not self.ha:
+                service.shutdown()
+        try:
+            self._truncate_as_requested()
+        finally:
+            self._build_services(tuple(k for k in service_kinds(self.config) if k != "ha"))
+
+    def _on_service_exit(self, kind: str, code: int) -> None:
+        """The supervisor saw a service process exit: a slave's HA process asking for a
+        truncation gets it with every other service process stopped."""
+        if kind == "ha" and code == TRUNCATE_EXIT and self.supervisor is not None:
+            self.supervisor.restart_around(self._truncate_as_requested)
+
+    def _truncate_as_requested(self) -> None:
+        """Carry out a slave's pending truncation request (mqstore.ha.request_truncation) while
+        nothing appends or dispatches: at open, or with the services stopped."""
+        req = read_truncation_request(self.root)
+        if req is None:
+            return
+        if self.config.broker_role is not BrokerRole.SLAVE:
+            log.error("ignoring %s: only a slave truncates its log to its master's", TRUNCATE_FILE)
+            os.unlink(os.path.join(self.root, TRUNCATE_FILE))
+            return
+        if isinstance(self.follower, Follower):  # a node: bring this process's queues up to the dispatcher's
+            for topic, qid, _ in self.ctl.table_items():
+                self.follower.queue(topic, qid)
+            if self.index is not None:
+                self.index.follow()
+        done = truncate_store(req["offset"], self.commitlog.queue, self.ctl, self.consume_queues, self.index)
+        self.dispatcher.reset(self.ctl.get("dispatched"))
+        record_truncation(self.root, {**done.as_dict(), "master": req.get("master", ""),
+                                      "time_ms": time.time_ns() // 1_000_000})
+        log.warning("slave truncated to its master's end (%s): %s", req.get("master", ""), done.summary())
 
     def _start_service_processes(self) -> None:
         """The node: allocate, flush and dispatch (with the ConsumeQueue flush) run as supervised
@@ -638,6 +688,7 @@ class MessageStore(StoreBase):
             self.index.flush()
         self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
         self.supervisor = Supervisor(self.root, service_kinds(cfg))
+        self.supervisor.on_exit = self._on_service_exit
         try:
             self.supervisor.start()
         except BaseException:

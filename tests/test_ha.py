@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
 from mqstore import _ha
+from mqstore.ha import read_truncation, request_truncation, write_ha_master
 from mqstore.status import PutMessageStatus
 from mqstore.tools.checker import check_store
 from mqstore.twin import ha as twin
@@ -246,21 +248,65 @@ def test_sync_master_times_out_on_a_slave_that_stops_answering(stores):
         frozen.close()
 
 
-def test_a_slave_holding_more_than_its_master_says_how_much(stores):
+@pytest.mark.parametrize("mode", ["threads", pytest.param("processes", marks=pytest.mark.multiprocess)])
+def test_a_slave_holding_more_than_its_master_is_cut_back_to_the_masters_end(stores, tmp_path, mode):
+    """The master crashes having lost its last records, which its slave holds: the slave cuts
+    its log, queues and index back to the master's end, says how much it dropped, and follows
+    the master from there."""
+    slave = stores("slave", broker_role="SLAVE", service_mode=mode)  # follows what ha_master says
+
+    def follow(master: MessageStore) -> None:
+        write_ha_master(slave.root, f"127.0.0.1:{master.ctl.get('ha_port')}")
+
     first = master_of(stores, "first")
-    slave = slave_of(stores, first)
+    follow(first)
     put_many(first, 1000)
-    wait_until(lambda: caught_up(first, slave))
-    held = slave.ctl.get("wrote")
-    slave.shutdown()
+    wait_until(lambda: caught_up(first, slave), what="the slave to catch up")
     first.shutdown()
-    second = master_of(stores, "second")  # a master that lost what the first had (a new log)
-    put_many(second, 10)
-    slave = slave_of(stores, second, "slave")
-    wait_until(lambda: slave.ha.diverged is not None, what="the slave to notice")
-    lost = held - second.ctl.get("wrote")
-    assert f"holds {lost} bytes the master does not" in slave.ha.diverged
-    assert slave.ctl.get("wrote") == held  # nothing dropped without an operator
+    shutil.copytree(first.root, tmp_path / "second")  # what the master's disk will still hold
+    first = master_of(stores, "first")
+    follow(first)
+    put_many(first, 500, start=1000)  # the slave gets these; the master will lose them
+    wait_until(lambda: caught_up(first, slave), what="the slave to catch up again")
+    held = slave.ctl.get("wrote")
+    first.shutdown()
+    second = master_of(stores, "second")
+    kept = second.ctl.get("wrote")
+    assert 0 < kept < held
+    follow(second)
+    wait_until(lambda: read_truncation(slave.root) is not None, timeout_s=30, what="the slave to truncate")
+    done = read_truncation(slave.root)
+    assert (done["offset"], done["end"], done["dropped_bytes"]) == (kept, held, held - kept)
+    assert sum(done["queue_units_dropped"].values()) == 500 and done["index_entries_dropped"] >= 500
+    assert not os.path.exists(os.path.join(slave.root, "ha_truncate"))  # the request was carried out
+    put_many(second, 300, start=2000)
+    wait_until(lambda: caught_up(second, slave), timeout_s=30, what="the slave to follow the master again")
+    same_log(second, slave)
+    same_messages(second, slave)
+    assert [m.queue_offset for m in read_queue(slave, "T", 0)] == list(range(250 + 75))
+    assert slave.query_message("T", "k1200").messages == []  # the lost record's key is gone
+    assert [bytes(m.body)[:11] for m in slave.query_message("T", "k2100").messages] == [b"body-002100"]
+    def said() -> dict:  # what the slave's HA service reports (ha.json, `mqstore node status`)
+        with open(os.path.join(slave.root, "ha.json"), encoding="utf-8") as fh:
+            return json.load(fh)
+
+    wait_until(lambda: (said().get("truncated") or {}).get("dropped_bytes") == held - kept, what="the status")
+
+
+def test_a_truncation_asked_for_before_a_stop_is_done_at_the_next_open(stores):
+    master = master_of(stores)
+    slave = slave_of(stores, master)
+    put_many(master, 400)
+    wait_until(lambda: caught_up(master, slave), what="the slave to catch up")
+    cut = next(m.physical_offset for m in read_queue(slave, "T", 1) if m.queue_offset == 50)
+    end = slave.ctl.get("wrote")
+    slave.shutdown()
+    request_truncation(slave.root, cut, end, "127.0.0.1:1")  # its HA client asked, then the slave stopped
+    slave = stores("slave", broker_role="SLAVE")
+    done = read_truncation(slave.root)
+    assert (done["offset"], done["dropped_bytes"], done["master"]) == (cut, end - cut, "127.0.0.1:1")
+    assert slave.ctl.get("wrote") == cut and slave.get_max_offset_in_queue("T", 1) == 50
+    assert slave.get_max_offset_in_queue("T", 0) == 51  # message 200 of queue 0 came before the cut
 
 
 def fake_master(replies: list[bytes]) -> tuple[socket.socket, threading.Thread, list[bytes]]:

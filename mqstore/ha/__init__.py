@@ -5,17 +5,69 @@ and reports how far it got), over RocketMQ's own wire format (``mqstore._ha``)."
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from mqstore.config import StoreConfig
 from mqstore.log.directory import replace_file
 from mqstore.roles import BrokerRole
 
-__all__ = ["HA_MASTER_FILE", "ha_role", "read_ha_master", "write_ha_master"]
+__all__ = ["HA_MASTER_FILE", "TRUNCATE_EXIT", "TRUNCATED_FILE", "TRUNCATE_FILE", "ha_role", "read_ha_master",
+           "read_truncation", "read_truncation_request", "record_truncation", "request_truncation",
+           "write_ha_master"]
 
 #: where a slave broker keeps its master's HA address, learned from the NameServer (in the store
 #: directory; the HA client reads it when ha_master_address is empty)
 HA_MASTER_FILE = "ha_master"
+
+
+#: a slave's request to cut its log back to its master's end (JSON: offset, end, master), written
+#: by its HA client when the master's log ends before the slave's; the store's owner carries it
+#: out while nothing appends or dispatches (at once, or at the next open) and removes it
+TRUNCATE_FILE = "ha_truncate"
+#: what the last truncation dropped (JSON, mqstore.queue.recovery.Truncation.as_dict plus the
+#: master and the time), shown in the HA status
+TRUNCATED_FILE = "ha_truncated"
+#: the exit status of a node's HA process that asks its owner to truncate (the supervisor stops
+#: the other service processes, the owner truncates, and every process starts again)
+TRUNCATE_EXIT = 75
+
+
+def request_truncation(root: str, offset: int, end: int, master: str) -> None:
+    replace_file(os.path.join(root, TRUNCATE_FILE),
+                 json.dumps({"offset": offset, "end": end, "master": master}) + "\n", fsync=True)
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            value = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_truncation_request(root: str) -> dict[str, Any] | None:
+    """The pending request_truncation, or None (also for a file that does not parse)."""
+    req = _read_json(os.path.join(root, TRUNCATE_FILE))
+    if req is None or not isinstance(req.get("offset"), int) or not isinstance(req.get("end"), int):
+        return None
+    return req
+
+
+def record_truncation(root: str, done: dict[str, Any]) -> None:
+    """Keep what a truncation dropped (for the status) and remove the request it carried out."""
+    replace_file(os.path.join(root, TRUNCATED_FILE), json.dumps(done) + "\n", fsync=True)
+    try:
+        os.unlink(os.path.join(root, TRUNCATE_FILE))
+    except FileNotFoundError:
+        pass
+
+
+def read_truncation(root: str | None) -> dict[str, Any] | None:
+    """What the last truncation of this slave dropped, or None."""
+    return None if root is None else _read_json(os.path.join(root, TRUNCATED_FILE))
 
 
 def write_ha_master(root: str, address: str) -> None:

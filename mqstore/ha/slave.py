@@ -11,9 +11,11 @@ every 5 s), as is a master that cannot be reached; a connection silent for
 ``ha_housekeeping_interval`` is dropped. Decided differently from RocketMQ
 (docs/replication.md): the first report goes out at once (RocketMQ's goes 5 s after connecting);
 and when the master says its log ends before this one's (an empty frame below this end, sent by
-an mqstore master before it closes), the slave names the bytes it holds that the master lost
-and stops replicating: ``diverged`` holds the detail, an operator decides (nothing is
-truncated yet).
+an mqstore master before it closes), this log holds bytes the master lost: the slave asks its
+owner to cut its log back to the master's end (``mqstore.ha.request_truncation``; RocketMQ 5's
+truncateFiles), says how much that drops, and follows the master from there. In a store's
+threads the owner truncates at once (``truncate``, a callable of the owner); a node's HA process
+exits with ``TRUNCATE_EXIT`` and its owner truncates with the other service processes stopped.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import os
 import select
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from mqstore._ha import SlaveReader, report
-from mqstore.ha import read_ha_master
+from mqstore.ha import TRUNCATE_EXIT, read_ha_master, read_truncation, request_truncation
 from mqstore.ha.master import write_status
 from mqstore.services.base import ServiceThread
 
@@ -44,9 +47,10 @@ class HAClient(ServiceThread):
     channel = None
 
     def __init__(self, ctl: Any, commitlog: Any, config: Any, master_address: str | None = None,
-                 root: str | None = None) -> None:
+                 root: str | None = None, truncate: Callable[[], Any] | None = None) -> None:
         super().__init__("haclient", ctl)
         self.root = root
+        self.truncate = truncate
         self.commitlog = commitlog
         self.appender = commitlog.appender
         self.config = config
@@ -158,9 +162,6 @@ class HAClient(ServiceThread):
                     self._diverge(phy, end)
                 continue  # a heartbeat
             if phy != end:
-                if phy < end:
-                    self._diverge(phy, end)
-                    return
                 raise ValueError(f"the master sent bytes from offset {phy}, but this log ends at {end}")
             self.appender.append_data(phy, body)
             self.frames += 1
@@ -169,16 +170,27 @@ class HAClient(ServiceThread):
             self._report_end(force=True)
 
     def _diverge(self, master_end: int, end: int) -> None:
+        """The master's log ends at master_end, before this one's end: cut this log back there."""
         self.diverged = (f"this slave's CommitLog ends at {end}, the master's at {master_end}: the slave holds "
-                         f"{end - master_end} bytes the master does not (it lost them in a crash); replication "
-                         "stopped (truncate the slave to the master's end, or promote it)")
-        log.error("HA: %s", self.diverged)
+                         f"{end - master_end} bytes the master does not (it lost them in a crash)")
         self._close()
+        if self.root is None:
+            log.error("HA: %s; replication stopped", self.diverged)
+            return
+        log.error("HA: %s; truncating this log to %d", self.diverged, master_end)
+        request_truncation(self.root, master_end, end, self.master_address)
+        if self.truncate is None:  # a node's HA process: the owner truncates, then starts it again
+            self.exit_code = TRUNCATE_EXIT
+            self._stopped.set()
+            return
+        self.truncate()
+        self.diverged = None
+        self.backoff_s = BACKOFF_FIRST_S
 
     def status(self) -> dict[str, Any]:
         return {"master": self.master_address, "connected": self.sock is not None, "offset": self.ctl.get("wrote"),
                 "connects": self.connects, "frames": self.frames, "bytes_received": self.bytes_received,
-                "last_error": self.last_error, "diverged": self.diverged}
+                "last_error": self.last_error, "diverged": self.diverged, "truncated": read_truncation(self.root)}
 
     def on_shutdown(self) -> None:
         self._close()

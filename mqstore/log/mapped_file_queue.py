@@ -423,6 +423,22 @@ class MappedFileQueue:
             self._files_removed()
         return len(gone)
 
+    def drop_above(self, offset: int) -> int:
+        """A follower: unmap and forget the files that start after offset, which the process
+        that truncated the log (a slave cut back to its master's end) deleted; a file created
+        again under the same name later is mapped afresh. Returns the number dropped."""
+        with self._lock:
+            gone = [mf for start, mf in self._files.items() if start > offset]
+            for mf in gone:
+                del self._files[mf.file_from]
+            if gone:
+                self.version += 1
+        for mf in gone:
+            mf.close()
+        if gone:
+            self._files_removed()
+        return len(gone)
+
     def _destroy_listed(self, mf: MappedFile, interval_forcibly_ms: int) -> bool:
         """Destroy mf and drop it from the list (spec §6.1 destroy). A file still held by a
         reader is only shut down (unavailable, readers stop mapping it) and stays listed until

@@ -107,7 +107,8 @@ def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any],
 
 def service_main(kind: str, root: str) -> int:
     """Run one service process until SIGTERM or the death of its parent; the exit code is 0
-    after a clean stop, 1 when a service failed."""
+    after a clean stop, 1 when a service failed, or what a service asked its owner for
+    (``ServiceThread.exit_code``: a slave's HA client asking for a truncation)."""
     parent = os.getppid()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {kind}[%(process)d] %(levelname)s %(message)s")
     from mqstore import _shm
@@ -132,7 +133,7 @@ def service_main(kind: str, root: str) -> int:
             # started the process ends, e.g. the supervisor's restart thread at shutdown.)
             log.error("the node (pid %d) is gone; exiting", parent)
             os._exit(1)
-        if any(s.error is not None for s in services):
+        if any(s.error is not None or s.exit_code is not None for s in services):
             break
     for service in reversed(services):
         service.shutdown()
@@ -145,7 +146,10 @@ def service_main(kind: str, root: str) -> int:
     ctl.close()
     for s in failed:
         log.error("service %s failed: %r", s.name, s.error)
-    return 1 if failed else 0
+    if failed:
+        return 1
+    asked = [s.exit_code for s in services if s.exit_code is not None]
+    return asked[0] if asked else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -66,6 +67,9 @@ class Supervisor:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.restarts = 0
+        #: called (kind, exit code) when a service process exited, before it is started again,
+        #: with the supervisor's lock held (it may call restart_around)
+        self.on_exit: Callable[[str, int], None] | None = None
 
     def start(self) -> None:
         for kind in self.kinds:
@@ -121,6 +125,11 @@ class Supervisor:
                     except OSError:
                         pass
                     sp.proc = None
+                    if self.on_exit is not None:
+                        try:
+                            self.on_exit(sp.kind, code)
+                        except Exception:  # noqa: BLE001 - the service is restarted all the same
+                            log.exception("handling the exit of service %s failed", sp.kind)
                 if self._stopping.wait(delay):
                     return
                 with self._lock:
@@ -141,18 +150,42 @@ class Supervisor:
         with self._lock:
             for kind in reversed(self.kinds):
                 sp = self.services[kind]
-                if sp.proc is None:
-                    continue
-                sp.proc.send_signal(signal.SIGTERM)
-                try:
-                    codes[kind] = sp.proc.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    log.error("service %s did not stop within %.0f s; killing it", kind, STOP_TIMEOUT_S)
-                    sp.proc.kill()
-                    codes[kind] = sp.proc.wait()
-                if sp.proc.stdout is not None:
-                    sp.proc.stdout.close()
+                if sp.proc is not None:
+                    codes[kind] = self._terminate(sp)
         return codes
+
+    def _terminate(self, sp: ServiceProcess) -> int:
+        """SIGTERM one service process and wait for it (SIGKILL after STOP_TIMEOUT_S)."""
+        assert sp.proc is not None
+        sp.proc.send_signal(signal.SIGTERM)
+        try:
+            code = sp.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.error("service %s did not stop within %.0f s; killing it", sp.kind, STOP_TIMEOUT_S)
+            sp.proc.kill()
+            code = sp.proc.wait()
+        if sp.proc.stdout is not None:
+            sp.proc.stdout.close()
+        return code
+
+    def restart_around(self, between: Callable[[], None]) -> None:
+        """From on_exit (the lock held): stop every running service process, last started first,
+        call between() (the owner changes the files with nothing else at work), and start them
+        again in order. The process whose exit called on_exit is started by the watcher."""
+        stopped = []
+        for kind in reversed(self.kinds):
+            sp = self.services[kind]
+            if sp.proc is not None:
+                code = self._terminate(sp)
+                if code != 0:
+                    log.warning("service %s exited with %s when stopped", kind, code)
+                sp.proc = None
+                stopped.append(sp)
+        try:
+            between()
+        finally:
+            for sp in reversed(stopped):
+                self._spawn(sp)
 
     def pids(self) -> dict[str, int]:
         return {kind: sp.pid for kind, sp in self.services.items()}

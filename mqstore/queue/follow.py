@@ -56,6 +56,10 @@ class Follower(NotFollowing):
         if seen == self._seen:
             return
         queue = self.commitlog.queue
+        if seen[0] < self._seen[0]:
+            # the log was cut back (a slave truncated to its master's end): files past the cut
+            # were deleted and may be created again
+            queue.drop_above(seen[0])
         if queue.mapped_end < seen[0]:
             queue.map_new_files()
         first = queue.first()

@@ -518,3 +518,64 @@ def _recover_index(index: Any, queue: MappedFileQueue, report: RecoveryReport, r
 
 def log_report(report: RecoveryReport) -> None:
     log.log(logging.WARNING if report.damaged else logging.INFO, "%s", report.summary())
+
+
+@dataclass
+class Truncation:
+    """What ``truncate_store`` dropped."""
+
+    offset: int  # where the log ends now
+    end: int  # where it ended before
+    dropped_bytes: int = 0
+    deleted_files: list[str] = field(default_factory=list)
+    queue_units_dropped: dict[str, int] = field(default_factory=dict)
+    index_entries_dropped: int = 0
+
+    def summary(self) -> str:
+        parts = [f"the CommitLog was cut from {self.end} to {self.offset}: {self.end - self.offset} bytes dropped"]
+        if self.deleted_files:
+            parts.append(f"files {', '.join(self.deleted_files)} deleted")
+        if self.queue_units_dropped:
+            parts.append(f"{sum(self.queue_units_dropped.values())} ConsumeQueue units dropped "
+                         f"({', '.join(f'{k}: {v}' for k, v in sorted(self.queue_units_dropped.items()))})")
+        if self.index_entries_dropped:
+            parts.append(f"{self.index_entries_dropped} index entries dropped")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"offset": self.offset, "end": self.end, "dropped_bytes": self.end - self.offset,
+                "deleted_files": self.deleted_files, "queue_units_dropped": self.queue_units_dropped,
+                "index_entries_dropped": self.index_entries_dropped}
+
+
+def truncate_store(offset: int, queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueueTable,
+                   index: Any = None) -> Truncation:
+    """Cut an open store's log back to ``offset``, a record boundary (a slave whose log holds
+    bytes its master lost: RocketMQ 5's DefaultMessageStore.truncateFiles), while nothing
+    appends to it and nothing dispatches it (the caller stopped both): the CommitLog's tail
+    from offset is zeroed and later files deleted, every ConsumeQueue unit and index entry of
+    a record at or after offset dropped, and the control block's positions, topic-queue table
+    and published queue counts set to what is left. ``queues`` must hold every queue of the
+    store, built up to what the dispatcher published."""
+    end = ctl.get("wrote")
+    report = Truncation(offset=offset, end=end)
+    if offset >= end:
+        report.offset = end
+        return report
+    min_phy = ctl.get("min_phy")
+    if offset < min_phy:
+        raise ValueError(f"cannot truncate the CommitLog to {offset}: it starts at {min_phy}")
+    report.deleted_files, _ = queue.truncate_dirty_files(offset)
+    for name in ("wrote", "committed", "flushed", "confirmed", "dispatched"):
+        if ctl.get(name) > offset:
+            ctl.set(name, offset)
+    for (topic, qid), n in queues.truncate_dirty(offset).items():
+        report.queue_units_dropped[f"{topic}/{qid}"] = n
+    for cq in queues:
+        ctl.table_set(cq.topic, cq.queue_id, cq.max_offset_in_queue)
+        ctl.table_set_dispatched(cq.topic, cq.queue_id, cq.max_offset_in_queue)
+    if index is not None:
+        report.index_entries_dropped, _ = index.truncate_dirty(
+            offset, lambda phy: -1 if (rec := _record_at(queue, phy)) is None else rec.store_timestamp)
+    log.warning("truncated: %s", report.summary())
+    return report

@@ -28,6 +28,9 @@ class ServiceThread:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        #: set by a service that ends its loop to ask for something of its process's owner:
+        #: a node's service process exits with it (see mqstore.node.service)
+        self.exit_code: int | None = None
 
     @property
     def is_stopped(self) -> bool:

@@ -27,6 +27,7 @@ the allocator goes last.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from mqstore._shm import ControlBlock
@@ -58,6 +59,7 @@ class ServiceParts:
     checkpoint: Any | None = None          # mqstore.log.checkpoint.StoreCheckpoint
     dispatcher: Any | None = None          # mqstore.queue.dispatch.Dispatcher
     pool: Any | None = None                # the transient store pool, when enabled
+    truncate: Callable[[], Any] | None = None  # the owner's truncation of a slave (threads only)
 
 
 def _need(parts: ServiceParts, kind: str, *names: str) -> list[Any]:
@@ -106,6 +108,7 @@ def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list
             from mqstore.ha.slave import HAClient
 
             (commitlog,) = _need(parts, kind, "commitlog")
-            return [HAClient(parts.ctl, commitlog, cfg, root=parts.root)]
+            return [HAClient(parts.ctl, commitlog, cfg, root=parts.root,
+                             truncate=None if own_process else parts.truncate)]
         return []
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
