@@ -357,6 +357,7 @@ class StoreBase:
     def get_min_phy_offset(self) -> int:
         """The CommitLog position of the first byte still stored (RocketMQ getMinPhyOffset)."""
         self._check_open()
+        self.follower.log()  # a node's owner: the files its other processes created or deleted
         return self.commitlog.min_offset
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:

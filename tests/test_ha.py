@@ -293,6 +293,30 @@ def test_a_slave_holding_more_than_its_master_is_cut_back_to_the_masters_end(sto
     wait_until(lambda: (said().get("truncated") or {}).get("dropped_bytes") == held - kept, what="the status")
 
 
+@pytest.mark.parametrize("mode", ["threads", pytest.param("processes", marks=pytest.mark.multiprocess)])
+def test_an_empty_slave_follows_a_master_whose_first_files_were_cleaned(stores, mode):
+    master = master_of(stores, delete_when="00;01;02;03;04;05;06;07;08;09;10;11;12;13;14;15;16;17;18;19;20;21;"
+                                           "22;23", disk_space_warning_level_ratio=100,
+                       disk_space_clean_forcibly_ratio=100)
+    put_many(master, 12000)  # about three 1 MiB files
+    files = master.commitlog.queue.files
+    assert len(files) >= 3
+    old = time.time() - 100 * 3600  # older than file_reserved_time (72 h)
+    for mf in files[:2]:
+        os.utime(mf.path, (old, old))
+    start = files[2].file_from
+    wait_until(lambda: (master.execute_delete_files_manually(), master.get_min_phy_offset() == start)[1],
+               timeout_s=30, what="the master's cleaner to delete its first two files")
+    slave = slave_of(stores, master, service_mode=mode)  # reports 0: its log starts at the master's first file
+    wait_until(lambda: caught_up(master, slave), timeout_s=30, what="the slave to catch up")
+    put_many(master, 500, start=12000)
+    wait_until(lambda: caught_up(master, slave), timeout_s=30, what="the slave to follow")
+    assert slave.get_min_phy_offset() == start
+    same_log(master, slave)
+    same_messages(master, slave)
+    assert slave.get_min_offset_in_queue("T", 0) == master.get_min_offset_in_queue("T", 0) > 0
+
+
 def test_a_truncation_asked_for_before_a_stop_is_done_at_the_next_open(stores):
     master = master_of(stores)
     slave = slave_of(stores, master)

@@ -162,12 +162,22 @@ class HAClient(ServiceThread):
                     self._diverge(phy, end)
                 continue  # a heartbeat
             if phy != end:
-                raise ValueError(f"the master sent bytes from offset {phy}, but this log ends at {end}")
+                if not (end == 0 and self.ctl.get("min_phy") == 0 and phy % self.commitlog.file_size == 0):
+                    raise ValueError(f"the master sent bytes from offset {phy}, but this log ends at {end}")
+                self._start_log_at(phy)
             self.appender.append_data(phy, body)
             self.frames += 1
             self.backoff_s = BACKOFF_FIRST_S
             self.last_error = None
             self._report_end(force=True)
+
+    def _start_log_at(self, phy: int) -> None:
+        """An empty slave whose master no longer holds offset 0 (its cleaner deleted the first
+        files) gets the log from a file start: this log starts there, as RocketMQ's slave
+        creates its first file at the master's offset."""
+        log.info("HA: the master's log starts at %d: this empty log starts there too", phy)
+        for name in ("min_phy", "dispatched", "confirmed", "flushed", "committed", "wrote"):
+            self.ctl.set(name, phy)  # type: ignore[arg-type]
 
     def _diverge(self, master_end: int, end: int) -> None:
         """The master's log ends at master_end, before this one's end: cut this log back there."""
