@@ -42,6 +42,14 @@ def test_admin_reports_topics_groups_and_lag(tmp_path, capsys) -> None:
             table = json.loads(out)["table"]
             assert code == 0 and table["brokerAddr"] == broker.address and table["frontProcesses"] == "2"
             assert table["embeddedConsumers"] == "1" and int(table["put_messages"]) == 13
+            # a master with no slave: its HA address, none connected, every byte since the open unconfirmed
+            ha_port = broker.store.ctl.get("ha_port")
+            assert table["haServerAddr"] == f"127.0.0.1:{ha_port}" and table["haSlaveCount"] == "0"
+            assert table["slaveFallBehindMuch"] == str(int(table["commitLogMaxOffset"]) - int(table["confirmed"]))
+            assert table["haLastReportTimestamp"] == "0" and "masterAddr" not in table
+            code, out, _ = admin(capsys, "status", *addr)
+            assert code == 0 and any(line.split() == ["haSlaveCount", "0"] for line in out.splitlines())
+            assert f"replication: master, HA port {ha_port}, 0 slave(s) connected, no report yet" in out
 
             code, out, _ = admin(capsys, "topics", *addr, "--json")
             topics = {t["topic"]: t for t in json.loads(out)["topics"]}

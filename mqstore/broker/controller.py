@@ -33,12 +33,13 @@ from mqstore.broker.offsets import ConsumerOffsets, decode_offset_table
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
 from mqstore.broker.schedule import ScheduleMessageService, decode_delay_offsets
 from mqstore.broker.topics import PERM_READ, PERM_WRITE, TopicConfigs, topic_config, topic_problem
-from mqstore.ha import write_ha_master
+from mqstore.ha import read_ha_master, write_ha_master
+from mqstore.ha.master import read_ha_status
 from mqstore.protocol import VERSION
 from mqstore.roles import BrokerRole
 from mqstore.store import StoreBase
 
-__all__ = ["BrokerController", "LOCK_EXPIRY_MS", "wall_ms"]
+__all__ = ["BrokerController", "HA_SLAVE_KEYS", "LOCK_EXPIRY_MS", "wall_ms"]
 
 log = logging.getLogger("mqstore.broker")
 
@@ -49,6 +50,12 @@ SCAN_INTERVAL_S = 10.0
 REGISTER_TIMEOUT_S = 6.0
 #: a slave copies its master's topics, offsets and groups this often (SlaveSynchronize: 10 s)
 SLAVE_SYNC_PERIOD_S = 10.0
+
+#: GET_BROKER_RUNTIME_INFO on a master, one key per slave and figure: the prefix followed by the
+#: slave's address (as RocketMQ suffixes commitLogDiskRatio_ with a path), and the slave's
+#: field in the HA service's ha.json
+HA_SLAVE_KEYS = {"haSlaveAckOffset_": "ack_offset", "haSlaveLagBytes_": "lag_bytes", "haSlaveLagMs_": "lag_ms",
+                 "haSlaveBytesPerSecond_": "rate_bytes_per_s"}
 
 
 def _json_body(cmd: RemotingCommand) -> Any:
@@ -440,7 +447,35 @@ class BrokerController:
                  "consumerGroups": str(len(self.consumers.groups())), "registrations": str(self.registrations),
                  "namesrvAddr": ";".join(self.namesrv_addrs)}
         table.update({k: str(v) for k, v in st.stats().items()})
+        table.update(self._ha_runtime_info(int(table["commitLogMaxOffset"])))
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
+
+    def _ha_runtime_info(self, max_offset: int) -> dict[str, str]:
+        """The runtime info's replication keys. RocketMQ 4.9.7's prepareRuntimeInfo has none;
+        its names are kept where 4.9.7 has one for the figure elsewhere: ``slaveFallBehindMuch``
+        (MessageStore.slaveFallBehindMuch: the CommitLog's max offset minus the highest offset a
+        slave reported, ``confirmed``), ``haServerAddr`` and ``masterAddr`` (the registration's
+        fields), ``haMasterAddress`` (the store setting). The others are mqstore's, from the
+        control block and the HA service's ha.json (mqstore.ha.master.read_ha_status)."""
+        ha = read_ha_status(self.root) or {}
+        if self.is_slave:
+            return {"masterAddr": self.master_addr or "",
+                    "haMasterAddress": str(ha.get("master") or self.cfg.ha_master_address or read_ha_master(self.root)),
+                    "haConnected": "true" if ha.get("connected") else "false",
+                    "haReportedOffset": str(ha.get("offset", self.store.ctl.get("wrote"))),
+                    "haLastError": str(ha.get("last_error") or ""), "haDiverged": str(ha.get("diverged") or "")}
+        ctl = self.store.ctl
+        out = {"haServerAddr": self._ha_server_addr(),
+               "slaveFallBehindMuch": str(max(0, max_offset - ctl.get("confirmed"))),
+               "haSlaveCount": str(ctl.get("ha_slaves")), "haLastReportTimestamp": str(ctl.get("ha_report_ms"))}
+        for slave in ha.get("slaves", []) if ha.get("role") == "master" else []:
+            out.update({prefix + str(slave.get("slave")): str(slave.get(name, ""))
+                        for prefix, name in HA_SLAVE_KEYS.items()})
+        return out
+
+    def _ha_server_addr(self) -> str:
+        """Where this broker's HA service accepts slaves (registered as haServerAddr)."""
+        return f"{self.cfg.broker_ip1}:{self.store.ctl.get('ha_port') or self.cfg.ha_listen_port}"
 
     def _consumer_connections(self, cmd: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_CONNECTION_LIST (admin): the group's clients and subscriptions."""
@@ -489,7 +524,7 @@ class BrokerController:
         return RemotingCommand(RequestCode.REGISTER_BROKER, language="JAVA", version=VERSION, ext_fields={
             "brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
             "clusterName": self.cfg.broker_cluster_name,
-            "haServerAddr": f"{self.cfg.broker_ip1}:{self.store.ctl.get('ha_port') or self.cfg.ha_listen_port}",
+            "haServerAddr": self._ha_server_addr(),
             "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}, body=body)
 
     async def register_all(self) -> None:

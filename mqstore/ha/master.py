@@ -32,9 +32,10 @@ from typing import Any
 
 from mqstore._ha import header, last_report
 from mqstore.log.directory import replace_file
+from mqstore.procs import alive
 from mqstore.services.base import ServiceThread
 
-__all__ = ["HAConnection", "HAService", "STATUS_FILE", "write_status"]
+__all__ = ["HAConnection", "HAService", "STATUS_FILE", "read_ha_status", "write_status"]
 
 #: what the HA service (either side) says about itself, in the store directory, about every
 #: second (``mqstore node status`` shows it)
@@ -49,6 +50,27 @@ def write_status(root: str | None, status: dict[str, Any]) -> None:
         replace_file(os.path.join(root, STATUS_FILE), json.dumps(status))
     except OSError:
         pass
+
+
+def read_ha_status(root: str) -> dict[str, Any] | None:
+    """What the store's HA service last wrote about itself (write_status, about every second):
+    on a master its port and, per slave, the offset it reported, its lag in bytes and ms and the
+    transfer rate; on a slave its master, offset, whether it is connected, the last error, a
+    divergence and the last truncation. None when there is no such file, it cannot be read, or
+    the process that wrote it is gone (a file left by an HA service that stopped)."""
+    try:
+        with open(os.path.join(root, STATUS_FILE), encoding="utf-8") as fh:
+            status = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(status, dict):
+        return None
+    try:
+        pid = int(status.get("pid", 0))
+    except (TypeError, ValueError):
+        return None
+    return status if pid > 0 and alive(pid) else None
+
 
 log = logging.getLogger("mqstore.ha")
 

@@ -23,7 +23,6 @@ import sys
 import threading
 from typing import Any
 
-from mqstore.ha.master import STATUS_FILE as HA_STATUS_FILE
 from mqstore.layout import NODE_INFO_NAME
 from mqstore.log.directory import replace_file
 from mqstore.errors import ConfigError
@@ -135,21 +134,12 @@ def _write_info(root: str, info: dict[str, Any]) -> None:
     replace_file(os.path.join(root, NODE_INFO_NAME), json.dumps(info))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def status(root: str, *, as_json: bool = False) -> int:
-    """Owner and service processes (alive or not), positions, dispatch lag and key counters,
-    read from the control block without taking the store's lock (mqstore.tools.stats). 0 when a
-    node is running."""
-    from mqstore.tools.stats import StatsReader
+    """Owner and service processes (alive or not), positions, dispatch lag, key counters and
+    replication, read from the control block and the HA service's ha.json without taking the
+    store's lock (mqstore.tools.stats). 0 when a node is running."""
+    from mqstore.procs import alive
+    from mqstore.tools.stats import StatsReader, replication_figures, replication_lines
 
     with StatsReader(root) as reader:
         snap = reader.snapshot()
@@ -160,24 +150,17 @@ def status(root: str, *, as_json: bool = False) -> int:
     except (FileNotFoundError, ValueError):
         pass
     running = snap.running and snap.state == "READY"
-    services: dict[str, dict[str, Any]] = {k: {"pid": v, "alive": _alive(v)} for k, v in info.get("services", {}).items()}
+    services: dict[str, dict[str, Any]] = {k: {"pid": v, "alive": v > 0 and alive(v)}
+                                           for k, v in info.get("services", {}).items()}
     shown = {k: snap.counters[k] for k in ("put_messages", "put_bytes", "flush_count", "flush_timeouts",
                                            "page_cache_busy", "lock_takeovers", "dispatch_records")
              if k in snap.counters}
-    owner_alive = snap.owner_pid > 0 and _alive(snap.owner_pid)
-    replication: dict[str, Any] | None = None
-    try:
-        with open(os.path.join(snap.root, HA_STATUS_FILE), encoding="utf-8") as fh:
-            replication = json.load(fh)
-    except (FileNotFoundError, ValueError):
-        pass
-    if replication is not None and not _alive(int(replication.get("pid", 0))):
-        replication = None  # left by an HA service that is gone
+    owner_alive = snap.owner_pid > 0 and alive(snap.owner_pid)
     out: dict[str, Any] = {
         "store": snap.root, "state": snap.state, "owner_pid": snap.owner_pid, "owner_alive": owner_alive,
         "services": services, "positions": snap.positions, "dispatch_behind_bytes": snap.dispatch_behind_bytes,
         "dispatch_lag_ms": snap.dispatch_lag_ms, "running_flags": list(snap.running_flags), "stats": shown,
-        "replication": replication,
+        "replication": snap.ha,  # the HA service's ha.json (None: the store does not replicate)
     }
     if as_json:
         print(json.dumps(out, indent=1))
@@ -189,25 +172,6 @@ def status(root: str, *, as_json: bool = False) -> int:
         print(f"  dispatch behind {snap.dispatch_behind_bytes:,} bytes, lag {snap.dispatch_lag_ms} ms; "
               f"flags {', '.join(snap.running_flags) or 'none'}")
         print("  " + ", ".join(f"{k} {v:,}" for k, v in shown.items()))
-        for line in replication_lines(replication):
+        for line in replication_lines(replication_figures(snap)):
             print("  " + line)
     return 0 if running else 1
-
-
-def replication_lines(ha: dict[str, Any] | None) -> list[str]:
-    """What a store's HA service says (its ha.json): each slave's offset, lag and transfer rate
-    on a master; the master, offset and state on a slave."""
-    if not ha:
-        return []
-    if ha.get("role") == "master":
-        out = [f"replication: master, HA port {ha.get('port')}, {len(ha.get('slaves', []))} slave(s)"]
-        for s in ha.get("slaves", []):
-            out.append(f"  slave {s['slave']}: offset {s['ack_offset']:,}, lag {s['lag_bytes']:,} bytes / "
-                       f"{s['lag_ms']:,} ms, {s['rate_bytes_per_s'] / 1e6:.1f} MB/s")
-        return out
-    state = "connected" if ha.get("connected") else f"not connected ({ha.get('last_error') or 'no master known'})"
-    out = [f"replication: slave of {ha.get('master') or '?'}, offset {ha.get('offset', 0):,}, {state}"]
-    if ha.get("diverged"):
-        out.append(f"  DIVERGED: {ha['diverged']}")
-    return out
-

@@ -1,9 +1,11 @@
-"""Live figures of a store, read from its control block only: ``mqstore stats`` (and the
-node's status).
+"""Live figures of a store, read from its control block (and its HA service's ``ha.json``):
+``mqstore stats`` (and the node's status).
 
 Everything comes from ``<store>/mqstore.shm``, attached read-only (``ControlBlock.attach(...,
-readonly=True)``: O_RDONLY, PROT_READ): no store file is opened, the store's lock is never
-taken, and the monitor works next to a running owner in another process. Whether an owner
+readonly=True)``: O_RDONLY, PROT_READ), and the small status file a replicating store's HA
+service rewrites about every second (``ha.json``, read with ``open``): no store file is
+opened, the store's lock is never taken, and the monitor works next to a running owner in
+another process. Whether an owner
 runs is asked of the kernel (the OFD lock on ``lock``, ``mqstore.log.directory.lock_state``); a
 stopped store shows the last values its block holds.
 
@@ -17,6 +19,10 @@ stopped store shows the last values its block holds.
   it for people.
 - ``render(root, ...)``: the command's loop (a table redrawn in place on a terminal, plain
   blocks otherwise, or one JSON object per line).
+- ``replication_figures(snap)`` joins the block's replication cells to what the store's HA
+  service last wrote about itself (``ha.json``, mqstore.ha.master.read_ha_status, the one file
+  read besides the block) and ``replication_lines`` words that (stats, node status and admin
+  status print the same lines).
 
 The statistics are those of ``mq_ctl.h`` (``STAT_NAMES``). The ``*_max`` counters hold the
 largest value since the block was laid out; an interval's maximum is known only when it set
@@ -38,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from mqstore import _shm
 from mqstore.errors import MQStoreError
+from mqstore.ha.master import read_ha_status
 from mqstore.log.directory import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
 
@@ -95,6 +102,10 @@ class Snapshot:
     error_cells: dict[str, int]
     counters: dict[str, int]
     pool_buffers: int = 0  # transient store pool buffers (0: the store has no pool)
+    ha_port: int = 0  # the port a master's HA service listens on (0: none)
+    ha_slaves: int = 0  # the slaves connected to it
+    ha_report_ms: int = 0  # wall ms of the last slave report (0: none since the block was laid out)
+    ha: dict[str, Any] | None = None  # the HA service's ha.json (read_ha_status), None when there is none
 
     @property
     def incarnation(self) -> tuple[int, int, int]:
@@ -142,8 +153,10 @@ class Snapshot:
         return max(0, self.wall_ms - self.lock_begin_ms) if self.lock_begin_ms else None
 
 
-def snapshot_of(ctl: _shm.ControlBlock, *, root: str, status: str, block_inode: int = 0) -> Snapshot:
-    """Read every figure of ctl now (loads only: ctl may be attached read-only)."""
+def snapshot_of(ctl: _shm.ControlBlock, *, root: str, status: str, block_inode: int = 0,
+                ha: dict[str, Any] | None = None) -> Snapshot:
+    """Read every figure of ctl now (loads only: ctl may be attached read-only); ``ha`` is the
+    HA service's status (read_ha_status), read by the caller."""
     mono_ns = time.monotonic_ns()
     wall_ms = time.time_ns() // 1_000_000
     counters = ctl.stats()  # before the positions: a put publishes wrote before counting its bytes
@@ -157,7 +170,8 @@ def snapshot_of(ctl: _shm.ControlBlock, *, root: str, status: str, block_inode: 
         queues=ctl.table_count, positions={name: positions[name] for name in POSITION_NAMES}, timestamps=timestamps,
         running_flags=tuple(ctl.running_flags()), lock_holder_pid=None if holder is None else holder[0],
         lock_begin_ms=ctl.get("lock_begin_time_ms"), error_cells={name: ctl.get(name) for name in ERROR_CELLS},
-        counters=counters, pool_buffers=ctl.pool_buffers)
+        counters=counters, pool_buffers=ctl.pool_buffers, ha_port=ctl.get("ha_port"),
+        ha_slaves=ctl.get("ha_slaves"), ha_report_ms=ctl.get("ha_report_ms"), ha=ha)
 
 
 class StatsReader:
@@ -189,7 +203,8 @@ class StatsReader:
 
     def snapshot(self) -> Snapshot:
         ctl, inode = self._attached()
-        return snapshot_of(ctl, root=self.root, status=lock_state(self.root)["status"], block_inode=inode)
+        return snapshot_of(ctl, root=self.root, status=lock_state(self.root)["status"], block_inode=inode,
+                           ha=read_ha_status(self.root))
 
     def close(self) -> None:
         if self._ctl is not None:
@@ -290,6 +305,80 @@ def owner_note(snap: Snapshot) -> str | None:
             f"counted since it opened the store")
 
 
+#: an ha.json this old is shown with its age (the service writes it about every second; a slave
+#: retrying a master it cannot reach writes it between tries, some seconds apart)
+HA_STATUS_STALE_MS = 10_000
+
+
+def replication_figures(snap: Snapshot) -> dict[str, Any]:
+    """The store's replication as one JSON-ready dict: the control block's cells (``ha_port``
+    the port a master's HA service listens on, ``ha_slaves`` the slaves connected,
+    ``ha_report_ms`` when the last report came, ``confirmed`` the highest offset a slave
+    reported holding, and ``fall_behind_bytes``, the log's end minus that: RocketMQ's
+    slaveFallBehindMuch) and what the HA service last wrote (``service``: ha.json, with the
+    per-slave figures on a master; None when there is none), with its age. ``role`` is
+    "master", "slave" or None (the store does not replicate)."""
+    ha = snap.ha
+    if ha is not None:
+        role = ha.get("role")
+    else:
+        role = "master" if snap.ha_port > 0 or snap.ha_report_ms > 0 else None
+    confirmed = snap.positions["confirmed"]
+    written = ha.get("time_ms") if ha is not None else None
+    return {
+        "role": role,
+        "ha_port": snap.ha_port,
+        "ha_slaves": snap.ha_slaves,
+        "ha_report_ms": snap.ha_report_ms,
+        "last_report_ago_ms": max(0, snap.wall_ms - snap.ha_report_ms) if snap.ha_report_ms > 0 else None,
+        "confirmed": confirmed,
+        "fall_behind_bytes": max(0, snap.positions["wrote"] - confirmed) if role == "master" else None,
+        "service": ha,
+        "service_age_ms": max(0, snap.wall_ms - written) if isinstance(written, int) and written > 0 else None,
+    }
+
+
+def replication_lines(rep: dict[str, Any]) -> list[str]:
+    """Replication figures (``replication_figures``'s shape) in words: a head line, then one
+    line per slave on a master (its offset, lag in bytes and ms, transfer rate) or the
+    divergence on a slave; [] when the store does not replicate."""
+    role = rep.get("role")
+    if role is None:
+        return []
+    ha = rep.get("service") or {}
+    age = rep.get("service_age_ms")
+    stale = f" (ha.json written {age / 1000:,.0f} s ago)" if age is not None and age >= HA_STATUS_STALE_MS else ""
+    if role == "master":
+        port = rep.get("ha_port") or 0
+        where = f"HA port {port}" if port else "HA service not listening"
+        ago = rep.get("last_report_ago_ms")
+        last = f"last report {ago:,} ms ago" if ago is not None else "no report yet"
+        out = [f"replication: master, {where}, {rep.get('ha_slaves', 0)} slave(s) connected, {last}{stale}",
+               f"  confirmed {rep.get('confirmed', 0):,} (the highest offset a slave reported), "
+               f"{rep.get('fall_behind_bytes') or 0:,} bytes behind the log's end"]
+        for s in ha.get("slaves", []):
+            ack = s.get("ack_offset", -1)
+            at = f"offset {ack:,}" if ack >= 0 else "no report yet"
+            out.append(f"  slave {s.get('slave')}: {at}, lag {s.get('lag_bytes', 0):,} bytes / "
+                       f"{s.get('lag_ms', 0):,} ms, {_bytes(s.get('rate_bytes_per_s', 0))}/s")
+        return out
+    if ha.get("connected"):
+        state = "connected"
+    else:
+        state = f"not connected ({ha.get('last_error') or ('connecting' if ha.get('master') else 'no master known')})"
+    of = ha.get("master") or "?"
+    if ha.get("master_broker"):  # a slave broker's master, as its NameServer named it (admin status)
+        of += f" (broker {ha['master_broker']})"
+    out = [f"replication: slave of {of}, offset {ha.get('offset', 0):,}, {state}{stale}"]
+    if ha.get("diverged"):
+        out.append(f"  DIVERGED: {ha['diverged']}")
+    cut = ha.get("truncated")
+    if isinstance(cut, dict) and isinstance(cut.get("offset"), int) and isinstance(cut.get("end"), int):
+        out.append(f"  last truncation: the log was cut from {cut['end']:,} back to the master's end "
+                   f"{cut['offset']:,} ({cut['end'] - cut['offset']:,} bytes dropped)")
+    return out
+
+
 def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
     """cur and the rates since prev (None: no rates yet) as one JSON-ready dict."""
     r = rates(prev, cur) if prev is not None else None
@@ -329,6 +418,7 @@ def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
                        "roll_wait_max_ms": c["roll_wait_ns_max"] / 1e6},
         "counters": c,
         "deltas": r.deltas if r is not None else None,
+        "replication": replication_figures(cur),
     }
 
 
@@ -377,6 +467,10 @@ def format_lines(fig: dict[str, Any], width: int = WIDE, height: int | None = No
     parts.append((2, wrap(f"unflushed {_bytes(fig['unflushed_bytes'])}; dispatch behind "
                           f"{_bytes(fig['dispatch_behind_bytes'])}, lag {fig['dispatch_lag_ms']:,} ms; put lock {lock}",
                           "  ")))
+    replication = replication_lines(fig["replication"])
+    if replication:
+        parts.append((2, wrap(replication[0], "  ")))
+        parts += [(3, wrap(line.strip(), "    ", "      ")) for line in replication[1:]]
     return _fit(parts, height, width)
 
 

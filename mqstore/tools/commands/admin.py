@@ -1,7 +1,7 @@
 """``mqstore admin``: what an operator asks a running broker first, over the remoting protocol
 (RocketMQ's mqadmin for the same questions), as tables or ``--json``.
 
-    mqstore admin status [--broker HOST:PORT] [--json]          the broker's runtime figures
+    mqstore admin status [--broker HOST:PORT] [--json]          the broker's runtime figures, replication
     mqstore admin topics [--broker HOST:PORT] [--json]          topics, queues, perm, messages
     mqstore admin topic-create NAME [--queues N] [--perm P] [--broker HOST:PORT]
     mqstore admin groups [--broker HOST:PORT] [--json]          consumer groups: online clients, lag
@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from mqstore.broker.codes import RequestCode
@@ -134,7 +135,49 @@ def _say(line: str) -> int:
 
 async def status(broker: _Broker) -> dict[str, Any]:
     info = await broker.json(R.GET_BROKER_RUNTIME_INFO, "broker runtime info")
-    return {"kind": "status", "table": info.get("table", {})}
+    table = info.get("table", {})
+    return {"kind": "status", "table": table, "replication": replication_of(table)}
+
+
+def _number(text: str | None) -> int | float:
+    try:
+        return int(text or 0)
+    except ValueError:
+        try:
+            return float(text or 0)
+        except ValueError:
+            return 0
+
+
+def replication_of(table: dict[str, str], now_ms: int | None = None) -> dict[str, Any]:
+    """The replication keys of a runtime info table (BrokerController._ha_runtime_info) in the
+    shape of mqstore.tools.stats.replication_figures, so that the same lines word them; role
+    None when the table has none (a broker that does not say)."""
+    from mqstore.broker.controller import HA_SLAVE_KEYS
+
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    out: dict[str, Any] = {"role": None, "ha_port": 0, "ha_slaves": 0, "ha_report_ms": 0, "last_report_ago_ms": None,
+                           "confirmed": _number(table.get("confirmed")), "fall_behind_bytes": None, "service": None,
+                           "service_age_ms": None}
+    if "haMasterAddress" in table:
+        out.update(role="slave", service={
+            "role": "slave", "master": table["haMasterAddress"] or None, "master_broker": table.get("masterAddr") or None,
+            "connected": table.get("haConnected") == "true", "offset": _number(table.get("haReportedOffset")),
+            "last_error": table.get("haLastError") or None, "diverged": table.get("haDiverged") or None})
+    elif "haServerAddr" in table:
+        slaves: dict[str, dict[str, Any]] = {}
+        for key, value in table.items():
+            for prefix, name in HA_SLAVE_KEYS.items():
+                if key.startswith(prefix):
+                    address = key[len(prefix):]
+                    slaves.setdefault(address, {"slave": address})[name] = _number(value)
+        report_ms = int(_number(table.get("haLastReportTimestamp")))
+        out.update(role="master", ha_port=int(_number(table["haServerAddr"].rpartition(":")[2])),
+                   ha_slaves=_number(table.get("haSlaveCount")), ha_report_ms=report_ms,
+                   last_report_ago_ms=max(0, now_ms - report_ms) if report_ms > 0 else None,
+                   fall_behind_bytes=_number(table.get("slaveFallBehindMuch")),
+                   service={"role": "master", "slaves": [slaves[a] for a in sorted(slaves)]})
+    return out
 
 
 async def topics(broker: _Broker) -> dict[str, Any]:
@@ -205,8 +248,16 @@ def _show(args: argparse.Namespace, out: dict[str, Any]) -> int:
         return 0
     kind = out["kind"]
     if kind == "status":
-        width = max((len(k) for k in out["table"]), default=0)
-        print_lines([f"{k:<{width}}  {v}" for k, v in sorted(out["table"].items())])
+        from mqstore.broker.controller import HA_SLAVE_KEYS
+        from mqstore.tools.stats import replication_lines
+
+        # the per-slave keys are worded below, one line per slave
+        shown = {k: v for k, v in out["table"].items() if not k.startswith(tuple(HA_SLAVE_KEYS))}
+        width = max((len(k) for k in shown), default=0)
+        print_lines([f"{k:<{width}}  {v}" for k, v in sorted(shown.items())])
+        replication = replication_lines(out["replication"])
+        if replication:
+            print_lines(["", *replication])
     elif kind == "topics":
         print_lines(table(["topic", "read", "write", "perm", "messages"],
                           [[r["topic"], r["read_queues"], r["write_queues"], r["perm"], r["messages"]]
