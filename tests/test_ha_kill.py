@@ -2,7 +2,9 @@
 node`` processes), writer processes attached to the master putting one message at a time and
 logging every PUT_OK; at random moments the master's HA process, then the slave's, then the
 whole master node are killed. Afterwards every acknowledged message is in the slave's
-CommitLog, byte for byte at the master's offset: a SYNC_MASTER PUT_OK means the slave has it."""
+CommitLog, byte for byte at the master's offset: a SYNC_MASTER PUT_OK means the slave has it.
+And the short version of the replication soak (python -m mqstore.tools.ha_soak DIR --kills 300):
+random SIGKILLs of every process of both nodes, both nodes themselves included."""
 
 from __future__ import annotations
 
@@ -111,3 +113,18 @@ def test_every_sync_master_ack_is_on_the_slave_after_kills(tmp_path):
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait(10)
+
+
+def test_random_sigkills_of_both_nodes_and_their_processes(tmp_path):
+    """25 SIGKILLs picked at random among writers, every service process of the master and of
+    the slave (their HA processes more often) and the two nodes themselves, with the checker on
+    both stores after every kill; at the end every acknowledged put is on the slave at its queue
+    offset, and the two CommitLogs are the same byte for byte."""
+    from mqstore.tools import ha_soak
+
+    result = ha_soak.run(str(tmp_path / "pair"), kills=25, seed=os.environ.get("MQSTORE_SEED", "suite"), env=ENV)
+    kills = result["kills"]
+    assert isinstance(kills, dict) and sum(kills.values()) == 25
+    assert {"master-ha", "slave-ha"} <= set(kills), kills
+    assert {"master-node", "slave-node"} & set(kills), kills
+    assert result["acks"] and result["messages"] >= result["acks"]

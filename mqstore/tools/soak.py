@@ -60,6 +60,58 @@ while True:
 """.replace("QUEUES", str(QUEUES))
 
 
+def launch_node(root: str, settings: dict[str, Any], env: dict[str, str], log_path: str | None = None
+                ) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    """Start ``mqstore node root`` with ``settings`` (its log appended to log_path, when given);
+    returns the process once it has opened the store (its first lines read) and the pids of its
+    service processes by kind."""
+    args = [sys.executable, "-m", "mqstore.tools.cli", "node", root] + [f"--set={k}={v}" for k, v in settings.items()]
+    with open(log_path or os.devnull, "ab") as log_file:
+        node = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log_file, text=True, env=env)
+    assert node.stdout is not None
+    line = node.stdout.readline()
+    if "owner pid" not in line:
+        node.wait(30)
+        raise RuntimeError(f"the node on {root} did not start (exit {node.returncode}): {line!r}")
+    services = {part.split()[0]: int(part.split()[-1]) for part in line.strip().split(": ", 1)[1].split(", ")
+                if " pid " in part and not part.startswith("owner")}
+    node.stdout.readline()  # the recovery summary
+    return node, services
+
+
+def node_services(root: str) -> dict[str, int]:
+    """The service pids a running node wrote (a restarted service has a new pid; -1 while it is
+    being restarted), or {} when there is no node info to read."""
+    try:
+        with open(os.path.join(root, NODE_INFO_NAME), encoding="utf-8") as fh:
+            return dict(json.load(fh)["services"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return {}
+
+
+def wait_gone(pids: list[int], timeout_s: float = 15.0) -> None:
+    """Wait until every pid is gone (the service processes of a killed node follow it)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"service process {pid} outlived its node")
+
+
+def read_acks(ack_dir: str) -> list[Any]:
+    """Every whole line the writers' ack files hold (a writer killed mid-line left a partial one)."""
+    acked = []
+    for name in sorted(os.listdir(ack_dir)):
+        with open(os.path.join(ack_dir, name), encoding="utf-8") as fh:
+            acked += [json.loads(line) for line in fh if line.endswith("\n")]
+    return acked
+
+
 def freeze(pid: int, timeout_s: float = 10.0) -> None:
     """SIGSTOP pid and wait until all its threads are stopped. kill() only queues the signal:
     a thread of the process can go on running (e.g. a commit thread woken by a futex) until
@@ -105,20 +157,8 @@ class Soak:
         """Start (or restart) the node; each start picks the put lock kind at random, so both
         kinds are killed into (the owner's choice is what attached writers use)."""
         self.lock = self.rng.choice(["spin", "mutex"])
-        args = [sys.executable, "-m", "mqstore.tools.cli", "node", self.root,
-                f"--set=use_reentrant_lock_when_put_message={self.lock == 'mutex'}"]
-        for k, v in NODE_SETTINGS.items():
-            args.append(f"--set={k}={v}")
-        self.node = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=self.env)
-        assert self.node.stdout is not None
-        line = self.node.stdout.readline()
-        if "owner pid" not in line:
-            self.node.wait(30)
-            raise RuntimeError(f"the node did not start (exit {self.node.returncode}): {line!r}")
-        self.services = {part.split()[0]: int(part.split()[-1]) for part in line.strip().split(": ", 1)[1].split(", ")
-                         if " pid " in part and not part.startswith("owner")}
-        self.node.stdout.readline()  # the recovery summary
+        self.node, self.services = launch_node(
+            self.root, {"use_reentrant_lock_when_put_message": self.lock == "mutex", **NODE_SETTINGS}, self.env)
 
     def start_writer(self) -> None:
         os.makedirs(self.ack_dir, exist_ok=True)
@@ -130,11 +170,7 @@ class Soak:
 
     def refresh_services(self) -> None:
         """The service pids the node wrote (a restarted service has a new pid)."""
-        try:
-            with open(os.path.join(self.root, NODE_INFO_NAME), encoding="utf-8") as fh:
-                self.services = json.load(fh)["services"]
-        except (FileNotFoundError, ValueError, KeyError):
-            pass
+        self.services = node_services(self.root) or self.services
 
     def step(self) -> str:
         time.sleep(self.rng.uniform(0.0, 0.25))
@@ -157,7 +193,7 @@ class Soak:
             assert self.node is not None
             self.node.kill()
             self.node.wait()
-            self._wait_gone([pid for pid in self.services.values() if pid > 0])
+            wait_gone([pid for pid in self.services.values() if pid > 0])
             # writers may still be appending to the dead node's block until the next node
             # fences it; none of that is acknowledged (nobody flushes it)
             check_store(self.root, allow_torn_tail=True, quiescent=False).raise_if_failed()
@@ -210,19 +246,6 @@ class Soak:
         p.wait()
         return "writer"
 
-    @staticmethod
-    def _wait_gone(pids: list[int], timeout_s: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        for pid in pids:
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.02)
-            else:
-                raise AssertionError(f"service process {pid} outlived its node")
-
     def finish(self) -> dict[str, int]:
         """Stop writers and the node cleanly; verify every acknowledged message. Returns the
         counts (acks, messages read)."""
@@ -236,12 +259,7 @@ class Soak:
         check_store(self.root).raise_if_failed()
         from mqstore import MessageStore
 
-        acked = []
-        for name in os.listdir(self.ack_dir):
-            with open(os.path.join(self.ack_dir, name), encoding="utf-8") as fh:
-                for line in fh:
-                    if line.endswith("\n"):
-                        acked.append(json.loads(line))
+        acked = read_acks(self.ack_dir)
         cfg = {k: v for k, v in NODE_SETTINGS.items()}
         read = 0
         with MessageStore(self.root, **cfg) as store:
@@ -260,7 +278,7 @@ def run(root: str, kills: int, seed: int | str, writers: int = 2, env: dict[str,
     soak.start_node()
     try:
         for n in range(kills):
-            victim = soak.step()
+            soak.step()
             if progress and (n + 1) % 50 == 0:
                 print(f"{n + 1} kills: {soak.kills}", flush=True)
         counts = soak.finish()
