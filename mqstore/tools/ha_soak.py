@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.layout import CONTROL_BLOCK_NAME
+from mqstore.procs import alive
 from mqstore.tools.checker import check_store
 from mqstore.tools.soak import QUEUES, launch_node, node_services, read_acks, wait_gone
 
@@ -178,6 +179,13 @@ class HASoak:
                     raise AssertionError(f"the slave did not catch up within {catch_up_s} s: it holds "
                                          f"{ctls[1].get('wrote')} of the master's {ctls[0].get('wrote')} bytes")
                 time.sleep(0.05)
+            # a service killed by the last step is restarted before the nodes stop (a node that
+            # stops with a service process dead of SIGKILL rightly says it did not stop cleanly)
+            for node in (self.master, self.slave):
+                while not (pids := node_services(node.root)) or not all(pid > 0 and alive(pid) for pid in pids.values()):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"the service processes of {node.root} did not all run again: {pids}")
+                    time.sleep(0.05)
         finally:
             for ctl in ctls:
                 ctl.close()
