@@ -230,6 +230,13 @@ def test_sync_master_waits_for_its_slave(stores):
     assert r.status is PutMessageStatus.SLAVE_NOT_AVAILABLE
     # stored all the same: the status says its replication is not confirmed
     assert master.look_message_by_offset(r.wrote_offset) is not None
+    slave = slave_of(stores, master)  # restarted: it catches up from its end, and puts wait for it again
+    wait_until(lambda: master.ctl.get("ha_slaves") == 1)
+    r = master.put_message(Message("T", b"back"))
+    assert r.status is PutMessageStatus.PUT_OK, (r.status, r.detail)
+    assert slave.ctl.get("wrote") >= r.wrote_offset + r.wrote_bytes
+    wait_until(lambda: caught_up(master, slave))
+    same_log(master, slave)
 
 
 def test_sync_master_times_out_on_a_slave_that_stops_answering(stores):
