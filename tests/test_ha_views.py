@@ -15,35 +15,14 @@ import pytest
 
 from mqstore import Message, MessageStore
 from mqstore import _ha
-from mqstore.ha.master import write_status
+from mqstore.ha.master import read_ha_status, write_status
 from mqstore.status import PutMessageStatus
-from mqstore.tools.checker import check_store
 from mqstore.tools.cli import main
-from mqstore.ha.master import read_ha_status
 from mqstore.tools.stats import replication_lines
 
 from helpers_broker import free_port, running_broker, send_raw
 from helpers_proc import wait_until
-
-FS = 1 << 20
-
-
-@pytest.fixture
-def stores(tmp_path):
-    """stores(name, **config) -> a MessageStore in tmp_path/name; all shut down and checked at the end."""
-    opened: list[MessageStore] = []
-
-    def make(name: str, **config) -> MessageStore:
-        store = MessageStore(str(tmp_path / name), mapped_file_size_commit_log=FS, **config)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        if not store.closed:
-            store.shutdown()
-    for store in opened:
-        check_store(store.root, config=store.config).raise_if_failed()
+from test_ha import stores  # noqa: F401  (the fixture)
 
 
 def put_many(store: MessageStore, n: int) -> None:

@@ -31,32 +31,11 @@ from typing import Any
 from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.procs import alive
 from mqstore.tools.checker import check_store
-from mqstore.tools.soak import QUEUES, launch_node, node_services, read_acks, wait_gone
+from mqstore.tools.soak import QUEUES, WRITER, drive, launch_node, node_services, read_acks, wait_gone
 
 #: small files, so the kills land on rolls and new files too
 FILE_SETTINGS: dict[str, Any] = {"mapped_file_size_commit_log": 256 * 1024,
                                  "mapped_file_size_consume_queue": 20 * 500}
-WRITER = """
-import json, sys, time
-from mqstore import Message, MessageStore
-root, name, acks, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-store = MessageStore.attach(root)
-out = open(acks, "a", buffering=1)
-i = 0
-t0 = time.monotonic()
-while True:
-    if rate > 0:
-        ahead = t0 + i / rate - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
-    body = f"{name}|{i}|".encode() + b"x" * (i % 300)
-    r = store.put_message(Message("T", body, queue_id=i % QUEUES, keys=[f"{name}-{i}"]))
-    if r.status.name == "SERVICE_NOT_AVAILABLE":
-        sys.exit(3)  # the node stopped (or a new one fenced this block): reattach
-    if r.status.name == "PUT_OK":  # FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: stored, not acknowledged
-        out.write(json.dumps([name, i, i % QUEUES, r.queue_offset, r.wrote_offset]) + "\\n")
-    i += 1
-""".replace("QUEUES", str(QUEUES))
 
 
 def free_port() -> int:
@@ -124,7 +103,7 @@ class HASoak:
         self.serial += 1
         name = f"w{self.serial}"
         self.procs[name] = subprocess.Popen([sys.executable, "-c", WRITER, self.master.root, name,
-                                             os.path.join(self.ack_dir, name), str(self.rate)],
+                                             os.path.join(self.ack_dir, name), str(self.rate), "skip"],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
 
     def step(self) -> str:
@@ -159,6 +138,15 @@ class HASoak:
         for node in (self.master, self.slave):
             check_store(node.root, quiescent=False).raise_if_failed()
         return victim
+
+    def abort(self) -> None:
+        """Kill what the soak started (after a failure)."""
+        for p in self.procs.values():
+            p.kill()
+        for node in (self.slave, self.master):
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.kill()
+                node.proc.wait()
 
     def finish(self, catch_up_s: float = 60.0) -> dict[str, int]:
         """Stop the writers, let the slave catch up, stop both nodes cleanly, and check every
@@ -214,21 +202,7 @@ def run(base: str, kills: int, seed: int | str, writers: int = 2, env: dict[str,
         progress: bool = False, rate: float = 100.0) -> dict[str, object]:
     soak = HASoak(os.path.abspath(base), random.Random(seed), writers, env or dict(os.environ), rate=rate)
     soak.start()
-    try:
-        for n in range(kills):
-            soak.step()
-            if progress and (n + 1) % 25 == 0:
-                print(f"{n + 1} kills: {soak.kills}", flush=True)
-        counts = soak.finish()
-    except BaseException:
-        for p in soak.procs.values():
-            p.kill()
-        for node in (soak.slave, soak.master):
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.kill()
-                node.proc.wait()
-        raise
-    return {"kills": dict(soak.kills), **counts}
+    return drive(soak, kills, progress, every=25)
 
 
 def main(argv: list[str] | None = None) -> int:

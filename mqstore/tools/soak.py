@@ -37,10 +37,13 @@ from mqstore.procs import stopped
 QUEUES = 4
 NODE_SETTINGS: dict[str, Any] = {"flush_disk_type": "SYNC_FLUSH", "mapped_file_size_commit_log": 256 * 1024,
                  "mapped_file_size_consume_queue": 20 * 500, "flush_interval_consume_queue": 100}
+#: a writer process: root, name, ack file, rate, and what a put that is stored but not acknowledged
+#: does ("raise": SYNC_FLUSH, where every put must be PUT_OK; "skip": SYNC_MASTER, where
+#: FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are stored and not acknowledged, and go unlogged)
 WRITER = """
 import json, sys, time
 from mqstore import Message, MessageStore
-root, name, acks, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+root, name, acks, rate, not_ok = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
 store = MessageStore.attach(root)  # never the owner, even while the node is being restarted
 out = open(acks, "a", buffering=1)
 i = 0
@@ -54,8 +57,10 @@ while True:
     r = store.put_message(Message("T", body, queue_id=i % QUEUES, keys=[f"{name}-{i}"]))
     if r.status.name == "SERVICE_NOT_AVAILABLE":
         sys.exit(3)  # the node stopped (or a new one fenced this block): reattach
-    r.check()
-    out.write(json.dumps([name, i, i % QUEUES, r.queue_offset, r.wrote_offset]) + "\\n")
+    if r.status.name == "PUT_OK":
+        out.write(json.dumps([name, i, i % QUEUES, r.queue_offset, r.wrote_offset]) + "\\n")
+    elif not_ok == "raise":
+        r.check()
     i += 1
 """.replace("QUEUES", str(QUEUES))
 
@@ -165,7 +170,7 @@ class Soak:
         self.serial += 1
         name = f"w{self.serial}"
         self.procs[name] = subprocess.Popen([sys.executable, "-c", WRITER, self.root, name,
-                                             os.path.join(self.ack_dir, name), str(self.rate)],
+                                             os.path.join(self.ack_dir, name), str(self.rate), "raise"],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
 
     def refresh_services(self) -> None:
@@ -272,23 +277,34 @@ class Soak:
         return {"acks": len(acked), "messages": read}
 
 
+    def abort(self) -> None:
+        """Kill what the soak started (after a failure)."""
+        for p in self.procs.values():
+            p.kill()
+        if self.node is not None and self.node.poll() is None:
+            self.node.kill()
+
+
+def drive(soak: Any, kills: int, progress: bool, every: int = 50) -> dict[str, object]:
+    """Run ``kills`` steps of a started soak (``step()``, then ``finish()``; ``abort()`` on any
+    failure), printing the kills so far every ``every`` steps when asked."""
+    try:
+        for n in range(kills):
+            soak.step()
+            if progress and (n + 1) % every == 0:
+                print(f"{n + 1} kills: {soak.kills}", flush=True)
+        counts = soak.finish()
+    except BaseException:
+        soak.abort()
+        raise
+    return {"kills": dict(soak.kills), **counts}
+
+
 def run(root: str, kills: int, seed: int | str, writers: int = 2, env: dict[str, str] | None = None,
         progress: bool = False, rate: float = 100.0) -> dict[str, object]:
     soak = Soak(os.path.abspath(root), random.Random(seed), writers, env or dict(os.environ), rate=rate)
     soak.start_node()
-    try:
-        for n in range(kills):
-            soak.step()
-            if progress and (n + 1) % 50 == 0:
-                print(f"{n + 1} kills: {soak.kills}", flush=True)
-        counts = soak.finish()
-    except BaseException:
-        for p in soak.procs.values():
-            p.kill()
-        if soak.node is not None and soak.node.poll() is None:
-            soak.node.kill()
-        raise
-    return {"kills": dict(soak.kills), **counts}
+    return drive(soak, kills, progress)
 
 
 def main(argv: list[str] | None = None) -> int:
