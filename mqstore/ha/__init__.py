@@ -39,7 +39,8 @@ def request_truncation(root: str, offset: int, end: int, master: str) -> None:
                  json.dumps({"offset": offset, "end": end, "master": master}) + "\n", fsync=True)
 
 
-def _read_json(path: str) -> dict[str, Any] | None:
+def read_json_object(path: str) -> dict[str, Any] | None:
+    """A small JSON file holding an object, or None when it is missing, unreadable or not one."""
     try:
         with open(path, encoding="utf-8") as fh:
             value = json.load(fh)
@@ -50,7 +51,7 @@ def _read_json(path: str) -> dict[str, Any] | None:
 
 def read_truncation_request(root: str) -> dict[str, Any] | None:
     """The pending request_truncation, or None (also for a file that does not parse)."""
-    req = _read_json(os.path.join(root, TRUNCATE_FILE))
+    req = read_json_object(os.path.join(root, TRUNCATE_FILE))
     if req is None or not isinstance(req.get("offset"), int) or not isinstance(req.get("end"), int):
         return None
     return req
@@ -67,7 +68,7 @@ def record_truncation(root: str, done: dict[str, Any]) -> None:
 
 def read_truncation(root: str | None) -> dict[str, Any] | None:
     """What the last truncation of this slave dropped, or None."""
-    return None if root is None else _read_json(os.path.join(root, TRUNCATED_FILE))
+    return None if root is None else read_json_object(os.path.join(root, TRUNCATED_FILE))
 
 
 def write_ha_master(root: str, address: str) -> None:

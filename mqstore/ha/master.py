@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from mqstore._ha import header, last_report
+from mqstore.ha import read_json_object
 from mqstore.log.directory import replace_file
 from mqstore.procs import alive
 from mqstore.services.base import ServiceThread
@@ -58,12 +59,8 @@ def read_ha_status(root: str) -> dict[str, Any] | None:
     transfer rate; on a slave its master, offset, whether it is connected, the last error, a
     divergence and the last truncation. None when there is no such file, it cannot be read, or
     the process that wrote it is gone (a file left by an HA service that stopped)."""
-    try:
-        with open(os.path.join(root, STATUS_FILE), encoding="utf-8") as fh:
-            status = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(status, dict):
+    status = read_json_object(os.path.join(root, STATUS_FILE))
+    if status is None:
         return None
     try:
         pid = int(status.get("pid", 0))

@@ -526,13 +526,16 @@ class Truncation:
 
     offset: int  # where the log ends now
     end: int  # where it ended before
-    dropped_bytes: int = 0
     deleted_files: list[str] = field(default_factory=list)
     queue_units_dropped: dict[str, int] = field(default_factory=dict)
     index_entries_dropped: int = 0
 
+    @property
+    def dropped_bytes(self) -> int:
+        return self.end - self.offset
+
     def summary(self) -> str:
-        parts = [f"the CommitLog was cut from {self.end} to {self.offset}: {self.end - self.offset} bytes dropped"]
+        parts = [f"the CommitLog was cut from {self.end} to {self.offset}: {self.dropped_bytes} bytes dropped"]
         if self.deleted_files:
             parts.append(f"files {', '.join(self.deleted_files)} deleted")
         if self.queue_units_dropped:
@@ -543,7 +546,7 @@ class Truncation:
         return "; ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"offset": self.offset, "end": self.end, "dropped_bytes": self.end - self.offset,
+        return {"offset": self.offset, "end": self.end, "dropped_bytes": self.dropped_bytes,
                 "deleted_files": self.deleted_files, "queue_units_dropped": self.queue_units_dropped,
                 "index_entries_dropped": self.index_entries_dropped}
 
@@ -577,5 +580,4 @@ def truncate_store(offset: int, queue: MappedFileQueue, ctl: ControlBlock, queue
     if index is not None:
         report.index_entries_dropped, _ = index.truncate_dirty(
             offset, lambda phy: -1 if (rec := _record_at(queue, phy)) is None else rec.store_timestamp)
-    log.warning("truncated: %s", report.summary())
     return report
