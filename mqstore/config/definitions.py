@@ -20,6 +20,7 @@ from mqstore.config.rules import (RECORD_HEADROOM, Rule, _BOOL, _COMMIT_LOG_PATH
                                   _HA_SLAVE_READ_BUFFER, _INT_MAX, _LONG_MAX, _NON_NEGATIVE, _PERCENT, _POSITIVE,
                                   _ROOT_DIR_RULE, _SERVICE_MODE_RULE, _HA_MASTER_RULE, _STORE_HOST_RULE, _IPV4_RULE,
                                   _NAME_RULE, _NAMESRV_RULE, _SERIALIZE_RULE, _enum_rule, _int_range,
+                                  _ANY_TEXT, _BIND_RULE, _TLS_AUTH_RULE, _TLS_MODE_RULE,
                                   _power_of_two)
 
 
@@ -84,7 +85,7 @@ class Definition:
     rule: Rule
     doc: str
     java_name: str | None
-    origin: str  # "4.9.7", "5.x", "BrokerConfig" or "mqstore"
+    origin: str  # "4.9.7", "5.x", "BrokerConfig", "NettyServerConfig", "TlsSystemConfig" or "mqstore"
     normalize: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -434,9 +435,11 @@ _TABLE: tuple[Definition, ...] = (
          "TCP port the broker's front processes accept clients on (SO_REUSEPORT, every front "
          "process on the same port); 0 = a free port picked at start (tests).",
          java="listenPort", origin="NettyServerConfig"),
-    _key("bind_address", str, "0.0.0.0", "-", _IPV4_RULE,
-         "Address the front processes and the embedded NameServer listen on (RocketMQ always "
-         "listens on every interface); 127.0.0.1 keeps a broker to this machine.",
+    _key("bind_address", str, "", "-", _BIND_RULE,
+         "Address the front processes, the HA port and the embedded NameServer listen on. \"\" = "
+         "127.0.0.1 (this machine only: a broker is reachable from the network only when told), "
+         "unless broker_ip1 is set to an address of another network, which opens every interface "
+         "(0.0.0.0), as RocketMQ always listens. docs/security.md.",
          java=None, origin=_OWN),
     _key("broker_ip1", str, "127.0.0.1", "-", _IPV4_RULE,
          "The address clients reach the broker at: registered with the NameServers and written "
@@ -507,6 +510,97 @@ _TABLE: tuple[Definition, ...] = (
     _key("channel_expired_timeout", int, 120_000, "ms", _POSITIVE,
          "A client silent for this long (no heartbeat) is dropped from its groups.",
          java=None, origin="BrokerConfig"),
+    # --- security and limits (docs/security.md) ------------------------------------------------------
+    _key("acl_enable", bool, False, "-", _BOOL,
+         "Check every request against the plain ACL file (acl_file): the AccessKey's signature "
+         "(AclClientRPCHook's HMAC-SHA1) and the permission its request code needs; refusals "
+         "answer NO_PERMISSION (16).",
+         java="aclEnable", origin="BrokerConfig"),
+    _key("acl_file", str, "", "-", _ANY_TEXT,
+         "RocketMQ's plain_acl.yml (accounts, topicPerms, groupPerms, globalWhiteRemoteAddresses), "
+         "reloaded when it changes; \"\" = ROOT/conf/plain_acl.yml; a relative path is taken from "
+         "the store's root. RocketMQ: the rocketmq.acl.plain.file property.",
+         java=None, origin=_OWN),
+    _key("inner_access_key", str, "", "-", _ANY_TEXT,
+         "The broker's own account: it signs its registrations with the NameServers and a slave's "
+         "HA handshake with it (an account of the ACL file with admin: true, or the same pair set "
+         "on every broker and NameServer of the cluster).",
+         java="innerAccessKey", origin="5.x"),
+    _key("inner_secret_key", str, "", "-", _ANY_TEXT,
+         "The secret of inner_access_key.",
+         java="innerSecretKey", origin="5.x"),
+    _key("server_channel_max_idle_time_seconds", int, 120, "s", _POSITIVE,
+         "A client connection that sends nothing for this long is closed.",
+         java="serverChannelMaxIdleTimeSeconds", origin="NettyServerConfig"),
+    _key("write_buffer_high_water_mark", int, 4 * 1024 * 1024, "bytes", _POSITIVE,
+         "Answers not yet taken by a client above which its connection is not read any more "
+         "(its requests wait; memory does not grow); read again below write_buffer_low_water_mark.",
+         java="writeBufferHighWaterMark", origin="NettyServerConfig"),
+    _key("write_buffer_low_water_mark", int, 1024 * 1024, "bytes", _POSITIVE,
+         "See write_buffer_high_water_mark (at most it).",
+         java="writeBufferLowWaterMark", origin="NettyServerConfig"),
+    _key("max_connections", int, 10_000, "count", _POSITIVE,
+         "Client connections a front process holds at most; past it a new one is closed at once.",
+         java=None, origin=_OWN),
+    _key("max_connections_per_ip", int, 1000, "count", _POSITIVE,
+         "Client connections from one source address a front process holds at most.",
+         java=None, origin=_OWN),
+    _key("max_requests_in_flight_per_connection", int, 1024, "count", _POSITIVE,
+         "Requests of one connection being served at once (held pulls, forwarded requests); past it "
+         "the connection is not read until answers go out.",
+         java=None, origin=_OWN),
+    _key("max_topic_count", int, 20_000, "count", _POSITIVE,
+         "Topics a broker holds at most (system, retry and DLQ topics included); a creation past it "
+         "is refused naming this key.",
+         java=None, origin=_OWN),
+    _key("auto_create_topic_max_per_second", int, 50, "count", _POSITIVE,
+         "Topics created on a first send, broker-wide, per second at most; past it such a send "
+         "is refused with SYSTEM_BUSY naming this key.",
+         java=None, origin=_OWN),
+    _key("auto_create_topic_max_per_connection", int, 100, "count", _POSITIVE,
+         "Topics one client connection may create on first sends; past it TOPIC_NOT_EXIST "
+         "naming this key.",
+         java=None, origin=_OWN),
+    _key("tls_server_mode", str, "disabled", "-", _TLS_MODE_RULE,
+         "TLS on the remoting port, the embedded NameServer and the HA port: disabled (plain), "
+         "permissive (TLS and plain on one port, told apart by the first byte) or enforcing "
+         "(TLS only). RocketMQ: tls.server.mode.",
+         java="tls.server.mode", origin="TlsSystemConfig"),
+    _key("tls_server_cert_path", str, "", "-", _ANY_TEXT,
+         "PEM certificate (chain) the servers present. RocketMQ: tls.server.certPath.",
+         java="tls.server.certPath", origin="TlsSystemConfig"),
+    _key("tls_server_key_path", str, "", "-", _ANY_TEXT,
+         "PEM private key of tls_server_cert_path. RocketMQ: tls.server.keyPath.",
+         java="tls.server.keyPath", origin="TlsSystemConfig"),
+    _key("tls_server_key_password", str, "", "-", _ANY_TEXT,
+         "Password of an encrypted tls_server_key_path. RocketMQ: tls.server.keyPassword.",
+         java="tls.server.keyPassword", origin="TlsSystemConfig"),
+    _key("tls_server_need_client_auth", str, "none", "-", _TLS_AUTH_RULE,
+         "Whether clients must present a certificate signed by tls_server_trust_cert_path. "
+         "RocketMQ: tls.server.need.client.auth.",
+         java="tls.server.need.client.auth", origin="TlsSystemConfig"),
+    _key("tls_server_trust_cert_path", str, "", "-", _ANY_TEXT,
+         "PEM CA certificates that client certificates are checked against. RocketMQ: "
+         "tls.server.trustCertPath.",
+         java="tls.server.trustCertPath", origin="TlsSystemConfig"),
+    _key("tls_enable", bool, False, "-", _BOOL,
+         "The broker's own connections (to NameServers, a slave's to its master's HA port) use "
+         "TLS. RocketMQ: tls.enable / useTLS.",
+         java="tls.enable", origin="TlsSystemConfig"),
+    _key("tls_client_trust_cert_path", str, "", "-", _ANY_TEXT,
+         "PEM CA certificates the broker's own TLS connections check servers against; \"\" with "
+         "tls_test_mode_enable false = the system's. RocketMQ: tls.client.trustCertPath.",
+         java="tls.client.trustCertPath", origin="TlsSystemConfig"),
+    _key("tls_client_cert_path", str, "", "-", _ANY_TEXT,
+         "PEM certificate the broker's own TLS connections present. RocketMQ: tls.client.certPath.",
+         java="tls.client.certPath", origin="TlsSystemConfig"),
+    _key("tls_client_key_path", str, "", "-", _ANY_TEXT,
+         "PEM private key of tls_client_cert_path. RocketMQ: tls.client.keyPath.",
+         java="tls.client.keyPath", origin="TlsSystemConfig"),
+    _key("tls_test_mode_enable", bool, False, "-", _BOOL,
+         "The broker's own TLS connections do not check the server's certificate (RocketMQ's "
+         "default is true; here checking is the default). RocketMQ: tls.test.mode.enable.",
+         java="tls.test.mode.enable", origin="TlsSystemConfig"),
     # --- cleaning -------------------------------------------------------------------------------------
     _key("delete_when", str, "04", "-", _DELETE_WHEN_RULE,
          "Hours of the day (local time) when expired commit log files are deleted, e.g. \"04;16\".",

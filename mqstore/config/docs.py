@@ -32,7 +32,8 @@ def _render_java_name(definition: Definition) -> str:
     if definition.java_name is None:
         return "— (mqstore)"
     suffix = {"4.9.7": "", "5.x": " (5.x)", "BrokerConfig": " (BrokerConfig)",
-              "NettyServerConfig": " (NettyServerConfig)", _OWN: " (mqstore; as in 5.x)"}
+              "NettyServerConfig": " (NettyServerConfig)",
+              "TlsSystemConfig": " (TlsSystemConfig property)", _OWN: " (mqstore; as in 5.x)"}
     return f"`{definition.java_name}`{suffix[definition.origin]}"
 
 

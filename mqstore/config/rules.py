@@ -176,6 +176,12 @@ def _check_namesrv(value: str) -> str | None:
 
 
 _IPV4_RULE = Rule("an IPv4 address", _check_ipv4)
+_BIND_RULE = Rule('"" or an IPv4 address', lambda v: None if v == "" else _check_ipv4(v))
+_TLS_MODE_RULE = Rule("disabled, permissive, enforcing",
+                      lambda v: None if v in ("disabled", "permissive", "enforcing") else "unknown TLS mode")
+_TLS_AUTH_RULE = Rule("none, optional, require",
+                      lambda v: None if v in ("none", "optional", "require") else "unknown client-auth mode")
+_ANY_TEXT = Rule("any text", _no_check)
 _NAME_RULE = Rule("1 .. 127 of a-z A-Z 0-9 _ -", _check_name)
 _NAMESRV_RULE = Rule('"" or host:port, several separated by ";"', _check_namesrv)
 def _check_ha_master(value: str) -> str | None:

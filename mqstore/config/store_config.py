@@ -382,7 +382,8 @@ class StoreConfig(TypedKeys):
         ignored: dict[str, None] = {}  # ordered set
         for lineno, key, raw in parse_properties(text, source=source):
             where = f"{source}:{lineno}: {key}"
-            name = camel_to_snake(key)
+            # TlsSystemConfig's properties are dotted (tls.server.mode, tls.server.certPath)
+            name = camel_to_snake(key.replace(".", "_") if key.startswith("tls.") else key)
             definition = DEFINITIONS.get(name)
             if definition is not None:
                 try:
