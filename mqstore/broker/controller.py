@@ -144,9 +144,10 @@ class BrokerController:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         if not self.namesrv_addrs:
-            self.namesrv = NameServer(self.cfg.bind_address, self.cfg.namesrv_listen_port)
+            self.namesrv = NameServer(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port)
             await self.namesrv.start()
-            host = "127.0.0.1" if self.cfg.bind_address == "0.0.0.0" else self.cfg.bind_address
+            bind = self.cfg.effective_bind_address
+            host = "127.0.0.1" if bind == "0.0.0.0" else bind
             self.namesrv_addrs = [f"{host}:{self.namesrv.port}"]
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.link_address)

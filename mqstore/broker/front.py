@@ -186,7 +186,7 @@ class Front:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((self.cfg.bind_address, self.port))
+        sock.bind((self.cfg.effective_bind_address, self.port))
         sock.listen(1024)
         sock.setblocking(False)
         self.server = await self.loop.create_server(lambda: Connection(self), sock=sock)

@@ -96,7 +96,7 @@ class Broker:
             cfg = cfg.replace(service_mode="processes")  # a broker is a node unless told otherwise
         cfg.validate()
         check_store_dir(os.path.abspath(os.fspath(root)))  # before taking a port: a bad directory is named first
-        self._port_holder = _reserve_port(cfg.bind_address, cfg.listen_port)
+        self._port_holder = _reserve_port(cfg.effective_bind_address, cfg.listen_port)
         self.port: int = self._port_holder.getsockname()[1]
         cfg = cfg.replace(store_host=f"{cfg.broker_ip1}:{self.port}")
         if "ha_listen_port" not in cfg.explicit_keys and cfg.broker_role is not BrokerRole.SLAVE:

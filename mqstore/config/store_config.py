@@ -347,6 +347,21 @@ class StoreConfig(TypedKeys):
         """store_host parsed: (address, port); ``address.packed`` is what records carry."""
         return _parse_host_port(self._values["store_host"])
 
+    @property
+    def effective_bind_address(self) -> str:
+        """The address the broker's listeners bind (docs/security.md): bind_address when set;
+        else 127.0.0.1, or 0.0.0.0 when broker_ip1 is an address of another network (an
+        operator who names the address clients reach the broker at means it to be reached)."""
+        if self._values["bind_address"]:
+            return str(self._values["bind_address"])
+        ip1 = ipaddress.IPv4Address(self._values["broker_ip1"])
+        return "127.0.0.1" if ip1.is_loopback else "0.0.0.0"
+
+    def acl_path(self, root: str | os.PathLike[str] | None = None) -> str:
+        """The plain ACL file: acl_file (relative to the store's root), or ROOT/conf/plain_acl.yml."""
+        configured = os.path.expanduser(str(self._values["acl_file"]))
+        return os.path.join(self.root_dir(root), configured or os.path.join("conf", "plain_acl.yml"))
+
     def root_dir(self, root: str | os.PathLike[str] | None = None) -> str:
         """The store root: ``root`` (the directory passed to open) if given, else
         store_path_root_dir, with "~" expanded."""

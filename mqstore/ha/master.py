@@ -260,18 +260,18 @@ class HAService(ServiceThread):
         if port == 0 and previous > 0:
             # a restarted HA process (the one before was killed) takes the port its slaves know
             try:
-                self.server.bind((config.bind_address, previous))
+                self.server.bind((config.effective_bind_address, previous))
                 port = -1
             except OSError:
                 pass
         if port >= 0:
-            self.server.bind((config.bind_address, port))
+            self.server.bind((config.effective_bind_address, port))
         self.server.listen(64)
         self.port = self.server.getsockname()[1]
         ctl.set("ha_slaves", 0)
         ctl.set("ha_port", self.port)
         ctl.ha_broadcast()
-        log.info("HA: listening for slaves on %s:%d", config.bind_address, self.port)
+        log.info("HA: listening for slaves on %s:%d", config.effective_bind_address, self.port)
 
     def lag_ms(self, ack: int) -> int:
         """How long ago the master's log first ended past `ack` (0 when it does not), to the
