@@ -59,3 +59,14 @@ class PutMessageError(MQStoreError):
     def __init__(self, message: str, *, status: object = None, hint: str | None = None) -> None:
         self.status = status
         super().__init__(message, hint=hint)
+
+
+class PortInUseError(MQStoreError):
+    """A port a listener needs is taken by another process (another broker, anything else)."""
+
+    hint = "stop what holds the port, or give the setting another port (0 = any free one)"
+
+    @classmethod
+    def of(cls, what: str, host: str, port: int, setting: str, exc: OSError) -> PortInUseError:
+        """``the <what> port <port> (<setting>) on <host> is taken: <why>``."""
+        return cls(f"the {what} port {port} ({setting}) on {host} is taken: {exc.strerror or exc}")
