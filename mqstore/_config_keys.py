@@ -106,6 +106,30 @@ class TypedKeys:
     slave_read_enable: bool
     notify_consumer_ids_changed_enable: bool
     channel_expired_timeout: int
+    acl_enable: bool
+    acl_file: str
+    inner_access_key: str
+    inner_secret_key: str
+    server_channel_max_idle_time_seconds: int
+    write_buffer_high_water_mark: int
+    write_buffer_low_water_mark: int
+    max_connections: int
+    max_connections_per_ip: int
+    max_requests_in_flight_per_connection: int
+    max_topic_count: int
+    auto_create_topic_max_per_second: int
+    auto_create_topic_max_per_connection: int
+    tls_server_mode: str
+    tls_server_cert_path: str
+    tls_server_key_path: str
+    tls_server_key_password: str
+    tls_server_need_client_auth: str
+    tls_server_trust_cert_path: str
+    tls_enable: bool
+    tls_client_trust_cert_path: str
+    tls_client_cert_path: str
+    tls_client_key_path: str
+    tls_test_mode_enable: bool
     delete_when: str
     file_reserved_time: int
     disk_max_used_space_ratio: int

@@ -21,6 +21,7 @@ from mqstore.config import (
     FlushDiskType,
     StoreConfig,
     camel_to_snake,
+    java_key_to_name,
     parse_properties,
     render_config_doc,
 )
@@ -112,13 +113,20 @@ OWN_KEYS: dict[str, Any] = {
     "time_lookup_warm_bytes": 8192,
     "dispatch_batch_bytes": 4 * 1024 * 1024,
     "check_crc_on_read": True,
-    "bind_address": "0.0.0.0",
+    "bind_address": "",
     "namesrv_listen_port": 9876,
     "front_processes": 0,
     "serialize_type": "JSON",
+    "acl_file": "",
+    "max_connections": 10_000,
+    "max_connections_per_ip": 1000,
+    "max_requests_in_flight_per_connection": 1024,
+    "max_topic_count": 20_000,
+    "auto_create_topic_max_per_second": 50,
+    "auto_create_topic_max_per_connection": 100,
 }
 
-UNITS = {"bytes", "ms", "pages", "hours", "percent", "count", "bits", "chars", "-"}
+UNITS = {"bytes", "ms", "s", "pages", "hours", "percent", "count", "bits", "chars", "-"}
 
 # Valid values for every str key (hypothesis draws from them).
 STR_EXAMPLES: dict[str, list[str]] = {
@@ -128,7 +136,19 @@ STR_EXAMPLES: dict[str, list[str]] = {
     "message_delay_level": ["1s", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "0s 7d"],
     "delete_when": ["04", "0", "23", "04;16", "1;2;3"],
     "service_mode": ["threads", "processes"],
-    "bind_address": ["0.0.0.0", "127.0.0.1"],
+    "bind_address": ["", "0.0.0.0", "127.0.0.1"],
+    "acl_file": ["", "conf/plain_acl.yml", "/etc/rocketmq/plain_acl.yml"],
+    "inner_access_key": ["", "rocketmq2"],
+    "inner_secret_key": ["", "12345678"],
+    "tls_server_mode": ["disabled", "permissive", "enforcing"],
+    "tls_server_cert_path": ["", "/etc/rocketmq/server.pem"],
+    "tls_server_key_path": ["", "/etc/rocketmq/server.key"],
+    "tls_server_key_password": ["", "secret"],
+    "tls_server_need_client_auth": ["none", "optional", "require"],
+    "tls_server_trust_cert_path": ["", "/etc/rocketmq/ca.pem"],
+    "tls_client_trust_cert_path": ["", "/etc/rocketmq/ca.pem"],
+    "tls_client_cert_path": ["", "/etc/rocketmq/client.pem"],
+    "tls_client_key_path": ["", "/etc/rocketmq/client.key"],
     "broker_ip1": ["127.0.0.1", "10.0.0.2"],
     "broker_name": ["broker-a", "b_1"],
     "broker_cluster_name": ["DefaultCluster", "c-2"],
@@ -260,7 +280,7 @@ def test_rocketmq_spellings_are_kept() -> None:
 @pytest.mark.parametrize("definition", list(DEFINITIONS.values()), ids=list(DEFINITIONS))
 def test_definition_is_complete_and_consistent(definition: Definition) -> None:
     if definition.java_name is not None:
-        assert camel_to_snake(definition.java_name) == definition.name
+        assert java_key_to_name(definition.java_name) == definition.name
     assert definition.type in (int, bool, str) or issubclass(definition.type, Enum)
     assert definition.unit in UNITS
     assert definition.doc and "\n" not in definition.doc

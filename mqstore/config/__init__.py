@@ -20,12 +20,13 @@ from __future__ import annotations
 from mqstore.config.definitions import DEFINITIONS, Definition
 from mqstore.config.docs import render_config_doc, render_typed_keys
 from mqstore.config.parsing import parse_properties
-from mqstore.config.rules import RECORD_HEADROOM, Rule, camel_to_snake
+from mqstore.config.rules import RECORD_HEADROOM, Rule, camel_to_snake, java_key_to_name
 from mqstore.config.store_config import _OTHER_ROCKETMQ_KEYS, _REFUSED_UNLESS, StoreConfig
 from mqstore.layout import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE
 from mqstore.roles import BrokerRole, FlushDiskType
 
 __all__ = [
+    "java_key_to_name",
     "CQ_STORE_UNIT_SIZE",
     "DEFINITIONS",
     "OS_PAGE_SIZE",

@@ -36,6 +36,12 @@ def camel_to_snake(name: str) -> str:
     return _WORD_BOUNDARY.sub(r"\1_\2", _ACRONYM_BOUNDARY.sub(r"\1_\2", name)).lower()
 
 
+def java_key_to_name(key: str) -> str:
+    """A broker.conf key as the mqstore key it sets: camel_to_snake, and TlsSystemConfig's dotted
+    properties (``tls.server.certPath``) with their dots as underscores."""
+    return camel_to_snake(key.replace(".", "_") if key.startswith("tls.") else key)
+
+
 # ------------------------------------------------------------------------------------------------
 # Rules: what values a key accepts
 

@@ -18,7 +18,8 @@ from mqstore.roles import BrokerRole, FlushDiskType
 from mqstore.config.definitions import DEFINITIONS, Definition, _FALSE_TEXT
 from mqstore.config.parsing import _read_broker_conf, parse_properties
 from mqstore.config.rules import (RECORD_HEADROOM, _DELAY_TOKEN, _DELAY_UNIT_MS, _INDEX_ENTRY_SIZE,
-                                  _INDEX_HEADER_SIZE, _INDEX_SLOT_SIZE, _INT_MAX, _parse_host_port, camel_to_snake)
+                                  _INDEX_HEADER_SIZE, _INDEX_SLOT_SIZE, _INT_MAX, _parse_host_port, camel_to_snake,
+                                  java_key_to_name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -130,13 +131,13 @@ _OTHER_ROCKETMQ_KEYS = frozenset(camel_to_snake(key) for key in """
     waitTimeMillsInTransactionQueue startAcceptSendRequestTimeStamp traceOn
     enableCalcFilterBitMap expectConsumerNumUseFilter maxErrorRateOfBloomFilter
     filterDataCleanTimeSpan filterSupportRetry enablePropertyFilter compressedRegister
-    forceRegister transactionTimeOut transactionCheckMax transactionCheckInterval aclEnable
+    forceRegister transactionTimeOut transactionCheckMax transactionCheckInterval 
     storeReplyMessageEnable autoDeleteUnusedStats isolateLogEnable enableDetailStat
     enableControllerMode controllerAddr enableSlaveActingMaster serverWorkerThreads
     serverCallbackExecutorThreads serverSelectorThreads serverOnewaySemaphoreValue
-    serverAsyncSemaphoreValue serverChannelMaxIdleTimeSeconds serverSocketSndBufSize
+    serverAsyncSemaphoreValue  serverSocketSndBufSize
     serverSocketRcvBufSize serverPooledByteBufAllocatorEnable useEpollNativeSelector
-    writeBufferHighWaterMark writeBufferLowWaterMark serverSocketBacklog clientWorkerThreads
+      serverSocketBacklog clientWorkerThreads
     clientCallbackExecutorThreads clientOnewaySemaphoreValue clientAsyncSemaphoreValue
     connectTimeoutMillis channelNotActiveInterval clientChannelMaxIdleTimeSeconds
     clientSocketSndBufSize clientSocketRcvBufSize clientPooledByteBufAllocatorEnable
@@ -397,8 +398,7 @@ class StoreConfig(TypedKeys):
         ignored: dict[str, None] = {}  # ordered set
         for lineno, key, raw in parse_properties(text, source=source):
             where = f"{source}:{lineno}: {key}"
-            # TlsSystemConfig's properties are dotted (tls.server.mode, tls.server.certPath)
-            name = camel_to_snake(key.replace(".", "_") if key.startswith("tls.") else key)
+            name = java_key_to_name(key)
             definition = DEFINITIONS.get(name)
             if definition is not None:
                 try:
