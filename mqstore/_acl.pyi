@@ -1,0 +1,22 @@
+"""Type stubs for the compiled ``mqstore._acl`` (ext/mqstore/_acl.pyx).
+
+RocketMQ's request signature on the broker's hot path: the content (the extFields' values
+sorted by name, Signature and _UNIQUE_KEY_QUERY left out, UTF-8, then the body) and
+Base64(HMAC-SHA1) compared in constant time. Twin: mqstore.acl.signature.
+"""
+
+from typing import Final
+
+from _typeshed import ReadableBuffer
+
+STREAM_BODY_BYTES: Final[int]
+
+def request_content(fields: dict[str, str], body: ReadableBuffer | None,
+                    with_unique_key_query: bool = False) -> bytes:
+    """The bytes a request's signature covers."""
+
+def calc_signature(data: ReadableBuffer, secret_key: str | bytes) -> str:
+    """Base64(HMAC-SHA1(secret_key, data))."""
+
+def signature_matches(fields: dict[str, str], body: ReadableBuffer | None, secret_key: str | bytes) -> bool:
+    """Whether fields["Signature"] is the one the fields and body make with secret_key."""
