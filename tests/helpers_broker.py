@@ -30,11 +30,11 @@ def free_port() -> int:
 
 
 def broker_settings(**settings: Any) -> dict[str, Any]:
-    """Loopback, free ports, 2 fronts unless told otherwise."""
+    """Loopback, free ports, 2 fronts unless told otherwise (a setting given as None is left out)."""
     base: dict[str, Any] = {"listen_port": 0, "namesrv_listen_port": 0, "bind_address": LOOPBACK,
                             "broker_ip1": LOOPBACK, "front_processes": 2}
     base.update(settings)
-    return base
+    return {k: v for k, v in base.items() if v is not None}
 
 
 @contextlib.contextmanager
@@ -69,6 +69,7 @@ class BrokerProcess:
         if match is None:
             self.kill()
             raise RuntimeError(f"mqstore broker did not start: {line!r}; log:\n{self.log_text()}")
+        self.first_line = line[0]
         self.address, self.namesrv_address = match["addr"], match["ns"]
         self.fronts = int(match["fronts"])
 

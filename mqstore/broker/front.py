@@ -1,8 +1,8 @@
 """A broker front process: RocketMQ clients' connections on the broker's port
 (docs/rocketmq-remoting-spec.md §1, §2.4, §3).
 
-Several front processes accept on one port (SO_REUSEPORT: the kernel spreads connections over
-them), each attached to the store through its control block, so sends from many connections go
+Several front processes accept on one port (the broker's listening socket, inherited: whichever
+is free takes the next connection, and no other process can bind the port), each attached to the store through its control block, so sends from many connections go
 through the store's shared put lock in parallel processes and no one interpreter caps the
 broker. A front serves sends (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE), pulls (with
 long polling: a pull that finds nothing is held until the dispatcher publishes a message of its
@@ -13,7 +13,7 @@ holds that state once for every front.
 
 Run by the broker's supervisor as::
 
-    python -c "...mqstore.broker.front.main..." STORE_DIR INDEX PORT LINK_ADDRESS
+    python -c "...mqstore.broker.front.main..." STORE_DIR INDEX PORT LINK_ADDRESS LISTEN_FD
 
 It prints ``READY`` once it listens, and exits when its parent dies or the link closes.
 """
@@ -42,6 +42,7 @@ from mqstore._commitlog import Message, MessageBatch
 from mqstore._front import parse_send, send_ok_response
 from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
+from mqstore.broker.limits import FRAME_TIMEOUT_S, ConnectionCounter, LogLimiter
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
 from mqstore.broker.requests import BadBody, BadField, check_header, field, int_field, response
 from mqstore.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, topic_problem
@@ -80,7 +81,16 @@ _PULL_CODES = {
 
 
 class Connection(asyncio.Protocol):
-    """One client connection: frames in, responses out, in the request's serialization."""
+    """One client connection: frames in, responses out, in the request's serialization.
+
+    Limits (docs/security.md): reading stops while the answers the client has not taken pass
+    ``write_buffer_high_water_mark`` (until they fall under the low mark) or while
+    ``max_requests_in_flight_per_connection`` of its requests wait for the controller, a held pull
+    or a put; its requests then wait in the socket, and the front's memory does not grow. A
+    connection silent for ``server_channel_max_idle_time_seconds``, or whose frame does not
+    arrive whole within FRAME_TIMEOUT_S (or the idle time when shorter), is closed by the front's housekeeping. A request followed
+    by a half-close (SHUT_WR) is answered before the connection closes.
+    """
 
     def __init__(self, front: Front) -> None:
         self.front = front
@@ -90,35 +100,121 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[str, int] = ("0.0.0.0", 0)
         self.peer_addr = "0.0.0.0:0"  # ip:port, as the link carries it
         self.closed = False
+        self.counted = False  # admitted by the front's ConnectionCounter
+        self.in_flight = 0
+        self._paused: set[str] = set()  # why reading stopped: "write", "in_flight"
+        self._eof = False
+        self.last_active = time.monotonic()
+        self.frame_started = 0.0  # when the bytes of a frame not yet whole began (0: none)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (asyncio's own, or uvloop's, which does not subclass asyncio.Transport)
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername") or ("0.0.0.0", 0)
         self.peer = (str(peer[0]), int(peer[1]))
         self.peer_addr = f"{self.peer[0]}:{self.peer[1]}"
+        refused = self.front.admit(self)
+        if refused is not None:
+            self.closed = True
+            transport.abort()
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        cfg = self.front.cfg
+        transport.set_write_buffer_limits(high=cfg.write_buffer_high_water_mark,
+                                          low=min(cfg.write_buffer_low_water_mark, cfg.write_buffer_high_water_mark))
         self.id = self.front.register(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_active = time.monotonic()
         self.frames.feed(data)
+        self._serve_frames()
+
+    def _serve_frames(self) -> None:
+        took = False
         try:
-            while (cmd := self.frames.next()) is not None:
+            while not self._paused and not self.closed and (cmd := self.frames.next()) is not None:
+                took = True
                 self.front.dispatch(self, cmd)
         except FrameError as exc:
-            log.warning("closing the connection from %s:%d: %s", *self.peer, exc)
+            self.front.log_refusal("closing the connection from %s:%d: %s", *self.peer, exc)
             self.close()
+            return
+        if not self.frames.buffered:
+            self.frame_started = 0.0
+        elif took or not self.frame_started:  # the bytes left begin a new frame
+            self.frame_started = time.monotonic()
+        if self._eof and not self.in_flight and not self._paused:
+            self.close()  # half-closed and every request answered: close() sends what is buffered first
+
+    def eof_received(self) -> bool:
+        """The client shut its side (SHUT_WR): answer what it sent, then close."""
+        self._eof = True
+        if not self.in_flight and not self._paused:
+            self._serve_frames()
+            self.close()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.front.unregister(self)
 
+    # -- flow control ----------------------------------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        """Reading stopped (the client does not take its answers, or too many requests wait)."""
+        return bool(self._paused)
+
+    def _pause(self, why: str) -> None:
+        if not self._paused and self.transport is not None and not self.closed:
+            try:
+                self.transport.pause_reading()
+            except RuntimeError:  # already closing
+                pass
+        self._paused.add(why)
+
+    def _resume(self, why: str) -> None:
+        if why not in self._paused:
+            return
+        self._paused.discard(why)
+        if self._paused or self.closed or self.transport is None:
+            return
+        try:
+            self.transport.resume_reading()
+        except RuntimeError:
+            return
+        self._serve_frames()  # frames that arrived before the pause
+
+    def pause_writing(self) -> None:
+        self._pause("write")
+
+    def resume_writing(self) -> None:
+        self._resume("write")
+
+    def begin(self) -> None:
+        """A request of this connection goes on after dispatch (the controller, a held pull, a put)."""
+        self.in_flight += 1
+        if self.in_flight >= self.front.cfg.max_requests_in_flight_per_connection:
+            self._pause("in_flight")
+
+    def end(self) -> None:
+        """A request counted by begin() is answered (or dropped)."""
+        if self.in_flight > 0:
+            self.in_flight -= 1
+        if self.in_flight < self.front.cfg.max_requests_in_flight_per_connection:
+            self._resume("in_flight")
+        if self._eof and not self.in_flight and not self._paused:
+            self.close()
+
+    # -- answers ---------------------------------------------------------------------------------
     def write(self, cmd: RemotingCommand) -> None:
         if not self.closed and self.transport is not None:
             self.transport.write(cmd.encode())
+            self.last_active = time.monotonic()
 
     def write_bytes(self, frame: bytes) -> None:
         if not self.closed and self.transport is not None:
@@ -149,8 +245,9 @@ class Held:
 class Front:
     """One front process's server: its store attachment, connections, held pulls and the link."""
 
-    def __init__(self, store: StoreBase, port: int, link_address: str) -> None:
+    def __init__(self, store: StoreBase, port: int, link_address: str, listen_fd: int) -> None:
         self.store = store
+        self.listen_fd = listen_fd
         self.cfg = store.config
         self.port = port
         self.host_ip = self.cfg.broker_ip1
@@ -164,6 +261,8 @@ class Front:
         self.groups: dict[str, dict[str, Any]] = {}
         self.conns: dict[str, Connection] = {}
         self._ids = 0
+        self.counter = ConnectionCounter(self.cfg.max_connections, self.cfg.max_connections_per_ip)
+        self.refusals = LogLimiter(log)
         self.held: dict[tuple[str, int], list[Held]] = defaultdict(list)
         self._held_event = threading.Event()
         self._stop = threading.Event()
@@ -183,15 +282,12 @@ class Front:
         hello = await self.link.request(RemotingCommand(link.HELLO, ext_fields={"pid": str(self.pid)}))
         table = json.loads(hello.body).get("topicConfigTable", {})
         self.topics = {str(k): v for k, v in table.items()}
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((self.cfg.effective_bind_address, self.port))
-        sock.listen(1024)
+        sock = socket.socket(fileno=self.listen_fd)  # the broker's listening socket, inherited
         sock.setblocking(False)
         self.server = await self.loop.create_server(lambda: Connection(self), sock=sock)
         threading.Thread(target=self._watch_dispatch, name="mqstore-hold", daemon=True).start()
         self.loop.create_task(self._expire_held())
+        self.loop.create_task(self._housekeeping())
 
     def stop(self) -> None:
         self._stop.set()
@@ -210,6 +306,39 @@ class Front:
             self.stop()
 
     # -- connections ---------------------------------------------------------------------------
+    def admit(self, conn: Connection) -> str | None:
+        """Count a new connection against max_connections and max_connections_per_ip; why not."""
+        refused = self.counter.admit(conn.peer[0])
+        if refused is None:
+            conn.counted = True
+        else:
+            self.log_refusal("refusing a connection from %s:%d: %s", *conn.peer, refused)
+        return refused
+
+    def log_refusal(self, msg: str, *args: object) -> None:
+        """A refused connection or frame, logged within the front's log budget (LogLimiter)."""
+        self.refusals.warning(msg, *args)
+
+    async def _housekeeping(self) -> None:
+        """Close connections idle for server_channel_max_idle_time_seconds (NettyServerConfig's
+        IdleStateHandler) or holding a frame not whole after FRAME_TIMEOUT_S."""
+        idle_s = self.cfg.server_channel_max_idle_time_seconds
+        frame_s = min(FRAME_TIMEOUT_S, idle_s)
+        while not self._stop.is_set():
+            await asyncio.sleep(min(1.0, idle_s / 4))
+            now = time.monotonic()
+            for conn in list(self.conns.values()):
+                if conn.in_flight:  # a held pull or a forwarded request: the broker is the one busy
+                    continue
+                if now - conn.last_active >= idle_s:
+                    self.log_refusal("closing the connection from %s:%d: idle for %d s "
+                                     "(server_channel_max_idle_time_seconds)", *conn.peer, idle_s)
+                    conn.close()
+                elif conn.frame_started and not conn.paused and now - conn.frame_started >= frame_s:
+                    self.log_refusal("closing the connection from %s:%d: a frame not whole after %d s (%d bytes)",
+                                     *conn.peer, frame_s, conn.frames.buffered)
+                    conn.close()
+
     def register(self, conn: Connection) -> str:
         self._ids += 1
         cid = f"{self.pid}:{self._ids}"
@@ -217,6 +346,9 @@ class Front:
         return cid
 
     def unregister(self, conn: Connection) -> None:
+        if conn.counted:
+            conn.counted = False
+            self.counter.release(conn.peer[0])
         if self.conns.pop(conn.id, None) is not None and not self._stop.is_set():
             try:
                 self.link.send(RemotingCommand(link.CLOSED, ext_fields={"conn": conn.id}), oneway=True)
@@ -269,7 +401,7 @@ class Front:
         except BadField as exc:
             conn.answer(cmd, exc.code, str(exc))
         except Exception as exc:  # one request's failure answers that request, never the connection
-            log.exception("request %d from %s:%d failed", code, *conn.peer)
+            self.refusals.exception("request %d from %s:%d failed", code, *conn.peer)
             conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _forward(self, conn: Connection, cmd: RemotingCommand) -> None:
@@ -286,8 +418,10 @@ class Front:
             conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
             return
         assert fut is not None
+        conn.begin()
 
         def done(f: asyncio.Future[RemotingCommand]) -> None:
+            conn.end()
             if cmd.is_oneway:  # (a Java client's oneway UPDATE_CONSUMER_OFFSET, ...): no answer
                 return
             if f.cancelled() or f.exception() is not None:
@@ -381,8 +515,15 @@ class Front:
             conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
             return
         assert fut is not None
+        conn.begin()
 
         def done(fu: asyncio.Future[RemotingCommand]) -> None:
+            try:
+                answer(fu)
+            finally:  # after `then`: a pull it holds again is counted before reading resumes
+                conn.end()
+
+        def answer(fu: asyncio.Future[RemotingCommand]) -> None:
             if fu.cancelled() or fu.exception() is not None:
                 conn.answer(cmd, ResponseCode.SYSTEM_ERROR, "the broker's controller did not answer")
                 return
@@ -395,7 +536,7 @@ class Front:
             except BadField as exc:
                 conn.answer(cmd, exc.code, str(exc))
             except Exception as exc:  # as dispatch does: the request is answered, the connection kept
-                log.exception("request %d from %s:%d failed", cmd.code, *conn.peer)
+                self.refusals.exception("request %d from %s:%d failed", cmd.code, *conn.peer)
                 conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         fut.add_done_callback(done)
 
@@ -440,8 +581,15 @@ class Front:
             return
         assert self.loop is not None
         fut = self.loop.run_in_executor(self.executor, put, item)
-        fut.add_done_callback(lambda fu: self._answer_put(conn, cmd, fu.result(), queue_id) if fu.exception() is None
-                              else conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(fu.exception())))
+        conn.begin()
+
+        def done(fu: asyncio.Future[Any]) -> None:
+            conn.end()
+            if fu.exception() is None:
+                self._answer_put(conn, cmd, fu.result(), queue_id)
+            else:
+                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(fu.exception()))
+        fut.add_done_callback(done)
 
     def _inflate(self, body: bytes) -> bytes:
         """A compressed batch body, inflated; at most max_message_size x 32 bytes (a batch of
@@ -549,6 +697,7 @@ class Front:
             hold_ms = min(max(hold_ms, 0), self.cfg.broker_suspend_max_time_millis)
             if hold_ms > 0:
                 self.held[(topic, queue_id)].append(Held(conn, cmd, offset, time.monotonic() + hold_ms / 1000))
+                conn.begin()
                 self._held_event.set()
                 return
         fields = {"suggestWhichBrokerId": str(suggest), "nextBeginOffset": str(next_offset),
@@ -610,6 +759,8 @@ class Front:
                         self.pull(h.conn, h.cmd, allow_suspend=False)
                     except Exception as exc:  # answer the held request, keep the others
                         h.conn.answer(h.cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+                    finally:
+                        h.conn.end()
                 else:
                     keep.append(h)
             if keep:
@@ -673,13 +824,14 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def main(argv: list[str]) -> int:
-    """python -c "...front.main..." STORE_DIR INDEX PORT LINK_ADDRESS (the broker's supervisor runs it)."""
-    root, index, port, address = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    """python -c "...front.main..." STORE_DIR INDEX PORT LINK_ADDRESS LISTEN_FD (the broker's
+    supervisor runs it, LISTEN_FD inherited)."""
+    root, index, port, address, listen_fd = argv[0], int(argv[1]), int(argv[2]), argv[3], int(argv[4])
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s front{index}[%(process)d] %(levelname)s %(message)s")
     parent = os.getppid()
     store = MessageStore.attach(root)
-    front = Front(store, port, address.replace("\\0", "\0"))
+    front = Front(store, port, address.replace("\\0", "\0"), listen_fd)
 
     async def run() -> None:
         await front.start()

@@ -1,6 +1,6 @@
 """A broker: the node (a store whose allocator, flusher, dispatcher and cleaner are supervised
 processes) plus the remoting front (docs/rocketmq-remoting-spec.md): ``front_processes`` front
-processes accepting clients on ``listen_port`` (SO_REUSEPORT), the controller in this process
+processes accepting clients on ``listen_port`` (one listening socket, inherited), the controller in this process
 (``controller``), and, when ``namesrv_addr`` is empty, an embedded NameServer, so one command (or
 one ``Broker(...)``) is a working cluster of one.
 
@@ -8,13 +8,17 @@ one ``Broker(...)``) is a working cluster of one.
         print(broker.address, broker.namesrv_address)
 
 The store's ``store_host`` is ``broker_ip1:listen_port`` (what records carry as STOREHOSTADDRESS
-and offset msgIds encode). With ``listen_port=0`` a free port is picked once and held (a bound,
-never listening socket) for the broker's life, so restarted fronts get the same one.
+and offset msgIds encode). The owner listens on ``listen_port`` (``effective_bind_address``:
+loopback unless told otherwise, docs/security.md) for the broker's life and every front accepts
+on that one socket, so restarted fronts serve the same port and no other process can share it;
+with ``listen_port=0`` it is a free port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
 import logging
 import os
 import socket
@@ -26,12 +30,13 @@ from typing import Any
 from mqstore.broker.controller import BrokerController
 from mqstore.broker.link import link_address
 from mqstore.config import StoreConfig
+from mqstore.errors import PortInUseError
 from mqstore.log.directory import check_store_dir
 from mqstore.node.supervisor import Supervisor
 from mqstore.roles import BrokerRole
 from mqstore.store import MessageStore
 
-__all__ = ["Broker", "FrontSupervisor", "front_count"]
+__all__ = ["Broker", "FrontSupervisor", "front_count", "listen"]
 
 log = logging.getLogger("mqstore.broker")
 
@@ -45,16 +50,22 @@ def front_count(setting: int) -> int:
 
 
 class FrontSupervisor(Supervisor):
-    """The node's supervisor, running front processes (``front0``, ``front1``, ...)."""
+    """The node's supervisor, running front processes (``front0``, ``front1``, ...), each given
+    the broker's listening socket (``listener``: its file descriptor, inherited)."""
 
-    def __init__(self, root: str, count: int, port: int, address: str, *, log_dir: str | None = None) -> None:
+    def __init__(self, root: str, count: int, listener: socket.socket, address: str, *,
+                 log_dir: str | None = None) -> None:
         super().__init__(root, tuple(f"front{i}" for i in range(count)), log_dir=log_dir)
-        self.port = port
+        self.listener = listener
+        self.port = listener.getsockname()[1]
         self.address = address
 
     def argv(self, kind: str) -> list[str]:
         return [sys.executable, "-c", _FRONT_ENTRY, self.root, kind.removeprefix("front"), str(self.port),
-                self.address.replace("\0", "\\0")]
+                self.address.replace("\0", "\\0"), str(self.listener.fileno())]
+
+    def pass_fds(self, kind: str) -> tuple[int, ...]:
+        return (self.listener.fileno(),)
 
 
 async def _cancel_other_tasks() -> None:
@@ -77,13 +88,21 @@ async def _cancel_other_tasks() -> None:
     await asyncio.gather(*rest, return_exceptions=True)
 
 
-def _reserve_port(host: str, port: int) -> socket.socket:
-    """A socket bound (not listening) to host:port with SO_REUSEPORT: it holds the port, and the
-    fronts bind the same port beside it; only listening sockets get connections."""
+def listen(host: str, port: int, setting: str = "listen_port", what: str = "broker") -> socket.socket:
+    """The broker's listening socket on host:port, made once by the owner and inherited by every
+    front process (they all accept on it). No SO_REUSEPORT: the kernel then refuses the port to
+    any other socket, so a second broker (or anything else) cannot take a share of the clients;
+    PortInUseError naming the port and its setting when it is taken."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart over TIME_WAIT, as Netty
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise PortInUseError.of(what, host, port, setting, exc) from None
+        raise
     return sock
 
 
@@ -96,14 +115,19 @@ class Broker:
             cfg = cfg.replace(service_mode="processes")  # a broker is a node unless told otherwise
         cfg.validate()
         check_store_dir(os.path.abspath(os.fspath(root)))  # before taking a port: a bad directory is named first
-        self._port_holder = _reserve_port(cfg.effective_bind_address, cfg.listen_port)
-        self.port: int = self._port_holder.getsockname()[1]
+        self.bind_address = cfg.effective_bind_address
+        self._listener = listen(self.bind_address, cfg.listen_port)
+        self.port: int = self._listener.getsockname()[1]
         cfg = cfg.replace(store_host=f"{cfg.broker_ip1}:{self.port}")
         if "ha_listen_port" not in cfg.explicit_keys and cfg.broker_role is not BrokerRole.SLAVE:
             # a master accepts slaves on listen_port + 1, as BrokerStartup sets haListenPort (a
             # free port when the broker's own was picked free)
             cfg = cfg.replace(ha_listen_port=self.port + 1 if cfg.listen_port else 0)
-        self.store = MessageStore(root, cfg)
+        try:
+            self.store = MessageStore(root, cfg)
+        except BaseException:
+            self._listener.close()
+            raise
         self.root = self.store.root
         self.config = self.store.config
         self.link_address = link_address(os.getpid(), self.port)
@@ -114,7 +138,7 @@ class Broker:
         self.fronts: FrontSupervisor | None = None
         try:
             self._call(self.controller.start())
-            self.fronts = FrontSupervisor(self.root, front_count(self.config.front_processes), self.port,
+            self.fronts = FrontSupervisor(self.root, front_count(self.config.front_processes), self._listener,
                                           self.link_address, log_dir=None)
             self.fronts.start()
             self._call(self.controller.register_all())
@@ -139,6 +163,25 @@ class Broker:
         """The NameServer addresses the broker registers with ("a;b"), the embedded one's by default."""
         return ";".join(self.controller.namesrv_addrs)
 
+    def security_summary(self) -> str:
+        """Where the broker listens and what guards it, as its first line says (docs/security.md):
+        ``listening on HOST (loopback only|every interface|HOST), HA port N, ACL on|off, TLS MODE``."""
+        host = self.bind_address
+        where = ("loopback only" if ipaddress.IPv4Address(host).is_loopback else
+                 "every interface" if host == "0.0.0.0" else host)
+        parts = [f"listening on {host}:{self.port} ({where})"]
+        if self.config.broker_role is not BrokerRole.SLAVE and self.config.ha_listen_port:
+            parts.append(f"HA port {self.config.ha_listen_port}")
+        parts.append(f"ACL {'on' if self.config.acl_enable else 'off'}")
+        parts.append(f"TLS {self.config.tls_server_mode}")
+        return ", ".join(parts)
+
+    @property
+    def exposed_without_acl(self) -> bool:
+        """Listening beyond loopback with no ACL: anyone who reaches the port may send, read and
+        administer (docs/security.md)."""
+        return not ipaddress.IPv4Address(self.bind_address).is_loopback and not self.config.acl_enable
+
     def front_pids(self) -> dict[str, int]:
         return self.fronts.pids() if self.fronts is not None else {}
 
@@ -162,7 +205,7 @@ class Broker:
         self._thread.join(10)
         self._loop.close()
         self.store.shutdown()
-        self._port_holder.close()
+        self._listener.close()
 
     def __enter__(self) -> Broker:
         return self

@@ -81,6 +81,10 @@ class Supervisor:
         """The command line of the process of ``kind`` (a subclass runs other processes the same way)."""
         return [sys.executable, "-c", _SERVICE_ENTRY, "--service", kind, self.root]
 
+    def pass_fds(self, kind: str) -> tuple[int, ...]:
+        """File descriptors the process of ``kind`` inherits (a front: the broker's listening socket)."""
+        return ()
+
     def _spawn(self, sp: ServiceProcess) -> None:
         stderr: IO[bytes] | None = None
         if self.log_dir is not None:
@@ -92,7 +96,7 @@ class Supervisor:
             # of it while starting failed the node's start, one killed mid-run left `abort`
             proc = subprocess.Popen(self.argv(sp.kind),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                                    process_group=0)
+                                    process_group=0, pass_fds=self.pass_fds(sp.kind))
         finally:
             if stderr is not None:
                 stderr.close()
