@@ -1,0 +1,204 @@
+"""The check of one request against a plain ACL (PlainAccessValidator.parse and
+PlainPermissionManager.validate / checkPerm of RocketMQ 4.9.7), and which request codes need
+what.
+
+``check(acl, code, ext_fields, body, remote_ip)`` answers None (allowed) or the refusal's remark
+(the broker answers NO_PERMISSION, 16, with it), in validate's order:
+
+1. a remote address in ``globalWhiteRemoteAddresses`` passes;
+2. a request without an AccessKey, or with one no account has, is refused;
+3. a remote address matching the account's ``whiteRemoteAddress`` passes;
+4. a Signature that is not the one the request makes with the account's secretKey is refused
+   (mqstore._acl; Java's and the C++ client's signatures alike, mqstore.acl.signature);
+5. a send to RMQ_SYS_TRACE_TOPIC (message traces) passes;
+6. a request code that needs admin (``needs_admin``) from an account that is not admin is refused;
+7. every resource the request uses (``resources``) needs the account's permission: the one
+   listed in topicPerms / groupPerms, else defaultTopicPerm / defaultGroupPerm; an admin account
+   with neither list may use every resource.
+
+Which codes need admin. RocketMQ 4.9.7 (Permission.ADMIN_CODE) asks it only for topic and group
+creation, change and deletion and broker config changes (``ADMIN_CODES_4_9_7``). Here every request
+a plain producer or consumer never sends needs it too: ``needs_admin(code)`` is true for every
+code not in ``CLIENT_CODES`` (the Java and C++ clients' own requests), so the consumer lists,
+the runtime and config dumps, offset resets and clones, and codes unknown to 4.9.7 are admin.
+
+What each code uses (``resources``): PlainAccessValidator.parse's table, with a group's resource
+its retry topic ``%RETRY%group``. Two differences from 4.9.7, both RocketMQ 5's: SEND_BATCH_MESSAGE
+is checked as SEND_MESSAGE_V2 (4.9.7 checks no topic for it), and a send to a retry topic whose
+request names no group checks the retry topic's own group (4.9.7 checks nothing); a blank
+consumer group (the C++ producer's UNREGISTER_CLIENT) is no resource.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mqstore._acl import signature_matches
+from mqstore.acl.address import normalize_ip
+from mqstore.acl.plain import PUB, SUB, Account, PlainAcl, check_permission, group_of, is_retry_topic, retry_topic
+from mqstore.acl.signature import ACCESS_KEY
+
+__all__ = ["ADMIN_CODES_4_9_7", "CLIENT_CODES", "RMQ_SYS_TRACE_TOPIC", "check", "describe", "needs_admin",
+           "resources"]
+
+#: TopicValidator.RMQ_SYS_TRACE_TOPIC: sends to it pass once the signature is checked
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+
+#: Permission.ADMIN_CODE of 4.9.7: UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG,
+#: DELETE_TOPIC_IN_BROKER, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP
+ADMIN_CODES_4_9_7: frozenset[int] = frozenset({17, 25, 215, 200, 207})
+
+#: the requests plain producers and consumers send (Java MQClientAPIImpl's and the C++ client's
+#: MQClientAPIImpl's, admin tools left out): the only codes that do not need admin
+CLIENT_CODES: Mapping[int, str] = {
+    10: "SEND_MESSAGE", 11: "PULL_MESSAGE", 12: "QUERY_MESSAGE", 14: "QUERY_CONSUMER_OFFSET",
+    15: "UPDATE_CONSUMER_OFFSET", 29: "SEARCH_OFFSET_BY_TIMESTAMP", 30: "GET_MAX_OFFSET", 31: "GET_MIN_OFFSET",
+    32: "GET_EARLIEST_MSG_STORETIME", 33: "VIEW_MESSAGE_BY_ID", 34: "HEART_BEAT", 35: "UNREGISTER_CLIENT",
+    36: "CONSUMER_SEND_MSG_BACK", 37: "END_TRANSACTION", 38: "GET_CONSUMER_LIST_BY_GROUP", 41: "LOCK_BATCH_MQ",
+    42: "UNLOCK_BATCH_MQ", 46: "CHECK_CLIENT_CONFIG", 105: "GET_ROUTEINFO_BY_TOPIC", 310: "SEND_MESSAGE_V2",
+    320: "SEND_BATCH_MESSAGE", 324: "SEND_REPLY_MESSAGE", 325: "SEND_REPLY_MESSAGE_V2",
+}
+_CLIENT = frozenset(CLIENT_CODES)
+
+SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, UPDATE_CONSUMER_OFFSET = 10, 11, 12, 15
+HEART_BEAT, UNREGISTER_CLIENT, CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP = 34, 35, 36, 38
+SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 310, 320
+
+
+def needs_admin(code: int) -> bool:
+    """Whether request code needs an admin account: every code but CLIENT_CODES."""
+    return code not in _CLIENT
+
+
+def _topic(out: dict[str, int], topic: str | None, perm: int) -> None:
+    if topic is not None:  # addResourceAndPerm skips null
+        out[topic] = perm
+
+
+def _group(out: dict[str, int], group: Any, perm: int) -> None:
+    if isinstance(group, str) and group:
+        out[retry_topic(group)] = perm
+
+
+def _send(out: dict[str, int], topic: str | None, group: str | None) -> None:
+    if is_retry_topic(topic):
+        assert topic is not None
+        if group:
+            _group(out, group, SUB)
+        else:
+            out[topic] = SUB
+    else:
+        _topic(out, topic, PUB)
+
+
+def _heartbeat(out: dict[str, int], body: bytes | None) -> None:
+    """HEART_BEAT: SUB on each consumer's group and each subscription's topic (HeartbeatData JSON)."""
+    try:
+        data = json.loads(bytes(body or b"").decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"the HEART_BEAT body is not HeartbeatData JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError("the HEART_BEAT body is not a HeartbeatData object")
+    consumers = data.get("consumerDataSet") or []
+    if not isinstance(consumers, list):
+        raise ValueError("the HEART_BEAT body's consumerDataSet is not a list")
+    for consumer in consumers:
+        if not isinstance(consumer, dict):
+            raise ValueError("the HEART_BEAT body's consumerDataSet holds something that is not ConsumerData")
+        _group(out, consumer.get("groupName"), SUB)
+        subs = consumer.get("subscriptionDataSet") or []
+        if not isinstance(subs, list):
+            raise ValueError("a ConsumerData's subscriptionDataSet is not a list")
+        for sub in subs:
+            topic = sub.get("topic") if isinstance(sub, dict) else None
+            if isinstance(topic, str):
+                out[topic] = SUB
+
+
+def resources(code: int, fields: Mapping[str, str], body: bytes | None = None) -> dict[str, int]:
+    """The resources (topics; groups as their retry topics) request code uses, with the
+    permission each needs (PlainAccessValidator.parse). ValueError for a HEART_BEAT body that
+    cannot be read."""
+    out: dict[str, int] = {}
+    get = fields.get
+    if code == SEND_MESSAGE_V2 or code == SEND_BATCH_MESSAGE:
+        _send(out, get("b"), get("a"))
+    elif code == SEND_MESSAGE:
+        _send(out, get("topic"), get("group"))
+    elif code == PULL_MESSAGE:
+        _topic(out, get("topic"), SUB)
+        _group(out, get("consumerGroup"), SUB)
+    elif code == CONSUMER_SEND_MSG_BACK:
+        _group(out, get("group"), SUB)
+    elif code == QUERY_MESSAGE:
+        _topic(out, get("topic"), SUB)
+    elif code == HEART_BEAT:
+        _heartbeat(out, body)
+    elif code == UNREGISTER_CLIENT or code == GET_CONSUMER_LIST_BY_GROUP:
+        _group(out, get("consumerGroup"), SUB)
+    elif code == UPDATE_CONSUMER_OFFSET:
+        _group(out, get("consumerGroup"), SUB)
+        _topic(out, get("topic"), SUB)
+    return out
+
+
+def describe(resource: str) -> str:
+    """PlainAccessResource.printStr: 'topic:T' or 'group:G'."""
+    return f"group:{group_of(resource)}" if is_retry_topic(resource) else f"topic:{resource}"
+
+
+def _check_perms(account: Account, code: int, needed: dict[str, int]) -> str | None:
+    """PlainPermissionManager.checkPerm."""
+    ak = account.access_key
+    if needs_admin(code) and not account.admin:
+        return f"need admin permission for request code {code}, but accessKey={ak} is not admin"
+    if not needed or (account.admin and not account.has_perms):
+        return None
+    for resource, perm in needed.items():
+        owned, listed = account.perm_of(resource)
+        if check_permission(perm, owned):
+            continue
+        what = describe(resource)
+        group = is_retry_topic(resource)
+        source = ("groupPerms" if group else "topicPerms") if listed else \
+            ("defaultGroupPerm" if group else "defaultTopicPerm")
+        need = "PUB" if perm == PUB else "SUB"
+        if owned & 1:
+            return f"{what} is DENY for accessKey={ak} (by its {source}): no {need} permission"
+        return f"no {need} permission for {what}: accessKey={ak} has only {_owned(owned)} (by its {source})"
+    return None
+
+
+def _owned(perm: int) -> str:
+    return "PUB" if perm == PUB else "SUB" if perm == SUB else "none"
+
+
+def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes | None, remote_ip: str) -> str | None:
+    """None when the request may go on; otherwise the refusal's remark, naming what was missing
+    (PlainAccessValidator.validate's order, see the module docstring). remote_ip is the peer's
+    address without its port ("10.0.0.1", "::1")."""
+    addr = normalize_ip(remote_ip)
+    if acl.global_white and acl.in_global_white(addr):
+        return None
+    ak = ext_fields.get(ACCESS_KEY)
+    if not ak:
+        return (f"no AccessKey in the request (code {code}), and {remote_ip} is not in globalWhiteRemoteAddresses: "
+                "the client needs credentials")
+    account = acl.accounts.get(ak)
+    if account is None:
+        return f"no acl config for accessKey={ak}: no account of {acl.path or 'the ACL'} has this AccessKey"
+    if account.white_remote_address.match(addr):
+        return None
+    fields = ext_fields if isinstance(ext_fields, dict) else dict(ext_fields)
+    if not signature_matches(fields, body, account.secret_bytes):
+        return (f"check signature failed for accessKey={ak}: the Signature is not the HMAC-SHA1 of the request "
+                "with the account's secretKey")
+    try:
+        needed = resources(code, ext_fields, body)
+    except ValueError as exc:
+        return f"cannot check the permissions of accessKey={ak}: {exc}"
+    if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:
+        return None
+    return _check_perms(account, code, needed)
