@@ -44,7 +44,9 @@ from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.limits import FRAME_TIMEOUT_S, ConnectionCounter, LogLimiter
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
-from mqstore.broker.requests import BadBody, BadField, check_header, field, int_field, response
+from mqstore.broker.requests import (BadBody, BadField, Guard, Handler, check_header, field, int_field, not_supported,
+                                     response, route)
+from mqstore.broker.table import REQUESTS, Server
 from mqstore.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, topic_problem
 from mqstore.protocol import VERSION
 from mqstore.status import GetMessageStatus, PutMessageStatus
@@ -78,6 +80,10 @@ _PULL_CODES = {
     GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: ResponseCode.PULL_OFFSET_MOVED,
     GetMessageStatus.NO_MESSAGE_IN_QUEUE: ResponseCode.PULL_OFFSET_MOVED,
 }
+
+
+def _not_a_namesrv(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    return not_supported(cmd, ": this is a broker, not a NameServer")
 
 
 class Connection(asyncio.Protocol):
@@ -263,6 +269,8 @@ class Front:
         self._ids = 0
         self.counter = ConnectionCounter(self.cfg.max_connections, self.cfg.max_connections_per_ip)
         self.refusals = LogLimiter(log)
+        self.handlers = self._handlers()
+        self.guard: Guard | None = None  # the ACL's check (acl_enable)
         self.held: dict[tuple[str, int], list[Held]] = defaultdict(list)
         self._held_event = threading.Event()
         self._stop = threading.Event()
@@ -375,34 +383,35 @@ class Front:
                     conn.write(notice)
 
     # -- requests ------------------------------------------------------------------------------
+    def _handlers(self) -> dict[int, Handler]:
+        """The front's column of the request table: what it serves, what it forwards to the
+        controller, what it refuses (a NameServer's requests); the link's own codes are not here,
+        so a client's is refused."""
+        handlers: dict[int, Handler] = {}
+        for code, spec in REQUESTS.items():
+            if spec.server is Server.CONTROLLER:
+                handlers[code] = self._forward
+            elif spec.server is Server.NAMESRV:
+                handlers[code] = _not_a_namesrv
+        for code in _SEND_CODES:
+            handlers[code] = self.send
+        for code in _READ_CODES:
+            handlers[code] = self._read
+        handlers[RequestCode.PULL_MESSAGE] = self._pull
+        return handlers
+
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """Serve one frame of a client connection (a response frame is dropped: clients answer
-        only GET_CONSUMER_RUNNING_INFO, which the broker does not ask)."""
-        if cmd.is_response:
-            return
-        code = cmd.code
-        try:
-            if code == RequestCode.PULL_MESSAGE:
-                self.pull(conn, cmd, allow_suspend=True)
-            elif code in _SEND_CODES:
-                self.send(conn, cmd)
-            elif code in _READ_CODES:
-                answer = self.read(cmd)
-                if not cmd.is_oneway:
-                    conn.write(answer)
-            elif code in (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER,
-                          RequestCode.UNREGISTER_BROKER):
-                conn.answer(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                    f" request type {code} not supported: this is a broker, not a NameServer")
-            elif code in link.INTERNAL:  # the link's own requests: a client must not reach the controller with them
-                conn.answer(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported")
-            else:
-                self._forward(conn, cmd)
-        except BadField as exc:
-            conn.answer(cmd, exc.code, str(exc))
-        except Exception as exc:  # one request's failure answers that request, never the connection
-            self.refusals.exception("request %d from %s:%d failed", code, *conn.peer)
-            conn.answer(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        """Serve one frame of a client connection through the request table (a response frame
+        is dropped: clients answer only GET_CONSUMER_RUNNING_INFO, which the broker does not ask)."""
+        answer = route(cmd, self.handlers, conn, guard=self.guard, errors=self.refusals)
+        if answer is not None and not cmd.is_oneway:
+            conn.write(answer)
+
+    def _pull(self, conn: Connection, cmd: RemotingCommand) -> None:
+        self.pull(conn, cmd, allow_suspend=True)
+
+    def _read(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return self.read(cmd)
 
     def _forward(self, conn: Connection, cmd: RemotingCommand) -> None:
         """A request the controller serves: sent over the link with the connection's id; its
@@ -618,7 +627,6 @@ class Front:
     # -- pull (PullMessageProcessor) -------------------------------------------------------------
     def pull(self, conn: Connection, cmd: RemotingCommand, *, allow_suspend: bool) -> None:
         f = cmd.ext_fields
-        check_header(RequestCode.PULL_MESSAGE, f)
         group = field(f, "consumerGroup")
         topic = field(f, "topic")
         queue_id = int_field(f, "queueId")
@@ -772,7 +780,6 @@ class Front:
     def read(self, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
         code, store = cmd.code, self.store
-        check_header(code, f)
         if code == RequestCode.GET_MAX_OFFSET:
             value = store.get_max_offset_in_queue(field(f, "topic"), int_field(f, "queueId"))
             return response(cmd, ResponseCode.SUCCESS, ext_fields={"offset": str(value)})

@@ -1,17 +1,25 @@
 """What every request handler of the broker needs (docs/rocketmq-remoting-spec.md §2.4, §5):
 header fields read as RocketMQ reads them (a missing field, a number that is not one of its Java
-type, both named in a SYSTEM_ERROR), and the response to a request. Shared by the front processes,
-the controller and the NameServer."""
+type, both named in a SYSTEM_ERROR), the response to a request, and ``route``, the one function
+that serves a request through the request table (mqstore.broker.table). Shared by the front
+processes, the controller and the NameServer."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from mqstore._remoting import RemotingCommand
-from mqstore.protocol import VERSION, RequestCode, ResponseCode
+from mqstore.broker.limits import LogLimiter
+from mqstore.broker.table import REQUESTS, RequestSpec
+from mqstore.protocol import VERSION, ResponseCode
 
-__all__ = ["BadBody", "BadField", "HEADER_NUMBERS", "check_header", "field", "int_field", "parse_number", "response",
-           "wall_ms"]
+__all__ = ["BadBody", "BadField", "Guard", "Handler", "check_header", "field", "int_field", "not_supported",
+           "parse_number", "response", "route", "wall_ms"]
+
+log = logging.getLogger("mqstore.broker")
 
 
 def wall_ms() -> int:
@@ -37,31 +45,9 @@ def field(fields: dict[str, str], name: str) -> str:
     return value
 
 
-#: the numeric fields of each request header the broker serves, with their Java type's width
-#: (Integer 32, Long 64; SendMessageRequestHeader, PullMessageRequestHeader, ...): RocketMQ parses
-#: every field of a request's header class before serving it, so a value that is not a number of
-#: its type fails the request whether or not the processor goes on to use it
 _I, _L = 32, 64
-_SEND_NUMBERS = {"defaultTopicQueueNums": _I, "queueId": _I, "sysFlag": _I, "bornTimestamp": _L, "flag": _I,
-                 "reconsumeTimes": _I, "maxReconsumeTimes": _I}
-HEADER_NUMBERS: dict[int, dict[str, int]] = {
-    RequestCode.SEND_MESSAGE: _SEND_NUMBERS, RequestCode.SEND_MESSAGE_V2: _SEND_NUMBERS,
-    RequestCode.SEND_BATCH_MESSAGE: _SEND_NUMBERS,
-    RequestCode.PULL_MESSAGE: {"queueId": _I, "queueOffset": _L, "maxMsgNums": _I, "sysFlag": _I, "commitOffset": _L,
-                               "suspendTimeoutMillis": _L, "subVersion": _L},
-    RequestCode.QUERY_MESSAGE: {"maxNum": _I, "beginTimestamp": _L, "endTimestamp": _L},
-    RequestCode.GET_MAX_OFFSET: {"queueId": _I}, RequestCode.GET_MIN_OFFSET: {"queueId": _I},
-    RequestCode.GET_EARLIEST_MSG_STORETIME: {"queueId": _I},
-    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: {"queueId": _I, "timestamp": _L},
-    RequestCode.VIEW_MESSAGE_BY_ID: {"offset": _L},
-    RequestCode.QUERY_CONSUMER_OFFSET: {"queueId": _I},
-    RequestCode.UPDATE_CONSUMER_OFFSET: {"queueId": _I, "commitOffset": _L},
-    RequestCode.CONSUMER_SEND_MSG_BACK: {"offset": _L, "delayLevel": _I, "maxReconsumeTimes": _I},
-    RequestCode.REGISTER_BROKER: {"brokerId": _L}, RequestCode.UNREGISTER_BROKER: {"brokerId": _L},
-    RequestCode.UPDATE_AND_CREATE_TOPIC: {"readQueueNums": _I, "writeQueueNums": _I, "perm": _I, "topicSysFlag": _I},
-}
-#: the Long fields among them (any other numeric field is an Integer)
-_LONG_FIELDS = frozenset(name for table in HEADER_NUMBERS.values() for name, bits in table.items() if bits == _L)
+#: the Long fields of every request header (any other numeric field is an Integer)
+_LONG_FIELDS = frozenset(name for spec in REQUESTS.values() for name, bits in spec.numbers.items() if bits == _L)
 
 
 def parse_number(name: str, value: str, bits: int | None = None) -> int:
@@ -84,12 +70,67 @@ def parse_number(name: str, value: str, bits: int | None = None) -> int:
 
 
 def check_header(code: int, fields: dict[str, str]) -> None:
-    """Every numeric field the request carries parses as its type (BadField naming the first that
-    does not); ``fields`` under the header's long names (``send_fields`` for V2 sends)."""
-    for name, bits in HEADER_NUMBERS.get(code, {}).items():
+    """The request's header as its table entry (mqstore.broker.table) needs it: every required
+    field present, then every numeric field it carries a number of its type (BadField naming the
+    first that is not); ``fields`` under the header's long names (``send_fields`` for V2 sends).
+    RocketMQ parses every field of a request's header class before serving it, so a value that is
+    not a number of its type fails the request whether or not the processor goes on to use it."""
+    spec = REQUESTS.get(code)
+    if spec is None:
+        return
+    for name in spec.required:
+        if name not in fields:
+            raise BadField(f"the custom field <{name}> is null")
+    for name, bits in spec.numbers.items():
         value = fields.get(name)
         if value is not None:
             parse_number(name, value, bits)
+
+
+#: a request handler: (the server's context, e.g. the client's connection, the request) -> the
+#: response, or None when it answers by itself (later, or never: a oneway request)
+Handler = Callable[[Any, RemotingCommand], "RemotingCommand | None"]
+#: the ACL's column: (the request's entry, the request, the context) -> why it is refused, or None
+Guard = Callable[[RequestSpec, RemotingCommand, Any], "str | None"]
+
+
+def not_supported(cmd: RemotingCommand, why: str = "") -> RemotingCommand:
+    return response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported{why}")
+
+
+def route(cmd: RemotingCommand, handlers: Mapping[int, Handler], ctx: Any, *, guard: Guard | None = None,
+          errors: LogLimiter | None = None) -> RemotingCommand | None:
+    """The one way every server of the broker serves a request (docs/security.md): a code this
+    server has no handler for is REQUEST_CODE_NOT_SUPPORTED; the header is checked as its table
+    entry says (unless the handler checks it); the guard (the ACL) may refuse it with
+    NO_PERMISSION naming what is missing; then its handler serves it. Every error becomes a
+    response: a bad field or body its code and text, anything else SYSTEM_ERROR naming it (logged,
+    within ``errors``' budget). A response frame is dropped (None)."""
+    if cmd.is_response:
+        return None
+    code = cmd.code
+    handler = handlers.get(code)
+    if handler is None:
+        return not_supported(cmd)
+    spec = REQUESTS[code]
+    try:
+        if not spec.checked_by_handler:
+            check_header(code, cmd.ext_fields)
+        if guard is not None:
+            refused = guard(spec, cmd, ctx)
+            if refused is not None:
+                return response(cmd, ResponseCode.NO_PERMISSION, refused)
+        return handler(ctx, cmd)
+    except BadField as exc:
+        return response(cmd, exc.code, str(exc))
+    except ValueError as exc:
+        return response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+    except Exception as exc:  # one request's failure answers that request, never the connection
+        if errors is not None:
+            errors.exception("request %d (%s) failed", code, spec.name)
+        else:
+            log.exception("request %d (%s) failed", code, spec.name)
+        return response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def int_field(fields: dict[str, str], name: str, default: int | None = None) -> int:

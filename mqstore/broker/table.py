@@ -1,0 +1,145 @@
+"""Every request code the broker's fronts, its controller and the NameServer serve, declared once
+(docs/rocketmq-remoting-spec.md §2.4, docs/security.md): who serves it, the header fields it
+cannot do without, its numeric fields with their Java type's width, and what the ACL asks of the
+caller. ``mqstore.broker.requests.route`` reads this table to route a request, check its header
+and its permission, and turn every error into a response code; the servers only say which
+handler serves which code.
+
+Field names are SendMessageRequestHeader's for the three send codes (a V2 or batch send's
+one-letter names are read under them, ``codes.send_fields``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from mqstore.broker import link
+from mqstore.protocol import RequestCode as R
+
+__all__ = ["Access", "REQUESTS", "RequestSpec", "Server", "spec"]
+
+
+class Server(enum.Enum):
+    """Where a request is served."""
+
+    FRONT = "front"  # a front process, from the store it is attached to
+    CONTROLLER = "controller"  # the broker's controller (a front forwards it over the link)
+    NAMESRV = "namesrv"  # a NameServer
+    LINK = "link"  # the link between fronts and controller: never a client's
+
+
+class Access(enum.Enum):
+    """What the ACL asks of the caller (docs/security.md)."""
+
+    CLIENT = "client"  # a producer's or consumer's request: PUB / SUB on the topics and groups it names
+    ADMIN = "admin"  # an account with admin: true
+    BROKER = "broker"  # a broker's own account (a NameServer's registrations)
+    ANY = "any"  # anyone who reaches the port (a NameServer's route look-ups)
+    INTERNAL = "internal"  # refused from clients
+
+
+_I, _L = 32, 64  # Java's Integer and Long
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request code: who serves it, what its header must hold, who may send it."""
+
+    code: int
+    server: Server
+    access: Access
+    required: tuple[str, ...] = ()  # checked in this order: the first missing one is named
+    numbers: Mapping[str, int] = field(default_factory=dict)  # field -> bits (32 Integer, 64 Long)
+    #: the handler checks the header itself (the sends: their fast path is the check)
+    checked_by_handler: bool = False
+
+    @property
+    def name(self) -> str:
+        try:
+            return R(self.code).name
+        except ValueError:
+            return f"LINK_{self.code}"
+
+
+_SEND_NUMBERS = {"defaultTopicQueueNums": _I, "queueId": _I, "sysFlag": _I, "bornTimestamp": _L, "flag": _I,
+                 "reconsumeTimes": _I, "maxReconsumeTimes": _I}
+
+
+def _send(code: int) -> RequestSpec:
+    return RequestSpec(code, Server.FRONT, Access.CLIENT, ("producerGroup", "topic", "queueId"), _SEND_NUMBERS,
+                       checked_by_handler=True)
+
+
+def _queue(code: int) -> RequestSpec:
+    return RequestSpec(code, Server.FRONT, Access.CLIENT, ("topic", "queueId"), {"queueId": _I})
+
+
+def _broker(code: int) -> RequestSpec:
+    return RequestSpec(code, Server.NAMESRV, Access.BROKER, ("clusterName", "brokerAddr", "brokerName", "brokerId"),
+                       {"brokerId": _L})
+
+
+_F, _C, _N, _K = Server.FRONT, Server.CONTROLLER, Server.NAMESRV, Server.LINK
+_CLIENT, _ADMIN = Access.CLIENT, Access.ADMIN
+
+_TABLE = (
+    # -- a front serves these from the store --------------------------------------------------------
+    _send(R.SEND_MESSAGE),
+    _send(R.SEND_MESSAGE_V2),
+    _send(R.SEND_BATCH_MESSAGE),
+    RequestSpec(R.PULL_MESSAGE, _F, _CLIENT,
+                required=("consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag"),
+                numbers={"queueId": _I, "queueOffset": _L, "maxMsgNums": _I, "sysFlag": _I, "commitOffset": _L,
+                         "suspendTimeoutMillis": _L, "subVersion": _L}),
+    RequestSpec(R.QUERY_MESSAGE, _F, _CLIENT, required=("topic", "key", "maxNum"),
+                numbers={"maxNum": _I, "beginTimestamp": _L, "endTimestamp": _L}),
+    _queue(R.GET_MAX_OFFSET),
+    _queue(R.GET_MIN_OFFSET),
+    _queue(R.GET_EARLIEST_MSG_STORETIME),
+    RequestSpec(R.SEARCH_OFFSET_BY_TIMESTAMP, _F, _CLIENT, required=("topic", "queueId", "timestamp"),
+                numbers={"queueId": _I, "timestamp": _L}),
+    RequestSpec(R.VIEW_MESSAGE_BY_ID, _F, _CLIENT, required=("offset",), numbers={"offset": _L}),
+    # -- the controller serves these (forwarded by a front) -----------------------------------------
+    RequestSpec(R.HEART_BEAT, _C, _CLIENT),
+    RequestSpec(R.UNREGISTER_CLIENT, _C, _CLIENT),
+    RequestSpec(R.GET_CONSUMER_LIST_BY_GROUP, _C, _CLIENT, required=("consumerGroup",)),
+    RequestSpec(R.QUERY_CONSUMER_OFFSET, _C, _CLIENT, required=("consumerGroup", "topic", "queueId"),
+                numbers={"queueId": _I}),
+    RequestSpec(R.UPDATE_CONSUMER_OFFSET, _C, _CLIENT, required=("consumerGroup", "topic", "queueId", "commitOffset"),
+                numbers={"queueId": _I, "commitOffset": _L}),
+    RequestSpec(R.CONSUMER_SEND_MSG_BACK, _C, _CLIENT, required=("group", "offset"),
+                numbers={"offset": _L, "delayLevel": _I, "maxReconsumeTimes": _I}),
+    RequestSpec(R.LOCK_BATCH_MQ, _C, _CLIENT),
+    RequestSpec(R.UNLOCK_BATCH_MQ, _C, _CLIENT),
+    RequestSpec(R.UPDATE_AND_CREATE_TOPIC, _C, _ADMIN, required=("topic",),
+                numbers={"readQueueNums": _I, "writeQueueNums": _I, "perm": _I, "topicSysFlag": _I}),
+    RequestSpec(R.GET_ALL_TOPIC_CONFIG, _C, _ADMIN),
+    RequestSpec(R.GET_ALL_CONSUMER_OFFSET, _C, _ADMIN),
+    RequestSpec(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, _C, _ADMIN),
+    RequestSpec(R.GET_ALL_DELAY_OFFSET, _C, _ADMIN),
+    RequestSpec(R.GET_BROKER_RUNTIME_INFO, _C, _ADMIN),
+    RequestSpec(R.GET_CONSUMER_CONNECTION_LIST, _C, _ADMIN, required=("consumerGroup",)),
+    # -- a NameServer ---------------------------------------------------------------------------------
+    RequestSpec(R.GET_ROUTEINFO_BY_TOPIC, _N, Access.ANY, required=("topic",)),
+    _broker(R.REGISTER_BROKER),
+    _broker(R.UNREGISTER_BROKER),
+    # -- the link's own (link.py) ---------------------------------------------------------------------
+    RequestSpec(link.HELLO, _K, Access.INTERNAL),
+    RequestSpec(link.TOPIC_FOR_SEND, _K, Access.INTERNAL, required=("topic",),
+                numbers={"defaultTopicQueueNums": _I, "sysFlag": _I}),
+    RequestSpec(link.GROUP, _K, Access.INTERNAL, required=("group",)),
+    RequestSpec(link.CLOSED, _K, Access.INTERNAL, required=("conn",)),
+    RequestSpec(link.SUBSCRIPTION, _K, Access.INTERNAL, required=("group", "topic")),
+    RequestSpec(link.TOPIC_CHANGED, _K, Access.INTERNAL),
+    RequestSpec(link.NOTIFY, _K, Access.INTERNAL),
+)
+
+REQUESTS: Mapping[int, RequestSpec] = MappingProxyType({int(s.code): s for s in _TABLE})
+"""code -> its RequestSpec, for every code served anywhere."""
+
+
+def spec(code: int) -> RequestSpec | None:
+    return REQUESTS.get(code)
