@@ -122,6 +122,7 @@ def _child_produce(spec: dict[str, Any], emit: Callable[..., None], stopping: Ca
 
     producer = Producer(spec["group"], timeout=spec.get("timeout_ms", 3000))
     producer.set_namesrv_addr(spec["namesrv"])
+    _credentials(producer, spec)
     producer.start()
     emit(ev="started")
     for i, step in enumerate(spec["steps"]):
@@ -177,6 +178,13 @@ def _child_produce(spec: dict[str, Any], emit: Callable[..., None], stopping: Ca
     emit(ev="shutdown")
 
 
+def _credentials(client: Any, spec: dict[str, Any]) -> None:
+    """set_session_credentials(access_key, secret_key, channel) when the spec has credentials."""
+    if spec.get("credentials"):
+        access_key, secret_key = spec["credentials"]
+        client.set_session_credentials(access_key, secret_key, spec.get("channel", "ALIYUN"))
+
+
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("utf-8")
 
@@ -191,6 +199,7 @@ def _child_push(spec: dict[str, Any], emit: Callable[..., None], stopping: Calla
                             message_model=MessageModel.BROADCASTING if spec.get("broadcasting") else
                             MessageModel.CLUSTERING)
     consumer.set_namesrv_addr(spec["namesrv"])
+    _credentials(consumer, spec)
     if spec.get("instance"):
         consumer.set_instance_name(spec["instance"])
     if spec.get("threads"):
@@ -224,6 +233,7 @@ def _child_pull(spec: dict[str, Any], emit: Callable[..., None], stopping: Calla
 
     consumer = PullConsumer(spec["group"])
     consumer.set_namesrv_addr(spec["namesrv"])
+    _credentials(consumer, spec)
     for queue_id, offset in (spec.get("start_offsets") or {}).items():  # the wheel keys "b'topic'@queue"
         PullConsumer.offset_table[f"{spec['topic'].encode()!r}@{queue_id}"] = offset
     consumer.start()

@@ -41,16 +41,19 @@ from mqstore._codec import string_to_properties
 from mqstore._commitlog import Message, MessageBatch
 from mqstore._front import parse_send, send_ok_response
 from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
+from mqstore.acl.holder import AclHolder
+from mqstore.acl.validator import check as acl_check
 from mqstore.broker import link
 from mqstore.broker.limits import FRAME_TIMEOUT_S, ConnectionCounter, LogLimiter
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
 from mqstore.broker.requests import (BadBody, BadField, Guard, Handler, check_header, field, int_field, not_supported,
                                      response, route)
-from mqstore.broker.table import REQUESTS, Server
+from mqstore.broker.table import REQUESTS, Access, RequestSpec, Server
 from mqstore.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, topic_problem
 from mqstore.protocol import VERSION
 from mqstore.status import GetMessageStatus, PutMessageStatus
 from mqstore.store import MessageStore, StoreBase
+from mqstore.tls import ENFORCING, accept_loop, config_server_context
 
 __all__ = ["Front", "main"]
 
@@ -112,6 +115,7 @@ class Connection(asyncio.Protocol):
         self._eof = False
         self.last_active = time.monotonic()
         self.frame_started = 0.0  # when the bytes of a frame not yet whole began (0: none)
+        self.refused = 0  # requests the ACL refused (logged once, counted at the close)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (asyncio's own, or uvloop's, which does not subclass asyncio.Transport)
@@ -167,6 +171,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.refused > 1:
+            self.front.log_refusal("ACL: the connection from %s:%d closed after %d refused requests", *self.peer,
+                                   self.refused)
         self.front.unregister(self)
 
     # -- flow control ----------------------------------------------------------------------------
@@ -270,12 +277,15 @@ class Front:
         self.counter = ConnectionCounter(self.cfg.max_connections, self.cfg.max_connections_per_ip)
         self.refusals = LogLimiter(log)
         self.handlers = self._handlers()
-        self.guard: Guard | None = None  # the ACL's check (acl_enable)
+        #: the ACL (acl_enable): the plain_acl.yml in force, reloaded when it changes
+        self.acl = AclHolder(self.cfg.acl_path(store.root)) if self.cfg.acl_enable else None
+        self.guard: Guard | None = self._acl_guard if self.acl is not None else None
         self.held: dict[tuple[str, int], list[Held]] = defaultdict(list)
         self._held_event = threading.Event()
         self._stop = threading.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.server: asyncio.Server | None = None
+        self._accepting: asyncio.Task[None] | None = None  # permissive TLS: the accept loop
         self.stopped: asyncio.Event | None = None
         self.sync_flush = self.cfg.is_sync_flush
         self.executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="mqstore-put") if self.sync_flush else None
@@ -292,7 +302,15 @@ class Front:
         self.topics = {str(k): v for k, v in table.items()}
         sock = socket.socket(fileno=self.listen_fd)  # the broker's listening socket, inherited
         sock.setblocking(False)
-        self.server = await self.loop.create_server(lambda: Connection(self), sock=sock)
+        # TLS (tls_server_mode): none, every connection (enforcing), or each by its first byte
+        ctx = config_server_context(self.cfg)
+        mode = self.cfg.tls_server_mode
+        if ctx is None or mode == ENFORCING:
+            self.server = await self.loop.create_server(lambda: Connection(self), sock=sock, ssl=ctx)
+        else:
+            self._accepting = self.loop.create_task(accept_loop(
+                sock, lambda: Connection(self), mode, ctx, max_pending=self.cfg.max_connections,
+                on_refused=lambda why: self.log_refusal("refusing a connection from %s", why)))
         threading.Thread(target=self._watch_dispatch, name="mqstore-hold", daemon=True).start()
         self.loop.create_task(self._expire_held())
         self.loop.create_task(self._housekeeping())
@@ -302,6 +320,8 @@ class Front:
         self._held_event.set()
         if self.server is not None:
             self.server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
         for conn in list(self.conns.values()):
             conn.close()
         self.link.close()
@@ -399,6 +419,19 @@ class Front:
             handlers[code] = self._read
         handlers[RequestCode.PULL_MESSAGE] = self._pull
         return handlers
+
+    def _acl_guard(self, spec: RequestSpec, cmd: RemotingCommand, conn: Connection) -> str | None:
+        """The request table's ACL column (docs/security.md): a client's request is checked by its
+        AccessKey's signature and the permissions its code needs (mqstore.acl.validator.check);
+        why it is refused, or None."""
+        assert self.acl is not None
+        refused = acl_check(self.acl.current(), cmd.code, cmd.ext_fields, cmd.body, conn.peer[0],
+                            )
+        if refused is not None:
+            conn.refused += 1
+            if conn.refused == 1:  # once per connection, with the count when it closes
+                self.log_refusal("ACL: refusing request %d from %s:%d: %s", cmd.code, *conn.peer, refused)
+        return refused
 
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
         """Serve one frame of a client connection through the request table (a response frame
@@ -506,7 +539,7 @@ class Front:
         ask = RemotingCommand(link.TOPIC_FOR_SEND, ext_fields={
             "topic": topic, "defaultTopic": f.get("defaultTopic", "TBW102"),
             "defaultTopicQueueNums": str(int_field(f, "defaultTopicQueueNums", 4)),
-            "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: conn.peer_addr})
+            "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: conn.peer_addr, link.CONN: conn.id})
 
         def then(got: RemotingCommand) -> None:
             tc = json.loads(got.body)

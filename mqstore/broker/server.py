@@ -30,11 +30,13 @@ from typing import Any
 from mqstore.broker.controller import BrokerController
 from mqstore.broker.link import link_address
 from mqstore.config import StoreConfig
-from mqstore.errors import PortInUseError
+from mqstore.acl.plain import AclConfigError, load_acl
+from mqstore.errors import ConfigError, PortInUseError
 from mqstore.log.directory import check_store_dir
 from mqstore.node.supervisor import Supervisor
 from mqstore.roles import BrokerRole
 from mqstore.store import MessageStore
+from mqstore.tls import config_server_context
 
 __all__ = ["Broker", "FrontSupervisor", "front_count", "listen"]
 
@@ -115,6 +117,14 @@ class Broker:
             cfg = cfg.replace(service_mode="processes")  # a broker is a node unless told otherwise
         cfg.validate()
         check_store_dir(os.path.abspath(os.fspath(root)))  # before taking a port: a bad directory is named first
+        config_server_context(cfg)  # the TLS files load (ConfigError naming the key), before a port is taken
+        if cfg.acl_enable:  # each front loads it again; a file that does not load is named here, once
+            try:
+                load_acl(cfg.acl_path(os.path.abspath(os.fspath(root))))
+            except AclConfigError as exc:
+                raise ConfigError(f"acl_enable is true but the ACL cannot be used: {exc}",
+                                  hint="write RocketMQ's plain_acl.yml there, or set acl_file "
+                                       "(docs/security.md)") from None
         self.bind_address = cfg.effective_bind_address
         self._listener = listen(self.bind_address, cfg.listen_port)
         self.port: int = self._listener.getsockname()[1]
