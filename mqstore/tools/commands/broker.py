@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     broker = Broker(args.store, _config(args.config, args.set))
     try:
         print(f"mqstore broker {broker.config.broker_name} on {broker.root}: serving on {broker.address} "
-              f"({len(broker.front_pids())} front processes), NameServer {broker.namesrv_address}; "
-              f"{broker.security_summary()}", flush=True)
+              f"({len(broker.front_pids())} front processes), NameServer {broker.namesrv_address} "
+              f"[{broker.security_summary()}]", flush=True)
         if broker.exposed_without_acl:
             log.warning("listening on %s with ACL off: anyone who can reach the port can send, read, and change "
                         "topics and offsets (set acl_enable=true, or bind_address=127.0.0.1; docs/security.md)",
