@@ -4,9 +4,11 @@ and port and registered with that NameServer (``namesrv_addr``), as RocketMQ 4.9
 
 - The real C++ producer (the ``rocketmq`` wheel, in a child process as in test_broker_cpp)
   spreads its sends over both brokers' queues, and one push consumer group reads them all.
-- A killed broker stays in the routes until its registration expires (the NameServer's clock is
-  the test's: ``NameServer(clock_ms=...)`` jumps past the 120 s), then its queues drop out, and
-  they come back when it is started again; a broker that stops cleanly unregisters at once.
+- A broker that stops registering (SIGSTOP: its connection to the NameServer stays open) stays in
+  the routes until its registration expires (the NameServer's clock is the test's:
+  ``NameServer(clock_ms=...)`` jumps past the 120 s), then its queues drop out, and they come back
+  when it is started again; a broker that stops cleanly unregisters at once (a SIGKILLed one's
+  routes go when its connection closes: tests/test_namesrv_guard.py).
   Routes are read as a client reads them: GET_ROUTEINFO_BY_TOPIC through ``mqstore.client``.
 - The NameServer refuses a registration whose numbers do not parse, naming the field.
 """
@@ -168,12 +170,13 @@ def test_a_cpp_producer_spreads_over_both_brokers_and_one_group_reads_all(tmp_pa
         check_store(str(tmp_path / part)).raise_if_failed()
 
 
-def test_a_killed_brokers_queues_leave_the_route_when_it_expires_and_come_back(tmp_path, namesrv):
-    """broker-b (``mqstore broker``) is SIGKILLed: its queues stay in the topic's route while its
-    last registration is younger than 120 s, NameServer scans or not; once the NameServer's clock
-    passes that (broker-a registering meanwhile), the route has broker-a's queues only. broker-b
-    started again on its directory and port registers, and its queues are back, taking sends;
-    then it stops cleanly and unregisters: gone from the route at once."""
+def test_a_silent_brokers_queues_leave_the_route_when_it_expires_and_come_back(tmp_path, namesrv):
+    """broker-b (``mqstore broker``) is stopped (SIGSTOP: it registers no more, its connection to
+    the NameServer stays open): its queues stay in the topic's route while its last registration
+    is younger than 120 s, NameServer scans or not; once the NameServer's clock passes that
+    (broker-a registering meanwhile), the route has broker-a's queues only. broker-b, SIGKILLed
+    and started again on its directory and port, registers, and its queues are back, taking
+    sends; then it stops cleanly and unregisters: gone from the route at once."""
     topic = "TopicExpiry"
     b_root, b_port = str(tmp_path / "b"), free_port()
     b_settings = {"broker_name": "broker-b", "namesrv_addr": namesrv.address, "listen_port": b_port,
@@ -188,8 +191,8 @@ def test_a_killed_brokers_queues_leave_the_route_when_it_expires_and_come_back(t
             assert all(code == ResponseCode.SUCCESS for code, _, _ in before + send_raw(a.address, topic, [b"a"]))
             wait_until(lambda: route(namesrv.address, topic) == both(a.address, proc.address), 10,
                        "the route with both brokers")
-            proc.kill()
-            time.sleep(0.6)  # three scans: a registration younger than 120 s keeps the dead broker in
+            os.kill(proc.pid, signal.SIGSTOP)
+            time.sleep(0.6)  # three scans: a registration younger than 120 s keeps the silent broker in
             assert route(namesrv.address, topic) == both(a.address, proc.address), "dropped before its expiry"
 
             namesrv.skew_ms += EXPIRY_MS + 1_000
@@ -311,16 +314,14 @@ def test_a_cleanly_stopped_broker_unregisters_at_once(tmp_path):
         check_store(str(tmp_path / part)).raise_if_failed()
 
 
-def _ns_call(address: str, cmd: RemotingCommand) -> RemotingCommand:
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=5) as sock:
-        sock.sendall(cmd.encode())
-        frames = FrameReader()
-        while (got := frames.next()) is None:
-            data = sock.recv(65536)
-            assert data, "the NameServer closed the connection"
-            frames.feed(data)
-        return got
+def _ns_call(sock: socket.socket, cmd: RemotingCommand) -> RemotingCommand:
+    sock.sendall(cmd.encode())
+    frames = FrameReader()
+    while (got := frames.next()) is None:
+        data = sock.recv(65536)
+        assert data, "the NameServer closed the connection"
+        frames.feed(data)
+    return got
 
 
 @pytest.mark.parametrize("broker_id, why", [
@@ -330,7 +331,8 @@ def _ns_call(address: str, cmd: RemotingCommand) -> RemotingCommand:
 def test_the_name_server_refuses_a_registration_whose_broker_id_does_not_parse(namesrv, broker_id, why):
     """REGISTER_BROKER's brokerId is a Java Long: text that is not one (too big for 64 bits, not
     decimal digits) is refused naming the field, and registers nothing; then a good registration
-    on the same server goes through."""
+    on the same server goes through. One connection, kept open, as a broker's (the NameServer
+    drops what a connection registered when it closes)."""
     body = json.dumps({"topicConfigSerializeWrapper": {"dataVersion": {"counter": 1, "timestamp": 1},
                                                        "topicConfigTable": {"TopicNs": {"topicName": "TopicNs",
                                                                                          "readQueueNums": 2,
@@ -339,17 +341,17 @@ def test_the_name_server_refuses_a_registration_whose_broker_id_does_not_parse(n
                        "filterServerList": []}).encode()
     fields = {"brokerAddr": "127.0.0.1:1", "brokerName": "broker-x", "clusterName": "C", "haServerAddr": "",
               "compressed": "false", "bodyCrc32": "0"}
-    got = _ns_call(namesrv.address, RemotingCommand(103, opaque=1, ext_fields={**fields, "brokerId": broker_id},
-                                                    body=body))
-    assert got.code == ResponseCode.SYSTEM_ERROR and "<brokerId>" in (got.remark or "") and why in (got.remark or ""), \
-        (got.code, got.remark)
-    assert route(namesrv.address, "TopicNs") == {}
-    got = _ns_call(namesrv.address, RemotingCommand(103, opaque=2, ext_fields={**fields, "brokerId": "0"}, body=body))
-    assert got.code == ResponseCode.SUCCESS, got.remark
-    assert route(namesrv.address, "TopicNs") == {"broker-x": ("127.0.0.1:1", [0, 1])}
-    got = _ns_call(namesrv.address, RemotingCommand(104, opaque=3, ext_fields={**fields, "brokerId": broker_id}))
-    assert got.code == ResponseCode.SYSTEM_ERROR and "<brokerId>" in (got.remark or ""), (got.code, got.remark)
-    assert route(namesrv.address, "TopicNs") == {"broker-x": ("127.0.0.1:1", [0, 1])}
+    with socket.create_connection(("127.0.0.1", int(namesrv.address.rpartition(":")[2])), timeout=5) as sock:
+        got = _ns_call(sock, RemotingCommand(103, opaque=1, ext_fields={**fields, "brokerId": broker_id}, body=body))
+        assert got.code == ResponseCode.SYSTEM_ERROR and "<brokerId>" in (got.remark or "") and why in (got.remark or ""), \
+            (got.code, got.remark)
+        assert route(namesrv.address, "TopicNs") == {}
+        got = _ns_call(sock, RemotingCommand(103, opaque=2, ext_fields={**fields, "brokerId": "0"}, body=body))
+        assert got.code == ResponseCode.SUCCESS, got.remark
+        assert route(namesrv.address, "TopicNs") == {"broker-x": ("127.0.0.1:1", [0, 1])}
+        got = _ns_call(sock, RemotingCommand(104, opaque=3, ext_fields={**fields, "brokerId": broker_id}))
+        assert got.code == ResponseCode.SYSTEM_ERROR and "<brokerId>" in (got.remark or ""), (got.code, got.remark)
+        assert route(namesrv.address, "TopicNs") == {"broker-x": ("127.0.0.1:1", [0, 1])}
 
 
 def test_a_broker_registers_with_every_nameserver_it_is_given(tmp_path) -> None:

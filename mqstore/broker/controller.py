@@ -23,11 +23,12 @@ from collections import defaultdict
 from typing import Any
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.acl.signature import sign_fields
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_not_exist
 from mqstore.broker.groups import SubscriptionGroups
-from mqstore.broker.namesrv import NameServer
+from mqstore.broker.namesrv import NameServerLink, NameServerThread
 from mqstore.broker.requests import BadField, check_header, field, int_field, parse_number, response, wall_ms
 from mqstore.broker.offsets import ConsumerOffsets, decode_offset_table
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
@@ -129,7 +130,8 @@ class BrokerController:
         # order locks: group -> (topic, brokerName, queueId) -> (clientId, last renewal ms)
         self.locks: dict[str, dict[tuple[str, str, int], tuple[str, int]]] = defaultdict(dict)
         self.fronts: dict[str, asyncio.StreamWriter] = {}  # front pid -> its link
-        self.namesrv: NameServer | None = None
+        self.namesrv: NameServerThread | None = None
+        self._namesrv_links: dict[str, NameServerLink] = {}  # one connection per NameServer
         self.namesrv_addrs: list[str] = [a.strip() for a in cfg.namesrv_addr.split(";") if a.strip()]
         self._server: asyncio.AbstractServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,8 +146,12 @@ class BrokerController:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         if not self.namesrv_addrs:
-            self.namesrv = NameServer(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port)
-            await self.namesrv.start()
+            # on a loop of its own thread: the controller's work cannot starve it; it trusts the
+            # broker's own account (docs/security-namesrv.md); a taken port is PortInUseError
+            ak, sk = self.cfg.inner_access_key, self.cfg.inner_secret_key
+            self.namesrv = NameServerThread(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port,
+                                            accounts={ak: sk} if ak and sk else None, setting="namesrv_listen_port")
+            self.namesrv.start()
             bind = self.cfg.effective_bind_address
             host = "127.0.0.1" if bind == "0.0.0.0" else bind
             self.namesrv_addrs = [f"{host}:{self.namesrv.port}"]
@@ -170,8 +176,10 @@ class BrokerController:
         self.schedule.stop()
         self.offsets.persist()
         await self._unregister_all()
+        for ns_link in self._namesrv_links.values():
+            await ns_link.close()
         if self.namesrv is not None:
-            await self.namesrv.close()
+            self.namesrv.close()
 
     # -- the link ------------------------------------------------------------------------------
     async def _serve_front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -521,25 +529,37 @@ class BrokerController:
                 pass
 
     def _register_request(self) -> RemotingCommand:
+        """REGISTER_BROKER, signed with the broker's own account (inner_access_key) when it has one."""
         body = json.dumps({"topicConfigSerializeWrapper": self.topics.wrapper(), "filterServerList": []}).encode()
-        return RemotingCommand(RequestCode.REGISTER_BROKER, language="JAVA", version=VERSION, ext_fields={
-            "brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
-            "clusterName": self.cfg.broker_cluster_name,
-            "haServerAddr": self._ha_server_addr(),
-            "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}, body=body)
+        fields = {"brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
+                  "clusterName": self.cfg.broker_cluster_name, "haServerAddr": self._ha_server_addr(),
+                  "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+        if self.cfg.inner_access_key and self.cfg.inner_secret_key:
+            sign_fields(fields, body, self.cfg.inner_access_key, self.cfg.inner_secret_key)
+        return RemotingCommand(RequestCode.REGISTER_BROKER, language="JAVA", version=VERSION, ext_fields=fields,
+                               body=body)
 
     async def register_all(self) -> None:
-        """REGISTER_BROKER with every NameServer (registerBrokerAll), each on its own connection."""
+        """REGISTER_BROKER with every NameServer (registerBrokerAll), each on the broker's one
+        connection to it (the NameServer drops the broker's routes when it closes)."""
         await asyncio.gather(*(self._call_namesrv(addr, self._register_request()) for addr in self.namesrv_addrs))
 
     async def _unregister_all(self) -> None:
-        cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, language="JAVA", version=VERSION, ext_fields={
-            "brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
-            "clusterName": self.cfg.broker_cluster_name})
+        fields = {"brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
+                  "clusterName": self.cfg.broker_cluster_name}
+        if self.cfg.inner_access_key and self.cfg.inner_secret_key:
+            sign_fields(fields, None, self.cfg.inner_access_key, self.cfg.inner_secret_key)
+        cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, language="JAVA", version=VERSION, ext_fields=fields)
         await asyncio.gather(*(self._call_namesrv(addr, cmd) for addr in self.namesrv_addrs))
 
     async def _call_namesrv(self, addr: str, cmd: RemotingCommand) -> bool:
-        got = await self._request(addr, cmd, "NameServer")
+        """cmd on the broker's connection to the NameServer at addr (opened, or opened again, here;
+        its loss registers again at once); whether it succeeded (a failure is logged)."""
+        ns_link = self._namesrv_links.get(addr)
+        if ns_link is None:
+            ns_link = self._namesrv_links[addr] = NameServerLink(addr, timeout_s=REGISTER_TIMEOUT_S,
+                                                                 on_lost=self._register_now.set)
+        got = await ns_link.call(cmd)
         if got is None:
             return False
         if got.code != ResponseCode.SUCCESS:

@@ -1,23 +1,43 @@
 """The NameServer (docs/rocketmq-remoting-spec.md §2.3): brokers register with it, clients ask it for
 a topic's route. An asyncio TCP server over the route table of ``mqstore.broker.routes`` and the
 frame codec of ``mqstore._remoting``: REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC;
-any other code is answered REQUEST_CODE_NOT_SUPPORTED, a request missing a field SYSTEM_ERROR naming
-it, and a frame that cannot be decoded closes its connection only.
+served through the broker's request table (``mqstore.broker.requests.route``): any other code is
+answered REQUEST_CODE_NOT_SUPPORTED, a request missing a field SYSTEM_ERROR naming it, and a frame
+that cannot be decoded closes its connection only.
+
+Guarded (docs/security-namesrv.md), where RocketMQ 4.9.7's takes any registration from anyone:
+given broker ``accounts`` (access key -> secret key), it takes only REGISTER_BROKER and
+UNREGISTER_BROKER requests signed by one of them (RocketMQ's ACL signature); with or without, a
+broker name and id whose registering connection is open cannot be taken from another address, and
+an unregistration comes from that connection or is signed. A broker's routes go when its
+connection closes (RocketMQ's onChannelDestroy), so a broker keeps one connection per NameServer
+(``NameServerLink``). ``NameServerThread`` runs one on an event loop of its own thread: the
+NameServer a broker embeds, which the broker's own work must not starve.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
 import logging
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.acl.signature import ACCESS_KEY, signature_matches
 from mqstore.broker.codes import FAQ, RequestCode, ResponseCode
-from mqstore.broker.requests import field, int_field, response, wall_ms
-from mqstore.broker.routes import BROKER_CHANNEL_EXPIRED_MS, RouteTable, parse_register_body, route_json
+from mqstore.broker.limits import LogLimiter
+from mqstore.broker.requests import Handler, int_field, response, route, wall_ms
+from mqstore.broker.routes import (BROKER_CHANNEL_EXPIRED_MS, RouteRefused, RouteTable, parse_register_body,
+                                   route_json)
+from mqstore.broker.table import Access, RequestSpec
+from mqstore.errors import PortInUseError
 from mqstore.protocol import VERSION  # the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
 
-__all__ = ["NameServer", "SCAN_INTERVAL_MS", "VERSION"]
+__all__ = ["Accounts", "NameServer", "NameServerLink", "NameServerThread", "SCAN_INTERVAL_MS", "VERSION"]
 
 log = logging.getLogger("mqstore.namesrv")
 
@@ -25,26 +45,150 @@ log = logging.getLogger("mqstore.namesrv")
 SCAN_INTERVAL_MS = 10_000
 #: the first client version that gets standard JSON route data (V4_9_4)
 STANDARD_JSON_VERSION = 401
+#: connections waiting to be accepted (NettyServerConfig serverSocketBacklog: 1024; asyncio's
+#: default of 100 makes a burst of clients wait for SYN retransmits, seconds each)
+BACKLOG = 1024
+
+#: the brokers' accounts a NameServer trusts (access key -> secret key), or a function returning
+#: them (called for each registration and unregistration: an ACL file re-read when it changes)
+Accounts: TypeAlias = Mapping[str, str] | Callable[[], Mapping[str, str]]
+
+
+def _listen(host: str, port: int, setting: str) -> socket.socket:
+    """The NameServer's listening socket; PortInUseError naming the port and its setting when taken."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart over TIME_WAIT, as Netty
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise PortInUseError.of("NameServer", host or "0.0.0.0", port, setting, exc) from None
+        raise
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class _Channel:
+    """One connection to the NameServer, the context its requests are served in: registrations
+    made on it are tied to it (``RouteTable``'s channel) and go when it closes."""
+
+    __slots__ = ("ns", "peer")
+
+    def __init__(self, ns: NameServer, peer: str) -> None:
+        self.ns = ns
+        self.peer = peer
+
+
+def _guard(spec: RequestSpec, cmd: RemotingCommand, conn: _Channel) -> str | None:
+    """The NameServer's column of the request table: a broker's request (Access.BROKER) signed by
+    a trusted account when the NameServer has accounts; why not, or None."""
+    if spec.access is not Access.BROKER or conn.ns.accounts is None:
+        return None
+    accounts = conn.ns.trusted()
+    access_key = cmd.ext_fields.get(ACCESS_KEY)
+    if not access_key:
+        why = ("no AccessKey: this NameServer takes registrations signed with a broker account only (set "
+               "inner_access_key and inner_secret_key on the broker)")
+    elif (secret := accounts.get(access_key)) is None:
+        why = f"AccessKey {access_key} is not a broker account of this NameServer"
+    elif not signature_matches(cmd.ext_fields, cmd.body, secret):
+        why = f"the signature does not match AccessKey {access_key}'s secret key"
+    else:
+        return None
+    conn.ns.log_budget.warning("%s from %s refused: %s", spec.name, conn.peer, why)
+    return f"{spec.name} refused: {why}"
+
+
+def _refused(conn: _Channel, cmd: RemotingCommand, what: str, exc: RouteRefused) -> RemotingCommand:
+    conn.ns.log_budget.warning("%s from %s refused: %s", what, conn.peer, exc)
+    return response(cmd, ResponseCode.NO_PERMISSION, f"{what} refused: {exc}")
+
+
+def _route(conn: _Channel, cmd: RemotingCommand) -> RemotingCommand:
+    topic = cmd.ext_fields["topic"]
+    route = conn.ns.routes.route(topic)
+    if route is None:
+        return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                        f"No topic route info in name server for the topic: {topic}{FAQ}")
+    standard = cmd.version >= STANDARD_JSON_VERSION or cmd.ext_fields.get("acceptStandardJsonOnly") == "true"
+    return response(cmd, ResponseCode.SUCCESS, body=route_json(route, standard=standard))
+
+
+def _register(conn: _Channel, cmd: RemotingCommand) -> RemotingCommand:
+    f = cmd.ext_fields
+    body = parse_register_body(cmd.body, compressed=f.get("compressed", "false"), body_crc32=f.get("bodyCrc32", "0"))
+    try:
+        ha, master = conn.ns.routes.register_broker(f["clusterName"], f["brokerAddr"], f["brokerName"],
+                                                    int_field(f, "brokerId"), f.get("haServerAddr", ""), body,
+                                                    conn.ns.clock_ms(), channel=conn)
+    except RouteRefused as exc:
+        return _refused(conn, cmd, "REGISTER_BROKER", exc)
+    fields = {k: v for k, v in (("haServerAddr", ha), ("masterAddr", master)) if v is not None}
+    return response(cmd, ResponseCode.SUCCESS, ext_fields=fields, body=b'{"table":{}}')
+
+
+def _unregister(conn: _Channel, cmd: RemotingCommand) -> RemotingCommand:
+    f = cmd.ext_fields
+    try:  # past the guard, a NameServer with accounts has checked the signature
+        conn.ns.routes.unregister_broker(f["clusterName"], f["brokerAddr"], f["brokerName"], int_field(f, "brokerId"),
+                                         channel=conn, verified=conn.ns.accounts is not None)
+    except RouteRefused as exc:
+        return _refused(conn, cmd, "UNREGISTER_BROKER", exc)
+    return response(cmd, ResponseCode.SUCCESS)
 
 
 class NameServer:
-    """A NameServer on host:port (port 0: any free one; ``port`` says which after start)."""
+    """A NameServer on host:port (port 0: any free one; ``port`` says which after start).
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 9876, *, clock_ms: Callable[[], int] = wall_ms,
+    ``accounts``: the brokers it trusts (access key -> secret key, or a function returning them):
+    registrations and unregistrations must be signed by one (none: all are refused); None (a
+    developer's loopback default), they need no signature. ``setting`` names the port's setting
+    in the error a taken port raises (PortInUseError)."""
+
+    #: the NameServer's column of the request table (mqstore.broker.table)
+    _handlers: dict[int, Handler] = {RequestCode.GET_ROUTEINFO_BY_TOPIC: _route,
+                                     RequestCode.REGISTER_BROKER: _register,
+                                     RequestCode.UNREGISTER_BROKER: _unregister}
+
+    def __init__(self, host: str = "0.0.0.0", port: int = 9876, *, accounts: Accounts | None = None,
+                 setting: str = "listen_port", clock_ms: Callable[[], int] = wall_ms,
                  scan_interval_ms: int = SCAN_INTERVAL_MS) -> None:
         self.host = host
         self.port = port
+        self.accounts = accounts
+        self.setting = setting
         self.routes = RouteTable()
         self.clock_ms = clock_ms
         self.scan_interval_ms = scan_interval_ms
+        self.log_budget = LogLimiter(log)  # refusals, bad frames, failed requests
         self._server: asyncio.Server | None = None
         self._scan: asyncio.Task[None] | None = None
+        self._conns: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
+
+    def trusted(self) -> Mapping[str, str]:
+        """The broker accounts trusted now."""
+        accounts = self.accounts() if callable(self.accounts) else self.accounts
+        return accounts or {}
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        sock = _listen(self.host, self.port, self.setting)
+        self._server = await asyncio.start_server(self._serve, sock=sock, backlog=BACKLOG)
+        self.port = sock.getsockname()[1]
         self._scan = asyncio.create_task(self._scan_loop())
         log.info("NameServer listening on %s:%d", self.host, self.port)
+        if self.accounts is None and not _is_loopback(self.host):
+            log.warning("the NameServer on %s:%d has no broker accounts: anyone who reaches it can register a "
+                        "broker under a name not yet taken (give it accounts: docs/security-namesrv.md)",
+                        self.host, self.port)
 
     async def close(self) -> None:
         if self._scan is not None:
@@ -52,6 +196,10 @@ class NameServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        for writer in list(self._conns):
+            writer.close()
+        if self._conns:
+            await asyncio.wait(list(self._conns.values()), timeout=5)
 
     async def _scan_loop(self) -> None:
         while True:
@@ -60,54 +208,169 @@ class NameServer:
                 log.warning("broker %s dropped: no registration for %d s", addr, BROKER_CHANNEL_EXPIRED_MS // 1000)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns[writer] = task
         peer = writer.get_extra_info("peername")
+        conn = _Channel(self, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
         frames = FrameReader()
         try:
             while data := await reader.read(65536):
                 frames.feed(data)
                 while (cmd := frames.next()) is not None:
-                    answer = self.handle(cmd)
+                    answer = self.handle(cmd, conn)
                     if answer is not None and not cmd.is_oneway:
                         writer.write(answer.encode())
                 await writer.drain()
         except FrameError as exc:
-            log.warning("closing the connection from %s: %s", peer, exc)
+            self.log_budget.warning("closing the connection from %s: %s", conn.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+            del self._conns[writer]
+            for addr in self.routes.channel_closed(conn):
+                log.info("broker %s dropped: the connection it registered on (from %s) closed", addr, conn.peer)
 
-    def handle(self, cmd: RemotingCommand) -> RemotingCommand | None:
-        """The response to one request (None for a response frame, which a NameServer never asked for)."""
-        if cmd.is_response:
-            return None
+    def handle(self, cmd: RemotingCommand, conn: _Channel) -> RemotingCommand | None:
+        """The response to one request that came on ``conn`` (registrations are tied to it); None
+        for a response frame, which a NameServer never asked for."""
+        return route(cmd, self._handlers, conn, guard=_guard, errors=self.log_budget)
+
+
+class NameServerThread:
+    """A NameServer (``server``) on an event loop of its own, in a thread of its own: the one a
+    broker embeds, so neither the broker's controller nor the NameServer can hold up the other
+    (they still share the interpreter's lock, which switches every 5 ms). Arguments as
+    NameServer's; ``start()`` raises what the server's start raises (PortInUseError)."""
+
+    def __init__(self, host: str = "0.0.0.0", port: int = 9876, **settings: Any) -> None:
+        self.server = NameServer(host, port, **settings)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="mqstore-namesrv", daemon=True)
+        self._thread.start()
         try:
-            if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
-                return self._route(cmd)
-            if cmd.code == RequestCode.REGISTER_BROKER:
-                return self._register(cmd)
-            if cmd.code == RequestCode.UNREGISTER_BROKER:
-                self.routes.unregister_broker(field(cmd.ext_fields, "clusterName"), field(cmd.ext_fields, "brokerAddr"),
-                                              field(cmd.ext_fields, "brokerName"), int_field(cmd.ext_fields, "brokerId"))
-                return response(cmd, ResponseCode.SUCCESS)
-        except ValueError as exc:  # BadField too
-            return response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-        return response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+            asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(timeout_s)
+        except BaseException:
+            self.close()
+            raise
 
-    def _route(self, cmd: RemotingCommand) -> RemotingCommand:
-        topic = field(cmd.ext_fields, "topic")
-        route = self.routes.route(topic)
-        if route is None:
-            return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                            f"No topic route info in name server for the topic: {topic}{FAQ}")
-        standard = cmd.version >= STANDARD_JSON_VERSION or cmd.ext_fields.get("acceptStandardJsonOnly") == "true"
-        return response(cmd, ResponseCode.SUCCESS, body=route_json(route, standard=standard))
+    def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+        """fn() run on the NameServer's loop (to read its route table from another thread)."""
+        assert self.loop is not None
 
-    def _register(self, cmd: RemotingCommand) -> RemotingCommand:
-        body = parse_register_body(cmd.body, compressed=cmd.ext_fields.get("compressed", "false"),
-                                   body_crc32=cmd.ext_fields.get("bodyCrc32", "0"))
-        ha, master = self.routes.register_broker(
-            field(cmd.ext_fields, "clusterName"), field(cmd.ext_fields, "brokerAddr"), field(cmd.ext_fields, "brokerName"),
-            int_field(cmd.ext_fields, "brokerId"), cmd.ext_fields.get("haServerAddr", ""), body, self.clock_ms())
-        fields = {k: v for k, v in (("haServerAddr", ha), ("masterAddr", master)) if v is not None}
-        return response(cmd, ResponseCode.SUCCESS, ext_fields=fields, body=b'{"table":{}}')
+        async def run() -> Any:
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        loop, thread = self.loop, self._thread
+        if loop is None or thread is None:
+            return
+        self.loop = self._thread = None
+        try:
+            if thread.is_alive():
+                asyncio.run_coroutine_threadsafe(self.server.close(), loop).result(timeout_s)
+        except Exception as exc:  # the thread must still end
+            log.error("closing the NameServer failed: %s", exc)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout_s)
+            if not thread.is_alive():
+                loop.close()
+
+
+class NameServerLink:
+    """A broker's one connection to a NameServer (RocketMQ's NettyRemotingClient channel): its
+    registrations go over it, so the NameServer ties them to it and drops them when it closes.
+    Requests may overlap (answers are matched by opaque); a lost connection is opened again by the
+    next request, and ``on_lost`` is called when one is lost (the broker registers again at once)."""
+
+    def __init__(self, addr: str, *, timeout_s: float = 6.0, on_lost: Callable[[], None] | None = None) -> None:
+        self.addr = addr
+        self.timeout_s = timeout_s
+        self.on_lost = on_lost
+        self._writer: asyncio.StreamWriter | None = None
+        self._reading: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._opaque = 0
+        self._connecting = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def call(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """The NameServer's answer to cmd, or None (logged) when there is none."""
+        try:
+            writer = await self._connect()
+        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+            log.warning("NameServer %s: cannot connect (%s)", self.addr, exc)
+            return None
+        self._opaque = self._opaque % 0x7FFFFFFF + 1
+        opaque = cmd.opaque = self._opaque
+        answer: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[opaque] = answer
+        try:
+            writer.write(cmd.encode())
+            await writer.drain()
+            return await asyncio.wait_for(answer, self.timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:
+            log.warning("NameServer %s: request %d failed (%s)", self.addr, cmd.code, exc or type(exc).__name__)
+            return None
+        finally:
+            self._pending.pop(opaque, None)
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        async with self._connecting:
+            if self._closed:
+                raise ConnectionError("the link is closed")
+            if self._writer is None or self._writer.is_closing():
+                host, _, port = self.addr.rpartition(":")
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), self.timeout_s)
+                self._writer = writer
+                self._reading = asyncio.create_task(self._read(reader, writer))
+            return self._writer
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameReader()
+        why = "closed by the NameServer"
+        try:
+            while data := await reader.read(65536):
+                frames.feed(data)
+                while (got := frames.next()) is not None:
+                    waiting = self._pending.pop(got.opaque, None)
+                    if waiting is not None and not waiting.done() and got.is_response:
+                        waiting.set_result(got)
+        except (OSError, FrameError) as exc:
+            why = str(exc)
+        finally:
+            writer.close()
+            if self._writer is writer:
+                self._writer = None
+            for waiting in self._pending.values():  # no await since the loss: all were sent on writer
+                if not waiting.done():
+                    waiting.set_exception(ConnectionError(why))
+            self._pending.clear()
+            if not self._closed:
+                log.warning("NameServer %s: the connection was lost (%s); registering again", self.addr, why)
+                if self.on_lost is not None:
+                    self.on_lost()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._reading is not None:
+            self._reading.cancel()
+            await asyncio.gather(self._reading, return_exceptions=True)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,6 +1,12 @@
 """The NameServer's route table (RocketMQ 4.9.7 RouteInfoManager; docs/rocketmq-remoting-spec.md
 §2.3): brokers register their topics, clients ask for a topic's route, and a broker that has not
-registered for BROKER_CHANNEL_EXPIRED_MS drops out.
+registered for BROKER_CHANNEL_EXPIRED_MS, or whose registering connection closed, drops out.
+
+Unlike RocketMQ's, the table keeps a broker's name from being taken (docs/security-namesrv.md):
+each registration remembers the connection it came on (``channel``, any object the caller uses
+for one), and while that connection is open and the registration not expired, no other
+connection registers the same broker name and id or the same address, nor unregisters it
+without a verified signature; RouteRefused says who holds it.
 
 Pure data and functions, no sockets: the NameServer process (and the one embedded in a broker)
 calls them from its request handlers. Times are milliseconds passed in by the caller.
@@ -14,8 +20,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["BROKER_CHANNEL_EXPIRED_MS", "MASTER_ID", "RegisterBody", "RouteTable", "parse_register_body",
-           "route_json"]
+__all__ = ["BROKER_CHANNEL_EXPIRED_MS", "MASTER_ID", "RegisterBody", "RouteRefused", "RouteTable",
+           "parse_register_body", "route_json"]
 
 #: a broker whose last registration is older than this is dropped (BROKER_CHANNEL_EXPIRED_TIME)
 BROKER_CHANNEL_EXPIRED_MS = 120_000
@@ -23,11 +29,18 @@ BROKER_CHANNEL_EXPIRED_MS = 120_000
 MASTER_ID = 0
 
 
+class RouteRefused(Exception):
+    """A registration or unregistration another connection's live registration forbids (the
+    NameServer answers NO_PERMISSION with the message)."""
+
+
 @dataclass
 class _Live:
     last_update_ms: int
     data_version: dict[str, Any] | None
     ha_server_addr: str
+    #: the connection the registration came on (None: not known, e.g. a caller without sockets)
+    channel: object | None = None
 
 
 @dataclass
@@ -95,16 +108,36 @@ class RouteTable:
         self.live: dict[str, _Live] = {}
         self.filter_servers: dict[str, list[str]] = {}
 
+    def _holder(self, broker_addr: str, now_ms: int) -> object | None:
+        """The connection holding broker_addr's registration: open (a closed one's registrations
+        are gone) and not expired; None when nobody holds it."""
+        live = self.live.get(broker_addr)
+        if live is None or live.last_update_ms + BROKER_CHANNEL_EXPIRED_MS < now_ms:
+            return None
+        return live.channel
+
     def register_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int, ha_server_addr: str,
-                        body: RegisterBody | None, now_ms: int) -> tuple[str | None, str | None]:
-        """A broker's (re-)registration. Returns (haServerAddr, masterAddr): for a slave whose
-        master is registered and alive, else (None, None). Queue data comes from a master's
-        registration only, and only when its data version changed or on its first one. A topic
-        config that is not one is a ValueError before anything changes."""
+                        body: RegisterBody | None, now_ms: int, *,
+                        channel: object | None = None) -> tuple[str | None, str | None]:
+        """A broker's (re-)registration, from ``channel``. Returns (haServerAddr, masterAddr): for
+        a slave whose master is registered and alive, else (None, None). Queue data comes from a
+        master's registration only, and only when its data version changed or on its first one.
+        A topic config that is not one is a ValueError, and a name, id or address another
+        connection holds RouteRefused, before anything changes."""
         queue_datas = {str(tc.get("topicName") or name): _queue_data(broker_name, tc)
                        for name, tc in body.topic_configs.items()} if body is not None and broker_id == MASTER_ID else {}
-        self.clusters.setdefault(cluster, set()).add(broker_name)
         data = self.brokers.get(broker_name)
+        held_by = data["brokerAddrs"].get(broker_id) if data is not None else None
+        if held_by is not None and held_by != broker_addr:
+            holder = self._holder(held_by, now_ms)
+            if holder is not None and holder is not channel:
+                raise RouteRefused(f"broker {broker_name} id {broker_id} is registered from {held_by}, whose connection "
+                                   f"is open: {broker_addr} cannot take it")
+        holder = self._holder(broker_addr, now_ms)
+        if holder is not None and holder is not channel:
+            raise RouteRefused(f"{broker_addr} is registered (as broker {self._name_of(broker_addr)}) from another "
+                               "connection, still open: only that connection registers it again")
+        self.clusters.setdefault(cluster, set()).add(broker_name)
         first = data is None
         if data is None:
             data = {"cluster": cluster, "brokerName": broker_name, "brokerAddrs": {}}
@@ -121,7 +154,7 @@ class RouteTable:
             if first or prev is None or prev.data_version != version:
                 for topic, queue_data in queue_datas.items():
                     self.topics.setdefault(topic, {})[broker_name] = queue_data
-        self.live[broker_addr] = _Live(now_ms, version, ha_server_addr)
+        self.live[broker_addr] = _Live(now_ms, version, ha_server_addr, channel)
         if body is not None:
             if body.filter_servers:
                 self.filter_servers[broker_addr] = list(body.filter_servers)
@@ -133,9 +166,14 @@ class RouteTable:
                 return self.live[master].ha_server_addr, master
         return None, None
 
+    def _name_of(self, broker_addr: str) -> str:
+        return next((f"{n} id {b}" for n, d in self.brokers.items() for b, a in d["brokerAddrs"].items()
+                     if a == broker_addr), "?")
+
     def _drop_address(self, broker_addr: str, broker_name: str | None = None, broker_id: int | None = None) -> None:
         """Forget one broker address; a broker name with no address left leaves its cluster and
-        every topic's queue data (onChannelDestroy / unregisterBroker)."""
+        every topic's queue data (onChannelDestroy / unregisterBroker). With a name and id, only
+        that entry goes."""
         self.live.pop(broker_addr, None)
         self.filter_servers.pop(broker_addr, None)
         for name, data in list(self.brokers.items()):
@@ -156,9 +194,27 @@ class RouteTable:
                 if not queues:
                     del self.topics[topic]
 
-    def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> None:
-        """UNREGISTER_BROKER: a broker stopping."""
+    def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int, *,
+                          channel: object | None = None, verified: bool = False) -> None:
+        """UNREGISTER_BROKER: a broker stopping. From the connection that registered the address,
+        or ``verified`` (a signature the NameServer checked); else RouteRefused. A name and id
+        registered at another address are left alone (RocketMQ removes them whatever their
+        address: one broker's unregistration could remove another's)."""
+        data = self.brokers.get(broker_name)
+        if data is None or data["brokerAddrs"].get(broker_id) != broker_addr:
+            return
+        live = self.live.get(broker_addr)
+        if live is not None and live.channel is not None and live.channel is not channel and not verified:
+            raise RouteRefused(f"{broker_addr} (broker {broker_name} id {broker_id}) was registered from another "
+                               "connection: only that connection, or a signed request, unregisters it")
         self._drop_address(broker_addr, broker_name, broker_id)
+
+    def channel_closed(self, channel: object) -> list[str]:
+        """A connection closed: the addresses it registered are dropped (onChannelDestroy); which."""
+        gone = [addr for addr, live in self.live.items() if live.channel is not None and live.channel is channel]
+        for addr in gone:
+            self._drop_address(addr)
+        return gone
 
     def expire(self, now_ms: int) -> list[str]:
         """Drop the brokers whose last registration is older than BROKER_CHANNEL_EXPIRED_MS
