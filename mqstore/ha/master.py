@@ -11,6 +11,13 @@ connected, ``ha_report_ms`` when the last report came; each report wakes the SYN
 waiting (``ControlBlock.ha_broadcast``), and puts wake the writers while slaves are connected
 (``wait_ha_data``). ``ha_port`` is the port listened on (``ha_listen_port`` 0 picks one).
 
+With ``inner_secret_key`` set, a connection is a slave only once it has passed the handshake
+(``mqstore.ha.auth``: it proves it holds the broker account, and this master proves it too):
+until then nothing it sends is read as a report and nothing is sent to it but the challenge; a
+connection that fails it, or does not finish it within ``HANDSHAKE_TIMEOUT_S``, is closed with
+one log line. Without ``inner_secret_key`` any connection is a slave, as in RocketMQ (a warning
+at start says so).
+
 Decided differently from RocketMQ (docs/replication.md): a slave that reports 0 (an empty
 log) gets the master's whole log from its first byte still held, where RocketMQ starts it at
 the start of the master's last file; and a slave that reports more than the master holds is
@@ -21,6 +28,7 @@ bytes it holds that the master lost (RocketMQ closes without a word).
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import logging
 import os
@@ -31,12 +39,14 @@ import time
 from typing import Any
 
 from mqstore._ha import header, last_report
+from mqstore.errors import PortInUseError
 from mqstore.ha import read_json_object
+from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, HandshakeError, authenticate_slave
 from mqstore.log.directory import replace_file
 from mqstore.procs import alive
 from mqstore.services.base import ServiceThread
 
-__all__ = ["HAConnection", "HAService", "STATUS_FILE", "read_ha_status", "write_status"]
+__all__ = ["HAConnection", "HAService", "STATUS_FILE", "listen_ha", "read_ha_status", "write_status"]
 
 #: what the HA service (either side) says about itself, in the store directory, about every
 #: second (``mqstore node status`` shows it)
@@ -73,15 +83,44 @@ log = logging.getLogger("mqstore.ha")
 
 #: how long a writer waits for new data before looking again (RocketMQ: 100 ms)
 IDLE_WAIT_MS = 100.0
+#: connections in the handshake at once; more are closed at once (each holds a thread for up
+#: to HANDSHAKE_TIMEOUT_S)
+MAX_PENDING_HANDSHAKES = 32
+
+
+def listen_ha(host: str, port: int, previous: int = 0) -> socket.socket:
+    """The HA port's listening socket on host:port (0: a free one, or ``previous`` when it is
+    free again: a restarted HA process takes the port its slaves know); PortInUseError naming
+    the port and ``ha_listen_port`` when it is taken."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if port == 0 and previous > 0:
+            try:
+                server.bind((host, previous))
+            except OSError:
+                server.bind((host, 0))
+        else:
+            server.bind((host, port))
+        server.listen(64)
+    except OSError as exc:
+        server.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            raise PortInUseError.of("HA", host, port, "ha_listen_port", exc) from None
+        raise
+    return server
 
 
 class HAConnection:
-    """One slave: its socket, the reader thread and the writer thread."""
+    """One slave: its socket, the reader thread (the handshake, then the reports) and the
+    writer thread (started once the handshake passed)."""
 
     def __init__(self, service: HAService, sock: socket.socket, peer: str) -> None:
         self.service = service
         self.sock = sock
         self.peer = peer
+        self.access_key: str | None = None  # the account it proved holding (None: no handshake)
+        self.authenticated = False
         self.request_offset = -1   # the slave's first report: where the writer starts
         self.ack_offset = -1       # its latest report
         self.sent_upto = -1        # the writer's next byte
@@ -96,7 +135,6 @@ class HAConnection:
 
     def start(self) -> None:
         self.reader.start()
-        self.writer.start()
 
     @property
     def closed(self) -> bool:
@@ -107,7 +145,9 @@ class HAConnection:
             return
         self._closed.set()
         self._first_report.set()
-        if why:
+        if why and not self.authenticated and self.service.secret_key:
+            log.warning("HA: refused the connection from %s: %s", self.peer, why)
+        elif why:
             log.info("HA: closing the connection of slave %s: %s", self.peer, why)
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
@@ -116,8 +156,31 @@ class HAConnection:
         self.sock.close()
         self.service.connection_closed(self)
 
+    def _handshake(self) -> bool:
+        """With inner_secret_key: the slave proves it holds the broker account (mqstore.ha.auth)
+        before anything of it counts; then it becomes a slave of the service, and the writer
+        starts. False when the connection is closed instead."""
+        service = self.service
+        if service.secret_key:
+            try:
+                self.access_key = authenticate_slave(self.sock, service.config.inner_access_key, service.secret_key,
+                                                     service.handshake_timeout_s)
+            except HandshakeError as exc:
+                self.close(f"it {exc}")
+                return False
+            except OSError as exc:
+                self.close(f"the HA handshake failed: {exc}")
+                return False
+        if not service.connection_ready(self):
+            self.close()
+            return False
+        self.writer.start()
+        return True
+
     # -- the slave's reports (ReadSocketService) ---------------------------------------------------
     def _read_loop(self) -> None:
+        if not self._handshake():
+            return
         cfg = self.service.config
         buf = bytearray(1024 * 1024)
         view = memoryview(buf)
@@ -251,27 +314,26 @@ class HAService(ServiceThread):
         self._next_status = 0.0
         self.files = files
         self.follow = follow
-        self.connections: list[HAConnection] = []
+        self.connections: list[HAConnection] = []  # the slaves (past the handshake)
+        self.pending: list[HAConnection] = []  # connections in the handshake
         self._lock = threading.Lock()
-        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        port = config.ha_listen_port
-        previous = ctl.get("ha_port")
-        if port == 0 and previous > 0:
-            # a restarted HA process (the one before was killed) takes the port its slaves know
-            try:
-                self.server.bind((config.effective_bind_address, previous))
-                port = -1
-            except OSError:
-                pass
-        if port >= 0:
-            self.server.bind((config.effective_bind_address, port))
-        self.server.listen(64)
+        #: the broker account's secret: with one, every slave must pass the handshake
+        self.secret_key: str = config.inner_secret_key
+        self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S
+        host = config.effective_bind_address
+        self.server = listen_ha(host, config.ha_listen_port, ctl.get("ha_port"))
         self.port = self.server.getsockname()[1]
         ctl.set("ha_slaves", 0)
         ctl.set("ha_port", self.port)
         ctl.ha_broadcast()
-        log.info("HA: listening for slaves on %s:%d", config.effective_bind_address, self.port)
+        if self.secret_key:
+            log.info("HA: listening for slaves on %s:%d; each must prove it holds the broker account "
+                     "(inner_access_key %r)", host, self.port, config.inner_access_key)
+        else:
+            log.warning("HA: listening for slaves on %s:%d, accepting any slave: inner_secret_key is not set, so "
+                        "anyone who reaches the port can read the whole CommitLog (and have a SYNC_MASTER's puts "
+                        "acknowledged); set inner_access_key and inner_secret_key on master and slaves "
+                        "(docs/replication.md)", host, self.port)
 
     def lag_ms(self, ack: int) -> int:
         """How long ago the master's log first ended past `ack` (0 when it does not), to the
@@ -306,21 +368,49 @@ class HAService(ServiceThread):
         ready, _, _ = select.select([self.server], [], [], 0.5)
         if not ready or self.is_stopped:
             return
+        accepted = self._accept()
+        if accepted is None:
+            return
+        sock, peer = accepted
+        conn = HAConnection(self, sock, peer)
+        with self._lock:
+            full = len(self.pending) >= MAX_PENDING_HANDSHAKES
+            if not full:
+                self.pending.append(conn)
+        if full:
+            conn.close(f"{MAX_PENDING_HANDSHAKES} connections are in the HA handshake already")
+            return
+        conn.start()
+
+    def _accept(self) -> tuple[socket.socket, str] | None:
+        """The next connection to the HA port and its peer's address (the one place a slave's
+        connection is accepted); None when the accept failed."""
         try:
             sock, addr = self.server.accept()
         except OSError:
-            return
+            return None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = HAConnection(self, sock, f"{addr[0]}:{addr[1]}")
+        return sock, f"{addr[0]}:{addr[1]}"
+
+    def connection_ready(self, conn: HAConnection) -> bool:
+        """A connection passed the handshake (or there is none): it is a slave from now on,
+        counted in ``ha_slaves``. False when it or the service closed meanwhile."""
         with self._lock:
+            if conn.closed or self.is_stopped or conn not in self.pending:
+                return False
+            self.pending.remove(conn)
+            conn.authenticated = True
             self.connections.append(conn)
             self.ctl.set("ha_slaves", len(self.connections))
         self.ctl.ha_broadcast()
-        log.info("HA: slave %s connected", conn.peer)
-        conn.start()
+        account = f" (access key {conn.access_key!r})" if conn.access_key is not None else ""
+        log.info("HA: slave %s connected%s", conn.peer, account)
+        return True
 
     def connection_closed(self, conn: HAConnection) -> None:
         with self._lock:
+            if conn in self.pending:
+                self.pending.remove(conn)
             if conn in self.connections:
                 self.connections.remove(conn)
             self.ctl.set("ha_slaves", len(self.connections))
@@ -353,12 +443,13 @@ class HAService(ServiceThread):
     def on_shutdown(self) -> None:
         self.server.close()
         with self._lock:
-            conns = list(self.connections)
+            conns = self.pending + self.connections
         for conn in conns:
-            conn.close("the master stops")
+            conn.close("the master stops" if conn.authenticated else "")
         for conn in conns:
-            conn.reader.join(2)
-            conn.writer.join(2)
+            for thread in (conn.reader, conn.writer):
+                if thread.ident is not None:
+                    thread.join(2)
         self.ctl.set("ha_slaves", 0)
         self.ctl.set("ha_port", 0)
         self.ctl.ha_broadcast()

@@ -16,6 +16,12 @@ owner to cut its log back to the master's end (``mqstore.ha.request_truncation``
 truncateFiles), says how much that drops, and follows the master from there. In a store's
 threads the owner truncates at once (``truncate``, a callable of the owner); a node's HA process
 exits with ``TRUNCATE_EXIT`` and its owner truncates with the other service processes stopped.
+
+With ``inner_secret_key`` the slave takes part in the handshake (``mqstore.ha.auth``) before its
+first report: it proves it holds the broker account and follows only a master that proves the
+same, so nothing from an impostor (or from a master without the secret) is appended. Without
+one it reports at once, as RocketMQ's slave; a master that asks for the handshake is then named
+in one error saying which keys to set.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 
 from mqstore._ha import SlaveReader, report
 from mqstore.ha import TRUNCATE_EXIT, read_ha_master, read_truncation, request_truncation
+from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, MAGIC, HandshakeError, authenticate_master
 from mqstore.ha.master import write_status
 from mqstore.services.base import ServiceThread
 
@@ -39,6 +46,8 @@ log = logging.getLogger("mqstore.ha")
 
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
+#: the first read of a connection without the handshake: enough to tell a frame from a challenge
+FIRST_READ_BYTES = 64 * 1024
 
 
 class HAClient(ServiceThread):
@@ -67,18 +76,37 @@ class HAClient(ServiceThread):
         self._last_read = 0.0
         self._reported = -1
         self._next_status = 0.0
+        #: the broker account's secret: with one, the master must pass the handshake
+        self.secret_key: str = config.inner_secret_key
+        self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S
+        self._first_read = False  # the connection's first read is still to come (no handshake)
 
     # -- the connection ----------------------------------------------------------------------------
-    def _connect(self) -> bool:
+    def _open(self) -> socket.socket:
+        """A connection to the master's HA port (the one place the slave connects)."""
         host, _, port = self.master_address.rpartition(":")
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=3.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _connect(self) -> bool:
         try:
-            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=3.0)
-        except OSError as exc:
+            sock = self._open()
+        except (OSError, ValueError) as exc:
             self._failed(f"cannot connect to the master's HA service at {self.master_address}: {exc}")
             return False
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(None)
         self.sock = sock
+        if self.secret_key:
+            try:
+                authenticate_master(sock, self.config.inner_access_key, self.secret_key, self.handshake_timeout_s)
+            except HandshakeError as exc:
+                self._failed(f"the master at {self.master_address} {exc}")
+                return False
+            except (OSError, ValueError) as exc:
+                self._failed(f"the HA handshake with the master at {self.master_address} failed: {exc}")
+                return False
+        sock.settimeout(None)
+        self._first_read = not self.secret_key
         self.reader = SlaveReader()
         self.connects += 1
         self._last_read = time.monotonic()
@@ -134,7 +162,9 @@ class HAClient(ServiceThread):
             ready, _, _ = select.select([sock], [], [], 0.5)
             now = time.monotonic()
             if ready:
-                n = self.reader.recv_into(sock)
+                n = self._first_recv(sock) if self._first_read else self.reader.recv_into(sock)
+                if n < 0:
+                    return
                 if n == 0:
                     self._failed(f"the master {self.master_address} closed the connection")
                     return
@@ -149,6 +179,19 @@ class HAClient(ServiceThread):
                 self._report_end()
         except (OSError, ValueError) as exc:
             self._failed(f"replication from {self.master_address} failed: {exc}")
+
+    def _first_recv(self, sock: socket.socket) -> int:
+        """The first read of a connection without the handshake: a master that sends its
+        challenge wants one, which this slave cannot do without the keys (-1: the connection
+        is dropped, saying so); anything else goes to the reader as received."""
+        self._first_read = False
+        data = sock.recv(FIRST_READ_BYTES)
+        if data and MAGIC.startswith(data[:len(MAGIC)]):
+            self._failed(f"the master at {self.master_address} asks for the HA handshake: set inner_access_key and "
+                         "inner_secret_key (the broker account) on this slave as on the master")
+            return -1
+        self.reader.feed(data)
+        return len(data)
 
     def _apply(self) -> None:
         while self.sock is not None:
