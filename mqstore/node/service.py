@@ -1,6 +1,8 @@
 """A service process of the node: attaches to the control block, maps what its kind needs, runs
 the services mqstore.services.registry builds for it, prints READY, and stops on SIGTERM or when
-its parent (the owner) dies."""
+its parent (the owner) dies. A service that cannot start for a reason the user must act on (an
+MQStoreError: the HA port taken) prints ``FAILED <error class> <message>`` instead, and the
+supervisor raises that error in the owner (one line from the command, no traceback here)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import threading
 from typing import Any
 
 from mqstore.config import StoreConfig
+from mqstore.errors import MQStoreError
+from mqstore.exit_codes import EXIT_USAGE
 from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.node.settings import read_config
 from mqstore.node.supervisor import BACKGROUND_KINDS, BACKGROUND_NICE
@@ -120,7 +124,13 @@ def service_main(kind: str, root: str) -> int:
     if kind in BACKGROUND_KINDS:
         os.nice(BACKGROUND_NICE)
     ctl = _shm.ControlBlock.attach(os.path.join(root, CONTROL_BLOCK_NAME))
-    services, closers = _build(kind, root, cfg, ctl)
+    try:
+        services, closers = _build(kind, root, cfg, ctl)
+    except MQStoreError as exc:
+        ctl.close()
+        sys.stdout.write(f"FAILED {type(exc).__name__} {' '.join(str(exc.args[0]).split())}\n")
+        sys.stdout.flush()
+        return EXIT_USAGE
     for service in services:
         service.start()
     sys.stdout.write("READY\n")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from mqstore.errors import MQStoreError
+from mqstore.errors import MQStoreError, PortInUseError
 from mqstore.services import SERVICE_KINDS
 
 log = logging.getLogger("mqstore.node")
@@ -53,6 +53,23 @@ class ServiceStartError(MQStoreError, RuntimeError):
     """A service process did not report READY (its log says why)."""
 
     hint = "see the service's log lines on stderr"
+
+
+#: the errors a service process reports in its FAILED line that the owner raises as they are
+#: (mqstore.node.service); any other is a ServiceStartError carrying its message
+_REPORTED_ERRORS: dict[str, type[MQStoreError]] = {"PortInUseError": PortInUseError}
+
+
+def _start_error(kind: str, code: int | None, line: bytes, where: str) -> MQStoreError:
+    """What a service process that did not say READY failed of: the error its FAILED line
+    names, or a ServiceStartError with its exit code and what it said."""
+    if line.startswith(b"FAILED "):
+        name, _, message = line[7:].decode("utf-8", "replace").partition(" ")
+        error = _REPORTED_ERRORS.get(name)
+        if error is not None:
+            return error(message)
+        return ServiceStartError(f"the {kind} process did not start: {message}")
+    return ServiceStartError(f"the {kind} process did not start (exit {code}, said {line!r}); see its log{where}")
 
 
 class Supervisor:
@@ -105,8 +122,7 @@ class Supervisor:
         if line != b"READY":
             proc.kill()
             proc.wait()
-            raise ServiceStartError(f"the {sp.kind} process did not start (exit {proc.returncode}, said {line!r}); "
-                                    f"see its log" + (f" in {self.log_dir}" if self.log_dir else " on stderr"))
+            raise _start_error(sp.kind, proc.returncode, line, f" in {self.log_dir}" if self.log_dir else " on stderr")
         sp.proc = proc
         sp.starts += 1
         log.info("service %s running as pid %d", sp.kind, proc.pid)
@@ -142,7 +158,7 @@ class Supervisor:
                     try:
                         self._spawn(sp)
                         self.restarts += 1
-                    except (OSError, ServiceStartError) as exc:
+                    except (OSError, MQStoreError) as exc:
                         log.error("restarting %s failed: %s", sp.kind, exc)
 
     def stop(self) -> dict[str, int]:
