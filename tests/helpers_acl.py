@@ -125,6 +125,8 @@ class RecordingServer:
             return RemotingCommand(19, remark="no new message", ext_fields={
                 "nextBeginOffset": cmd.ext_fields.get("queueOffset", "0"), "minOffset": "0", "maxOffset": "0",
                 "suggestWhichBrokerId": "0"})
+        if code == 38:  # GET_CONSUMER_LIST_BY_GROUP
+            return RemotingCommand(0, body=b'{"consumerIdList":[]}')
         if code in (14, 30, 31, 29):  # QUERY_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP
             return RemotingCommand(0, ext_fields={"offset": "0"})
         return RemotingCommand(0)

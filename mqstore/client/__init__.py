@@ -4,11 +4,13 @@
 
     from mqstore.client import Producer, PullConsumer, SyncProducer
 
-It imports nothing from the broker or the store: only the compiled frame and record codecs.
+It imports nothing from the broker or the store: only the compiled frame and record codecs, and
+the request signature (mqstore.acl.signature) its ``credentials`` sign with.
 """
 
 from __future__ import annotations
 
+from mqstore.acl.signature import SessionCredentials
 from mqstore.client.consumer import PullConsumer, parse_expression
 from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedError, ConnectionClosedError,
                                    MessageDecodeError, MQClientError, ProtocolError, RemotingConnectionError,
@@ -25,5 +27,5 @@ __all__ = ["BrokerData", "ClientError", "ClientStateError", "ConnectFailedError"
            "MQClientError", "Message", "MessageDecodeError", "MessageExt", "MessageQueue", "ProtocolError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "QueueData", "RemotingConnection",
            "RemotingConnectionError", "RemotingTimeoutError", "RequestCode", "ResponseCode", "RouteError",
-           "SendResult", "SendStatus", "SyncProducer", "TopicRoute", "UniqIdGenerator", "decode_messages",
+           "SendResult", "SessionCredentials", "SendStatus", "SyncProducer", "TopicRoute", "UniqIdGenerator", "decode_messages",
            "parse_expression", "parse_route_data"]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from mqstore._remoting import RemotingCommand
+from mqstore.acl.signature import SessionCredentials, as_credentials
 from mqstore.client.errors import MQClientError, ProtocolError, RouteError
 from mqstore.client.instance import ClientInstance, check_group, response_int
 from mqstore.client.message import MessageExt, PullResult, PullStatus, decode_messages
@@ -66,12 +67,14 @@ class PullConsumer:
     serialize: "JSON" or "ROCKETMQ" headers. timeout: seconds a request waits for its response
     (a long-polling pull waits suspend_ms longer). max_reconsume_times: sent with send_back (the
     broker moves a message to %DLQ%<group> after that many). on_consumer_ids_changed(group) is
-    called when a broker says the group's consumers changed (NOTIFY_CONSUMER_IDS_CHANGED)."""
+    called when a broker says the group's consumers changed (NOTIFY_CONSUMER_IDS_CHANGED).
+    credentials: a SessionCredentials or an (access_key, secret_key) pair: every request is
+    signed with it, for a broker with ACL on (docs/client.md)."""
 
     def __init__(self, group: str, namesrv: str, *, serialize: str = "JSON", timeout: float = 3.0,
                  max_reconsume_times: int = MAX_RECONSUME_TIMES,
                  on_consumer_ids_changed: Callable[[str], None] | None = None, heartbeat_interval: float = 30.0,
-                 route_ttl: float = 30.0) -> None:
+                 route_ttl: float = 30.0, credentials: SessionCredentials | tuple[str, str] | None = None) -> None:
         self.group = check_group(group, "DEFAULT_CONSUMER")
         if type(max_reconsume_times) is not int or max_reconsume_times < 0:
             raise ValueError(f"max_reconsume_times must be an int >= 0, not {max_reconsume_times!r}")
@@ -80,7 +83,7 @@ class PullConsumer:
                                      heartbeat_interval=heartbeat_interval, route_ttl=route_ttl, version=VERSION,
                                      heartbeat_body=self._heartbeat_body,
                                      unregister_fields={"consumerGroup": self.group},
-                                     on_notify=on_consumer_ids_changed)
+                                     on_notify=on_consumer_ids_changed, credentials=as_credentials(credentials))
         self._suggested: dict[MessageQueue, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------

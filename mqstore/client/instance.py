@@ -2,7 +2,7 @@
 (docs/rocketmq-remoting-spec.md §2.3, §2.4.4, §2.4.5, §2.5): one connection per address, topic
 routes from the NameServers (cached, refreshed, looked up once however many callers wait), the
 broker address table, the heartbeat to every known broker, the requests brokers send, and
-UNREGISTER_CLIENT at close.
+UNREGISTER_CLIENT at close; with credentials, every request signed (mqstore.acl.signature).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from mqstore._remoting import RemotingCommand
+from mqstore.acl.signature import SessionCredentials
 from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedError, MQClientError, ProtocolError,
                                    RemotingConnectionError, RemotingTimeoutError)
 from mqstore.client.message import UniqIdGenerator
@@ -158,13 +159,16 @@ class ClientInstance:
 
     ``heartbeat_body(client_id)`` gives the HEART_BEAT body; ``unregister_fields`` the
     UNREGISTER_CLIENT fields besides clientID; ``on_notify(group)`` is called for each
-    NOTIFY_CONSUMER_IDS_CHANGED a broker sends."""
+    NOTIFY_CONSUMER_IDS_CHANGED a broker sends; ``credentials`` sign every request on every
+    connection (brokers and NameServers)."""
 
     def __init__(self, namesrv: str, *, serialize: str | int = "JSON", timeout: float = 3.0,
                  heartbeat_interval: float = 30.0, route_ttl: float = 30.0, version: int = VERSION,
                  heartbeat_body: Callable[[str], bytes], unregister_fields: dict[str, str],
-                 on_notify: Callable[[str], None] | None = None) -> None:
+                 on_notify: Callable[[str], None] | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self.namesrv = parse_namesrv(namesrv)
+        self.credentials = credentials
         self.serialize_type = serialize_type(serialize)
         self.timeout = check_positive("timeout", timeout)
         self.heartbeat_interval = check_positive("heartbeat_interval", heartbeat_interval)
@@ -268,7 +272,7 @@ class ClientInstance:
     async def _connect(self, addr: str) -> RemotingConnection:
         conn = await RemotingConnection.open(addr, connect_timeout=self.timeout, serialize=self.serialize_type,
                                              version=self.version, on_request=self._on_request,
-                                             on_close=self._on_close)
+                                             on_close=self._on_close, credentials=self.credentials)
         if self.closed:
             conn.close("was closed by the client")
             raise ClientStateError(f"this client was closed while it connected to {addr}")

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 
 from mqstore._remoting import RemotingCommand
+from mqstore.acl.signature import SessionCredentials, as_credentials
 from mqstore.client._sending import (BATCH_PROPERTIES, V2_NAMES, BatchItem, QueuePicker, batch_body, batch_entries,
                                      check_topic, heartbeat_body, prepare_message, producer_options, send_header,
                                      send_properties, send_result)
@@ -35,16 +36,20 @@ class Producer:
     compress_over: bodies of at least this many bytes are sent zlib-compressed (sys flag bit 0),
     as RocketMQ's compressMsgBodyOverHowmuch; None (the default) sends every body as it is.
     heartbeat_interval, route_ttl: seconds between heartbeats, and how long a route is cached.
+    credentials: a SessionCredentials or an (access_key, secret_key) pair: every request (to the
+    brokers and the NameServers) is signed with it, for a broker with ACL on (docs/client.md).
     """
 
     def __init__(self, group: str, namesrv: str, *, serialize: str = "JSON", send_code: str = "SEND_MESSAGE_V2",
                  timeout: float = 3.0, compress_over: int | None = None, heartbeat_interval: float = 30.0,
-                 route_ttl: float = 30.0) -> None:
+                 route_ttl: float = 30.0,
+                 credentials: SessionCredentials | tuple[str, str] | None = None) -> None:
         self.group, self.send_code, self.compress_over = producer_options(group, send_code, compress_over)
         self.client = ClientInstance(namesrv, serialize=serialize, timeout=timeout,
                                      heartbeat_interval=heartbeat_interval, route_ttl=route_ttl, version=VERSION,
                                      heartbeat_body=self._heartbeat_body,
-                                     unregister_fields={"producerGroup": self.group})
+                                     unregister_fields={"producerGroup": self.group},
+                                     credentials=as_credentials(credentials))
         self._picker = QueuePicker()
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -11,6 +11,10 @@ Frames are encoded and decoded by the compiled ``mqstore._remoting``; the header
 (JSON or ROCKETMQ, §1.2, §1.4) is chosen per connection, and a 4.9.7 server answers in the
 request's.
 
+With ``credentials`` (mqstore.acl.SessionCredentials) every request is signed as RocketMQ's
+AclClientRPCHook signs it: AccessKey (and SecurityToken) added to its extFields and the
+Signature, HMAC-SHA1 over the fields as they go on the wire and the body (docs/client.md).
+
     conn = await RemotingConnection.open("127.0.0.1:9876")
     response = await conn.request(RemotingCommand(105, ext_fields={"topic": "TopicTest"}), timeout=3)
     await conn.close()
@@ -26,6 +30,7 @@ from collections.abc import Callable
 from typing import cast
 
 from mqstore._remoting import JSON, ROCKETMQ, FrameError, FrameReader, RemotingCommand
+from mqstore.acl.signature import SessionCredentials
 from mqstore.client.errors import ConnectFailedError, ConnectionClosedError, RemotingTimeoutError
 from mqstore.client.protocol import VERSION, ResponseCode, request_name
 
@@ -99,7 +104,8 @@ class RemotingConnection:
     ("JSON" or "ROCKETMQ"), language PYTHON and ``version``; ``on_request`` gets every request
     the server sends (its return value, if any, is sent as the response; with no handler a
     non-oneway request is answered REQUEST_CODE_NOT_SUPPORTED, as RocketMQ's remoting does);
-    ``on_close`` is called once when the connection ends.
+    ``on_close`` is called once when the connection ends; with ``credentials`` every request
+    sent is signed.
 
     ``max_in_flight`` (the most requests that waited for responses at once), ``requests`` (sent)
     and ``unmatched`` (responses that matched no request in flight: late ones, after a timeout)
@@ -107,13 +113,15 @@ class RemotingConnection:
 
     def __init__(self, address: str, *, serialize: str | int = "JSON", version: int = VERSION,
                  on_request: RequestHandler | None = None,
-                 on_close: Callable[[RemotingConnection], None] | None = None) -> None:
+                 on_close: Callable[[RemotingConnection], None] | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
         self.serialize_type = serialize_type(serialize)
         self.version = int(version)
         self.on_request = on_request
         self.on_close = on_close
+        self.credentials = credentials
         self.local_address: tuple[str, int] | None = None
         self.max_in_flight = 0
         self.requests = 0
@@ -135,9 +143,11 @@ class RemotingConnection:
     @classmethod
     async def open(cls, address: str, *, connect_timeout: float = 3.0, serialize: str | int = "JSON",
                    version: int = VERSION, on_request: RequestHandler | None = None,
-                   on_close: Callable[[RemotingConnection], None] | None = None) -> RemotingConnection:
+                   on_close: Callable[[RemotingConnection], None] | None = None,
+                   credentials: SessionCredentials | None = None) -> RemotingConnection:
         """A connected RemotingConnection; ConnectFailedError naming the address when it cannot be."""
-        conn = cls(address, serialize=serialize, version=version, on_request=on_request, on_close=on_close)
+        conn = cls(address, serialize=serialize, version=version, on_request=on_request, on_close=on_close,
+                   credentials=credentials)
         await conn.connect(connect_timeout)
         return conn
 
@@ -223,11 +233,14 @@ class RemotingConnection:
         cmd.language = LANGUAGE
         cmd.version = self.version
         cmd.serialize_type = self.serialize_type
+        if self.credentials is not None:
+            self.credentials.sign(cmd.ext_fields, cmd.body)
 
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send cmd and wait for its response (whatever its code). RemotingTimeoutError after
         `timeout` seconds, ConnectionClosedError when the connection ends first; both name the
-        address and the request. cmd's opaque, flag, language, version and serialization are set here."""
+        address and the request. cmd's opaque, flag, language, version and serialization are set
+        here, and its AccessKey and Signature with credentials."""
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         self._prepare(cmd, 0)

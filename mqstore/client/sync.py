@@ -15,7 +15,7 @@ the server sends meanwhile is answered REQUEST_CODE_NOT_SUPPORTED (unless oneway
 NOTIFY_CONSUMER_IDS_CHANGED, which is skipped), as RemotingConnection does without a handler.
 A timeout (the socket's: SO_RCVTIMEO / SO_SNDTIMEO on Linux, so that a request costs one send and
 one recv system call) or a frame that cannot be decoded closes the connection; the next request
-opens a new one.
+opens a new one. With credentials every request is signed as the asyncio clients sign theirs.
 
 Heartbeats need no thread: a broker gets HEART_BEAT before the first send on a connection and
 again, before a send, once heartbeat_interval has passed. close() sends UNREGISTER_CLIENT to
@@ -35,6 +35,7 @@ from types import TracebackType
 
 from mqstore._client import UniqIdGenerator
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.acl.signature import SessionCredentials, as_credentials
 from mqstore.client._sending import (BATCH_PROPERTIES, BatchItem, QueuePicker, batch_body, batch_entries, check_topic,
                                      heartbeat_body, prepare_message, producer_options, send_header, send_properties,
                                      send_result)
@@ -78,10 +79,11 @@ class _Connection:
     frame reader for a whole exchange; ``sock`` is None until connected and after a close."""
 
     __slots__ = ("address", "host", "port", "lock", "sock", "frames", "sock_timeout", "local_ip", "closed_reason",
-                 "heartbeat_due", "heartbeated", "requests", "unmatched")
+                 "heartbeat_due", "heartbeated", "requests", "unmatched", "credentials")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, credentials: SessionCredentials | None = None) -> None:
         self.address = address
+        self.credentials = credentials
         self.host, self.port = parse_address(address)
         self.lock = threading.Lock()
         self.sock: socket.socket | None = None
@@ -131,7 +133,8 @@ class _Connection:
     def exchange(self, cmd: RemotingCommand, timeout: float, serialize: int, oneway: bool = False) -> RemotingCommand:
         """Send cmd and read frames until its response (the lock held by the caller); with oneway,
         return cmd once it is sent. cmd's opaque, flag, language, version and serialization are
-        set here. RemotingTimeoutError, ConnectionClosedError, ConnectFailedError."""
+        set here, and its AccessKey and Signature with credentials. RemotingTimeoutError,
+        ConnectionClosedError, ConnectFailedError."""
         if self.closed_reason:
             raise ConnectionClosedError(f"cannot send {request_name(cmd.code)} to {self.address}: the connection "
                                         f"{self.closed_reason}", self.address)
@@ -141,6 +144,8 @@ class _Connection:
         cmd.language = LANGUAGE
         cmd.version = VERSION
         cmd.serialize_type = serialize
+        if self.credentials is not None:
+            self.credentials.sign(cmd.ext_fields, cmd.body)
         self.requests += 1
         if self.sock_timeout != timeout:
             _set_timeout(sock, timeout)
@@ -207,13 +212,15 @@ class _Connection:
 class SyncProducer:
     """A blocking producer of group ``group`` over the NameServers ``namesrv``
     ("host:port;host:port"), with Producer's arguments (serialize, send_code, timeout,
-    compress_over, heartbeat_interval, route_ttl) and its sends as plain methods. Any number of
-    threads may share one: each connection carries one request at a time."""
+    compress_over, heartbeat_interval, route_ttl, credentials) and its sends as plain methods.
+    Any number of threads may share one: each connection carries one request at a time."""
 
     def __init__(self, group: str, namesrv: str, *, serialize: str = "JSON", send_code: str = "SEND_MESSAGE_V2",
                  timeout: float = 3.0, compress_over: int | None = None, heartbeat_interval: float = 30.0,
-                 route_ttl: float = 30.0) -> None:
+                 route_ttl: float = 30.0,
+                 credentials: SessionCredentials | tuple[str, str] | None = None) -> None:
         self.group, self.send_code, self.compress_over = producer_options(group, send_code, compress_over)
+        self.credentials = as_credentials(credentials)
         self.namesrv = parse_namesrv(namesrv)
         self.serialize_type = serialize_type(serialize)
         self.timeout = check_positive("timeout", timeout)
@@ -316,7 +323,7 @@ class SyncProducer:
             with self._lock:
                 conn = self._connections.get(addr)
                 if conn is None:
-                    conn = self._connections[addr] = _Connection(addr)
+                    conn = self._connections[addr] = _Connection(addr, self.credentials)
         return conn
 
     def _request(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
