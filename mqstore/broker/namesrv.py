@@ -115,12 +115,12 @@ def _refused(conn: _Channel, cmd: RemotingCommand, what: str, exc: RouteRefused)
 
 def _route(conn: _Channel, cmd: RemotingCommand) -> RemotingCommand:
     topic = cmd.ext_fields["topic"]
-    route = conn.ns.routes.route(topic)
-    if route is None:
+    data = conn.ns.routes.route(topic)
+    if data is None:
         return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
                         f"No topic route info in name server for the topic: {topic}{FAQ}")
     standard = cmd.version >= STANDARD_JSON_VERSION or cmd.ext_fields.get("acceptStandardJsonOnly") == "true"
-    return response(cmd, ResponseCode.SUCCESS, body=route_json(route, standard=standard))
+    return response(cmd, ResponseCode.SUCCESS, body=route_json(data, standard=standard))
 
 
 def _register(conn: _Channel, cmd: RemotingCommand) -> RemotingCommand:
