@@ -9,7 +9,7 @@ from typing import Final
 
 from _typeshed import ReadableBuffer
 
-STREAM_BODY_BYTES: Final[int]
+KEYED_SECRETS_MAX: Final[int]
 
 def request_content(fields: dict[str, str], body: ReadableBuffer | None,
                     with_unique_key_query: bool = False) -> bytes:

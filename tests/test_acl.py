@@ -438,12 +438,15 @@ def test_kernel_matches_its_twin(fields, body, secret, signature, with_unique):
     assert _acl.signature_matches(signed_fields, body, secret) and twin.signature_matches(signed_fields, body, secret)
 
 
-def test_a_long_body_is_hashed_without_a_copy_and_the_same():
-    body = os.urandom(_acl.STREAM_BODY_BYTES + 1000)
+def test_long_bodies_and_long_secrets():
+    body = os.urandom(1 << 20)
     fields = twin.sign_fields({"b": "T"}, body, "ak", "secret")
     assert _acl.signature_matches(fields, body, "secret") and _acl.signature_matches(fields, memoryview(body),
                                                                                       b"secret")
     assert not _acl.signature_matches(fields, body[:-1] + b"!", "secret")
+    secret = "s" * 100  # longer than SHA-1's block: hashed first (RFC 2104)
+    fields = twin.sign_fields({"b": "T"}, b"x", "ak", secret)
+    assert _acl.signature_matches(fields, b"x", secret) and not _acl.signature_matches(fields, b"x", secret[:-1])
 
 
 # == the real C++ client's signature ==================================================================

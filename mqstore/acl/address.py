@@ -28,6 +28,7 @@ the IPv4 address it carries.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ __all__ = ["ANY_ADDRESS", "NO_ADDRESS", "AnyAddress", "NoAddress", "OneAddress",
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+@functools.lru_cache(maxsize=4096)  # a broker's clients are few; parsing one costs microseconds
 def normalize_ip(ip: str) -> IPAddress | None:
     """The address of a remote IP string ("10.0.0.1", "::1", "[::1]", "::ffff:10.0.0.1" read as
     10.0.0.1); None for one that is not an IP address."""

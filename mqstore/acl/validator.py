@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mqstore._acl import signature_matches
-from mqstore.acl.address import normalize_ip
+from mqstore.acl.address import NO_ADDRESS, normalize_ip
 from mqstore.acl.plain import PUB, SUB, Account, PlainAcl, check_permission, group_of, is_retry_topic, retry_topic
 from mqstore.acl.signature import ACCESS_KEY
 
@@ -179,8 +179,7 @@ def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes |
     """None when the request may go on; otherwise the refusal's remark, naming what was missing
     (PlainAccessValidator.validate's order, see the module docstring). remote_ip is the peer's
     address without its port ("10.0.0.1", "::1")."""
-    addr = normalize_ip(remote_ip)
-    if acl.global_white and acl.in_global_white(addr):
+    if acl.global_white and acl.in_global_white(normalize_ip(remote_ip)):
         return None
     ak = ext_fields.get(ACCESS_KEY)
     if not ak:
@@ -189,7 +188,8 @@ def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes |
     account = acl.accounts.get(ak)
     if account is None:
         return f"no acl config for accessKey={ak}: no account of {acl.path or 'the ACL'} has this AccessKey"
-    if account.white_remote_address.match(addr):
+    white = account.white_remote_address
+    if white is not NO_ADDRESS and white.match(normalize_ip(remote_ip)):
         return None
     fields = ext_fields if isinstance(ext_fields, dict) else dict(ext_fields)
     if not signature_matches(fields, body, account.secret_bytes):
