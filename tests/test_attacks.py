@@ -59,7 +59,7 @@ def test_every_attack_is_survived_and_refused(tmp_path):
     hijack = reports["hijack"].outcome
     assert hijack["register_code"] != ResponseCode.SUCCESS and hijack["unregister_code"] != ResponseCode.SUCCESS
     assert hijack["route_addrs"] == [broker.address], hijack
-    assert reports["ha"].outcome["log_bytes_received"] == 0
+    assert reports["ha"].outcome["log_bytes_received"] == 0 and reports["ha"].outcome["challenged"]
     assert len(log.splitlines()) < 400, f"{len(log.splitlines())} log lines for the attacks"
 
 

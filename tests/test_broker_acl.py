@@ -257,3 +257,20 @@ def test_the_cpp_client_with_session_credentials(acl_broker, tmp_path):
         assert {"right-0", "right-1", "right-2"} <= {m["body"] for m in got}
     finally:
         push.kill()
+
+
+def test_the_embedded_namesrv_takes_registrations_from_the_acls_admin_accounts_only(acl_broker):
+    """The broker registers itself (its routes work above: every client found it); another
+    broker must sign with an account of the ACL that is admin."""
+    import json
+
+    fields = {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:1", "brokerName": "broker-x",
+              "brokerId": "0", "haServerAddr": "", "compressed": "false", "bodyCrc32": "0"}
+    body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {}, "dataVersion": {
+        "timestamp": 0, "counter": 0}}, "filterServerList": []}).encode()
+    namesrv = acl_broker.namesrv_address
+    for who in (None, USER):
+        got = _request(namesrv, _signed(RequestCode.REGISTER_BROKER, fields, who, body))
+        assert got.code == ResponseCode.NO_PERMISSION, (who, got.remark)
+    got = _request(namesrv, _signed(RequestCode.REGISTER_BROKER, fields, ADMIN, body))
+    assert got.code == ResponseCode.SUCCESS, got.remark

@@ -17,7 +17,7 @@ checks combinations of keys and is what a store calls when it opens.
 
 from __future__ import annotations
 
-from mqstore.config.definitions import DEFINITIONS, Definition
+from mqstore.config.definitions import DEFINITIONS, SECRET_KEYS, Definition
 from mqstore.config.docs import render_config_doc, render_typed_keys
 from mqstore.config.parsing import parse_properties
 from mqstore.config.rules import RECORD_HEADROOM, Rule, camel_to_snake, java_key_to_name
@@ -26,6 +26,7 @@ from mqstore.layout import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE
 from mqstore.roles import BrokerRole, FlushDiskType
 
 __all__ = [
+    "SECRET_KEYS",
     "java_key_to_name",
     "CQ_STORE_UNIT_SIZE",
     "DEFINITIONS",

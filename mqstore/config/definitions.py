@@ -646,6 +646,9 @@ _TABLE: tuple[Definition, ...] = (
          java="diskSpaceCleanForciblyRatio", origin="5.x"),
 )
 
+#: keys whose values are secrets: never printed (StoreConfig's repr), kept in files only their owner reads
+SECRET_KEYS = frozenset({"inner_secret_key", "tls_server_key_password"})
+
 DEFINITIONS: Mapping[str, Definition] = MappingProxyType({d.name: d for d in _TABLE})
 """Every key, name -> Definition, in documentation order."""
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from mqstore.errors import ConfigError
 from mqstore.roles import BrokerRole, FlushDiskType
-from mqstore.config.definitions import DEFINITIONS, Definition, _FALSE_TEXT
+from mqstore.config.definitions import DEFINITIONS, SECRET_KEYS, Definition, _FALSE_TEXT
 from mqstore.config.parsing import _read_broker_conf, parse_properties
 from mqstore.config.rules import (RECORD_HEADROOM, _DELAY_TOKEN, _DELAY_UNIT_MS, _INDEX_ENTRY_SIZE,
                                   _INDEX_HEADER_SIZE, _INDEX_SLOT_SIZE, _INT_MAX, _parse_host_port, camel_to_snake,
@@ -240,7 +240,8 @@ class StoreConfig(TypedKeys):
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
-        changed = ", ".join(f"{k}={v!r}" for k, v in self.to_dict(changed_only=True).items())
+        changed = ", ".join(f"{k}={'***' if k in SECRET_KEYS else repr(v)}"
+                            for k, v in self.to_dict(changed_only=True).items())
         return f"StoreConfig({changed})"
 
     def __reduce__(self) -> tuple[Any, ...]:

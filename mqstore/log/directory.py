@@ -15,13 +15,14 @@ from mqstore.layout import ABORT_NAME, COMMITLOG_DIR, CONTROL_BLOCK_NAME, LOCK_N
 __all__ = ["check_store_dir", "lock_state", "release_store_lock", "replace_file", "require_store", "take_store_lock"]
 
 
-def replace_file(path: str, text: str, *, fsync: bool = False) -> None:
+def replace_file(path: str, text: str, *, fsync: bool = False, mode: int = 0o666) -> None:
     """Write text to path whole and atomically: into ``<path>.tmp<pid>`` beside it (fsync'd when
-    asked), then renamed over it, so a reader sees the old file or the new one, never part of
-    one. On failure the temporary file is removed and the error raised."""
+    asked; created with ``mode``, less the umask: 0o600 keeps a secret to its owner), then renamed
+    over it, so a reader sees the old file or the new one, never part of one. On failure the
+    temporary file is removed and the error raised."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as fh:
             fh.write(text)
             if fsync:
                 fh.flush()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from mqstore.config import StoreConfig
+from mqstore.config import SECRET_KEYS, StoreConfig
 from mqstore.layout import CONFIG_NAME
 from mqstore.log.directory import replace_file
 
@@ -23,10 +23,13 @@ def write_config(root: str, config: StoreConfig) -> None:
     try:
         with open(path, encoding="utf-8") as fh:
             if fh.read() == text:
+                if SECRET_KEYS & values.keys():
+                    os.chmod(path, 0o600)
                 return
     except (OSError, UnicodeDecodeError):
         pass
-    replace_file(path, text, fsync=True)
+    # a secret (inner_secret_key, ...) in it: readable by the store's owner only
+    replace_file(path, text, fsync=True, mode=0o600 if SECRET_KEYS & values.keys() else 0o666)
 
 
 def read_config(root: str) -> StoreConfig:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.ha.auth import CHALLENGE_SIZE, is_handshake
 from mqstore.protocol import RequestCode
 
 __all__ = ["ATTACKS", "AttackReport", "Control", "Target", "main", "run_attacks"]
@@ -362,6 +363,7 @@ def attack_ha(t: Target, until: float, rng: random.Random) -> dict[str, Any]:
     if not t.ha:
         return {"skipped": "no --ha"}
     received = 0
+    challenged = False
     try:
         with _conn(t.addr("ha")) as sock:
             sock.settimeout(1.0)
@@ -374,10 +376,13 @@ def attack_ha(t: Target, until: float, rng: random.Random) -> dict[str, Any]:
                     continue
                 if not data:
                     break
+                if not challenged and not received and is_handshake(data):  # an mqstore master's challenge
+                    challenged = True
+                    data = data[CHALLENGE_SIZE:]
                 received += len(data)
     except OSError:
         pass
-    return {"log_bytes_received": received}
+    return {"log_bytes_received": received, "challenged": challenged}
 
 
 ATTACKS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -27,20 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def broker_accounts(path: str) -> Callable[[], Mapping[str, str]]:
-    """The accounts with ``admin: true`` of a RocketMQ plain_acl.yml (accessKey -> secretKey), as
-    the ACL in force has them (mqstore.acl.holder: re-read when the file changes, the last good
-    version kept when a change does not load); AclConfigError when the file cannot be used or
-    has no such account."""
+    """The accounts with ``admin: true`` of a RocketMQ plain_acl.yml (mqstore.acl.holder: re-read
+    when the file changes, the last good version kept when a change does not load);
+    AclConfigError when the file cannot be used or has no such account."""
     from mqstore.acl.holder import AclHolder
-    from mqstore.acl.plain import AclConfigError
+    from mqstore.acl.holder import broker_accounts as admin_accounts
 
-    holder = AclHolder(path)
-
-    def current() -> Mapping[str, str]:
-        return {key: account.secret_key for key, account in holder.current().accounts.items() if account.admin}
-    if not current():
-        raise AclConfigError(path, "no account with admin: true (the brokers' accounts a NameServer trusts)")
-    return current
+    return admin_accounts(AclHolder(path))
 
 
 def run(args: argparse.Namespace) -> int:
