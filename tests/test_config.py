@@ -1001,3 +1001,17 @@ def test_the_typed_keys_module_is_current():
 
     assert Path(_config_keys.__file__).read_text(encoding="utf-8") == render_typed_keys()
     assert list(_config_keys.TypedKeys.__annotations__) == list(DEFINITIONS)
+
+
+def test_secrets_are_not_printed_and_stay_with_the_stores_owner(tmp_path):
+    from mqstore.node.settings import write_config
+
+    cfg = StoreConfig(inner_access_key="ak", inner_secret_key="s3cr3t", tls_server_key_password="pw")
+    assert "s3cr3t" not in repr(cfg) and "pw'" not in repr(cfg) and "inner_access_key='ak'" in repr(cfg)
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "plain").mkdir()
+    write_config(str(tmp_path / "secret"), cfg)
+    write_config(str(tmp_path / "plain"), StoreConfig(broker_name="b"))
+    (secret,), (plain,) = (tmp_path / "secret").iterdir(), (tmp_path / "plain").iterdir()
+    assert secret.stat().st_mode & 0o077 == 0
+    assert plain.stat().st_mode & 0o044 != 0
