@@ -274,3 +274,14 @@ def test_the_embedded_namesrv_takes_registrations_from_the_acls_admin_accounts_o
         assert got.code == ResponseCode.NO_PERMISSION, (who, got.remark)
     got = _request(namesrv, _signed(RequestCode.REGISTER_BROKER, fields, ADMIN, body))
     assert got.code == ResponseCode.SUCCESS, got.remark
+
+
+def test_the_request_tables_acl_column_agrees_with_the_validator():
+    """The table says which codes are admin; the ACL's own list (every code a plain client never
+    sends) says the same for every code the broker serves."""
+    from mqstore.acl.validator import needs_admin
+    from mqstore.broker.table import REQUESTS, Access, Server
+
+    for code, spec in REQUESTS.items():
+        if spec.server in (Server.FRONT, Server.CONTROLLER):
+            assert (spec.access is Access.ADMIN) == needs_admin(code), spec.name

@@ -149,10 +149,10 @@ def describe(resource: str) -> str:
     return f"group:{group_of(resource)}" if is_retry_topic(resource) else f"topic:{resource}"
 
 
-def _check_perms(account: Account, code: int, needed: dict[str, int]) -> str | None:
+def _check_perms(account: Account, code: int, needed: dict[str, int], admin: bool) -> str | None:
     """PlainPermissionManager.checkPerm."""
     ak = account.access_key
-    if needs_admin(code) and not account.admin:
+    if admin and not account.admin:
         return f"need admin permission for request code {code}, but accessKey={ak} is not admin"
     if not needed or (account.admin and not account.has_perms):
         return None
@@ -175,10 +175,12 @@ def _owned(perm: int) -> str:
     return "PUB" if perm == PUB else "SUB" if perm == SUB else "none"
 
 
-def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes | None, remote_ip: str) -> str | None:
+def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes | None, remote_ip: str, *,
+          admin: bool | None = None) -> str | None:
     """None when the request may go on; otherwise the refusal's remark, naming what was missing
     (PlainAccessValidator.validate's order, see the module docstring). remote_ip is the peer's
-    address without its port ("10.0.0.1", "::1")."""
+    address without its port ("10.0.0.1", "::1"). ``admin`` says whether the code needs an admin
+    account (the broker's request table says it); None asks ``needs_admin(code)``."""
     if acl.global_white and acl.in_global_white(normalize_ip(remote_ip)):
         return None
     ak = ext_fields.get(ACCESS_KEY)
@@ -201,4 +203,4 @@ def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes |
         return f"cannot check the permissions of accessKey={ak}: {exc}"
     if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:
         return None
-    return _check_perms(account, code, needed)
+    return _check_perms(account, code, needed, needs_admin(code) if admin is None else admin)

@@ -426,7 +426,7 @@ class Front:
         why it is refused, or None."""
         assert self.acl is not None
         refused = acl_check(self.acl.current(), cmd.code, cmd.ext_fields, cmd.body, conn.peer[0],
-                            )
+                            admin=spec.access is not Access.CLIENT)
         if refused is not None:
             conn.refused += 1
             if conn.refused == 1:  # once per connection, with the count when it closes
