@@ -18,5 +18,8 @@ def request_content(fields: dict[str, str], body: ReadableBuffer | None,
 def calc_signature(data: ReadableBuffer, secret_key: str | bytes) -> str:
     """Base64(HMAC-SHA1(secret_key, data))."""
 
+def request_signature(fields: dict[str, str], body: ReadableBuffer | None, secret_key: str | bytes) -> str:
+    """The Signature a client puts on a request (the content's HMAC-SHA1, Base64)."""
+
 def signature_matches(fields: dict[str, str], body: ReadableBuffer | None, secret_key: str | bytes) -> bool:
     """Whether fields["Signature"] is the one the fields and body make with secret_key."""

@@ -112,6 +112,12 @@ def calc_signature(object data, object secret_key):
     return _b2a_base64(_digest(b"", data, _key(secret_key)), newline=False).decode("ascii")
 
 
+def request_signature(dict fields, object body, object secret_key):
+    """The Signature a client puts on a request (AclClientRPCHook): Base64(HMAC-SHA1) of the
+    fields' content (Signature and _UNIQUE_KEY_QUERY left out) and the body, not copied."""
+    return _b2a_base64(_digest(_text(fields, False), body, _key(secret_key)), newline=False).decode("ascii")
+
+
 def signature_matches(dict fields, object body, object secret_key):
     """Whether fields["Signature"] is the one the fields and body make with secret_key (str or
     bytes), compared in constant time."""
