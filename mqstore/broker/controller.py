@@ -39,6 +39,7 @@ from mqstore.ha.master import read_ha_status
 from mqstore.protocol import VERSION
 from mqstore.roles import BrokerRole
 from mqstore.store import StoreBase
+from mqstore.tls import config_client_context, config_server_context
 
 __all__ = ["BrokerController", "HA_SLAVE_KEYS", "LOCK_EXPIRY_MS", "wall_ms"]
 
@@ -150,6 +151,7 @@ class BrokerController:
             # broker's own account (docs/security-namesrv.md); a taken port is PortInUseError
             ak, sk = self.cfg.inner_access_key, self.cfg.inner_secret_key
             self.namesrv = NameServerThread(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port,
+                                            tls=config_server_context(self.cfg), tls_mode=self.cfg.tls_server_mode,
                                             accounts={ak: sk} if ak and sk else None, setting="namesrv_listen_port")
             self.namesrv.start()
             bind = self.cfg.effective_bind_address
@@ -557,8 +559,12 @@ class BrokerController:
         its loss registers again at once); whether it succeeded (a failure is logged)."""
         ns_link = self._namesrv_links.get(addr)
         if ns_link is None:
-            ns_link = self._namesrv_links[addr] = NameServerLink(addr, timeout_s=REGISTER_TIMEOUT_S,
-                                                                 on_lost=self._register_now.set)
+            # TLS as tls_enable says; the embedded NameServer over a socket pair, whatever its port's TLS
+            embedded = self.namesrv
+            ns_link = self._namesrv_links[addr] = NameServerLink(
+                addr, timeout_s=REGISTER_TIMEOUT_S, on_lost=self._register_now.set,
+                tls=config_client_context(self.cfg) if embedded is None else None,
+                opener=embedded.connect_local if embedded is not None else None)
         got = await ns_link.call(cmd)
         if got is None:
             return False

@@ -13,6 +13,14 @@ an unregistration comes from that connection or is signed. A broker's routes go 
 connection closes (RocketMQ's onChannelDestroy), so a broker keeps one connection per NameServer
 (``NameServerLink``). ``NameServerThread`` runs one on an event loop of its own thread: the
 NameServer a broker embeds, which the broker's own work must not starve.
+
+TLS as the broker's remoting port has it (``mqstore.tls``, RocketMQ's tls.server.mode): given a
+server context, a NameServer serves TLS only (enforcing) or TLS and plain on one port, told apart
+by the first byte (permissive); a failed handshake closes its connection and is logged within the
+NameServer's log budget. A ``NameServerLink`` given a client context (the broker's ``tls_enable``)
+connects with TLS and checks the NameServer's certificate as the context says; a broker's link to
+the NameServer it embeds is a socket pair (``NameServerThread.connect_local``), so no TLS setting
+can keep the broker from registering with it.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ import errno
 import ipaddress
 import logging
 import socket
+import ssl
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
@@ -36,6 +45,7 @@ from mqstore.broker.routes import (BROKER_CHANNEL_EXPIRED_MS, RouteRefused, Rout
 from mqstore.broker.table import Access, RequestSpec
 from mqstore.errors import PortInUseError
 from mqstore.protocol import VERSION  # the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
+from mqstore.tls import DISABLED, ENFORCING, PERMISSIVE, accept_loop
 
 __all__ = ["Accounts", "NameServer", "NameServerLink", "NameServerThread", "SCAN_INTERVAL_MS", "VERSION"]
 
@@ -152,7 +162,11 @@ class NameServer:
     ``accounts``: the brokers it trusts (access key -> secret key, or a function returning them):
     registrations and unregistrations must be signed by one (none: all are refused); None (a
     developer's loopback default), they need no signature. ``setting`` names the port's setting
-    in the error a taken port raises (PortInUseError)."""
+    in the error a taken port raises (PortInUseError).
+
+    ``tls``: the server context (``mqstore.tls.server_context``) and ``tls_mode`` how it is used:
+    ``enforcing`` (the default with a context: TLS only) or ``permissive`` (TLS and plain on one
+    port); without a context the port is plain (``disabled``)."""
 
     #: the NameServer's column of the request table (mqstore.broker.table)
     _handlers: dict[int, Handler] = {RequestCode.GET_ROUTEINFO_BY_TOPIC: _route,
@@ -161,7 +175,14 @@ class NameServer:
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, *, accounts: Accounts | None = None,
                  setting: str = "listen_port", clock_ms: Callable[[], int] = wall_ms,
-                 scan_interval_ms: int = SCAN_INTERVAL_MS) -> None:
+                 scan_interval_ms: int = SCAN_INTERVAL_MS, tls: ssl.SSLContext | None = None,
+                 tls_mode: str | None = None) -> None:
+        mode = tls_mode or (ENFORCING if tls is not None else DISABLED)
+        if mode not in (DISABLED, PERMISSIVE, ENFORCING) or (tls is None) != (mode == DISABLED):
+            raise ValueError(f"tls_mode {mode!r} with {'a' if tls is not None else 'no'} TLS context: "
+                             f"{PERMISSIVE} and {ENFORCING} need one, {DISABLED} none")
+        self.tls = tls
+        self.tls_mode = mode
         self.host = host
         self.port = port
         self.accounts = accounts
@@ -169,8 +190,10 @@ class NameServer:
         self.routes = RouteTable()
         self.clock_ms = clock_ms
         self.scan_interval_ms = scan_interval_ms
-        self.log_budget = LogLimiter(log)  # refusals, bad frames, failed requests
+        self.log_budget = LogLimiter(log)  # refusals, bad frames, failed requests, failed handshakes
         self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None  # TLS: the socket the accept loop serves
+        self._accepting: asyncio.Task[None] | None = None
         self._scan: asyncio.Task[None] | None = None
         self._conns: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
 
@@ -181,18 +204,44 @@ class NameServer:
 
     async def start(self) -> None:
         sock = _listen(self.host, self.port, self.setting)
-        self._server = await asyncio.start_server(self._serve, sock=sock, backlog=BACKLOG)
         self.port = sock.getsockname()[1]
+        if self.tls_mode == DISABLED:
+            self._server = await asyncio.start_server(self._serve, sock=sock, backlog=BACKLOG)
+        else:  # each connection's handshake (or first byte) awaited apart from the others
+            self._listener = sock
+            self._accepting = asyncio.create_task(accept_loop(
+                sock, self._protocol, self.tls_mode, self.tls, max_pending=BACKLOG, on_refused=self._refused))
         self._scan = asyncio.create_task(self._scan_loop())
-        log.info("NameServer listening on %s:%d", self.host, self.port)
+        log.info("NameServer listening on %s:%d%s", self.host, self.port,
+                 "" if self.tls_mode == DISABLED else f" (TLS {self.tls_mode})")
         if self.accounts is None and not _is_loopback(self.host):
             log.warning("the NameServer on %s:%d has no broker accounts: anyone who reaches it can register a "
                         "broker under a name not yet taken (give it accounts: docs/security-namesrv.md)",
                         self.host, self.port)
 
+    async def adopt(self, sock: socket.socket) -> None:
+        """Serve ``sock``, a connected socket from inside this process (one end of a socket pair),
+        as a connection to this NameServer: plain, whatever the port's TLS."""
+        sock.setblocking(False)
+        await asyncio.get_running_loop().connect_accepted_socket(self._protocol, sock)
+
+    def _refused(self, why: str) -> None:
+        """A connection closed before it was served (a failed TLS handshake): one line, in the budget."""
+        self.log_budget.warning("refusing a connection from %s", why)
+
+    def _protocol(self) -> asyncio.StreamReaderProtocol:
+        """A connection's protocol, as asyncio.start_server makes it: streams served by _serve."""
+        loop = asyncio.get_running_loop()
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), self._serve, loop=loop)
+
     async def close(self) -> None:
         if self._scan is not None:
             self._scan.cancel()
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+        if self._listener is not None:
+            self._listener.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -212,7 +261,7 @@ class NameServer:
         assert task is not None
         self._conns[writer] = task
         peer = writer.get_extra_info("peername")
-        conn = _Channel(self, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+        conn = _Channel(self, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer) or "this process")
         frames = FrameReader()
         try:
             while data := await reader.read(65536):
@@ -222,7 +271,7 @@ class NameServer:
                     if answer is not None and not cmd.is_oneway:
                         writer.write(answer.encode())
                 await writer.drain()
-        except FrameError as exc:
+        except (FrameError, ssl.SSLError) as exc:  # a frame, or a TLS record, that does not decode
             self.log_budget.warning("closing the connection from %s: %s", conn.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -242,7 +291,8 @@ class NameServerThread:
     """A NameServer (``server``) on an event loop of its own, in a thread of its own: the one a
     broker embeds, so neither the broker's controller nor the NameServer can hold up the other
     (they still share the interpreter's lock, which switches every 5 ms). Arguments as
-    NameServer's; ``start()`` raises what the server's start raises (PortInUseError)."""
+    NameServer's (``tls``, ``tls_mode`` among them); ``start()`` raises what the server's start
+    raises (PortInUseError)."""
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, **settings: Any) -> None:
         self.server = NameServer(host, port, **settings)
@@ -262,6 +312,24 @@ class NameServerThread:
         except BaseException:
             self.close()
             raise
+
+    async def connect_local(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Streams to this NameServer for another event loop of this process (the broker's link to
+        the NameServer it embeds): a socket pair whose other end the NameServer's loop serves, so
+        neither the port's TLS (its certificate, client certificates) nor the network is between
+        them, and nobody else can be at the other end."""
+        loop = self.loop
+        if loop is None:
+            raise ConnectionError("the NameServer is closed")
+        theirs, ours = socket.socketpair()
+        try:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.server.adopt(theirs), loop))
+        except BaseException:
+            theirs.close()
+            ours.close()
+            raise
+        ours.setblocking(False)
+        return await asyncio.open_connection(sock=ours)
 
     def call(self, fn: Callable[[], Any], timeout_s: float = 10.0) -> Any:
         """fn() run on the NameServer's loop (to read its route table from another thread)."""
@@ -292,10 +360,21 @@ class NameServerLink:
     """A broker's one connection to a NameServer (RocketMQ's NettyRemotingClient channel): its
     registrations go over it, so the NameServer ties them to it and drops them when it closes.
     Requests may overlap (answers are matched by opaque); a lost connection is opened again by the
-    next request, and ``on_lost`` is called when one is lost (the broker registers again at once)."""
+    next request, and ``on_lost`` is called when one that answered is lost (its registrations went
+    with it: the broker registers again at once; one that never answered held none, and a server
+    that closes each new connection must not be called in a loop).
+    ``tls``: a client context (``mqstore.tls.config_client_context``: the broker's ``tls_enable``):
+    the connection is TLS, the NameServer's certificate checked as the context says (its CAs and
+    the address's name, unless tls_test_mode_enable); a handshake that fails is logged, naming why.
+    ``opener``: opens the connection instead (``NameServerThread.connect_local``; ``tls`` unused)."""
 
-    def __init__(self, addr: str, *, timeout_s: float = 6.0, on_lost: Callable[[], None] | None = None) -> None:
+    def __init__(self, addr: str, *, timeout_s: float = 6.0, on_lost: Callable[[], None] | None = None,
+                 tls: ssl.SSLContext | None = None,
+                 opener: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] | None = None
+                 ) -> None:
         self.addr = addr
+        self.tls = tls
+        self.opener = opener
         self.timeout_s = timeout_s
         self.on_lost = on_lost
         self._writer: asyncio.StreamWriter | None = None
@@ -313,6 +392,14 @@ class NameServerLink:
         """The NameServer's answer to cmd, or None (logged) when there is none."""
         try:
             writer = await self._connect()
+        except ssl.SSLCertVerificationError as exc:
+            log.warning("NameServer %s: its TLS certificate is not trusted (%s): it must be signed by a CA of "
+                        "tls_client_trust_cert_path (the system's CAs when empty) and name the address", self.addr,
+                        exc.verify_message)
+            return None
+        except ssl.SSLError as exc:
+            log.warning("NameServer %s: the TLS handshake failed (%s)", self.addr, exc.reason or exc)
+            return None
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             log.warning("NameServer %s: cannot connect (%s)", self.addr, exc)
             return None
@@ -335,8 +422,13 @@ class NameServerLink:
             if self._closed:
                 raise ConnectionError("the link is closed")
             if self._writer is None or self._writer.is_closing():
-                host, _, port = self.addr.rpartition(":")
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), self.timeout_s)
+                if self.opener is not None:
+                    opening = self.opener()
+                else:
+                    host, _, port = self.addr.rpartition(":")
+                    opening = asyncio.open_connection(host, int(port), ssl=self.tls,
+                                                      ssl_handshake_timeout=self.timeout_s if self.tls else None)
+                reader, writer = await asyncio.wait_for(opening, self.timeout_s)
                 self._writer = writer
                 self._reading = asyncio.create_task(self._read(reader, writer))
             return self._writer
@@ -344,6 +436,7 @@ class NameServerLink:
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         frames = FrameReader()
         why = "closed by the NameServer"
+        answered = False
         try:
             while data := await reader.read(65536):
                 frames.feed(data)
@@ -351,9 +444,13 @@ class NameServerLink:
                     waiting = self._pending.pop(got.opaque, None)
                     if waiting is not None and not waiting.done() and got.is_response:
                         waiting.set_result(got)
+                        answered = True
         except (OSError, FrameError) as exc:
             why = str(exc)
         finally:
+            if self.tls is not None and not answered:  # TLS 1.3: a refused client certificate shows only now
+                why += (" before answering anything over TLS: a NameServer that requires client certificates "
+                        "closes the connection when the broker presents none it trusts (tls_client_cert_path)")
             writer.close()
             if self._writer is writer:
                 self._writer = None
@@ -361,7 +458,7 @@ class NameServerLink:
                 if not waiting.done():
                     waiting.set_exception(ConnectionError(why))
             self._pending.clear()
-            if not self._closed:
+            if not self._closed and answered:  # else the request that waited says it failed
                 log.warning("NameServer %s: the connection was lost (%s); registering again", self.addr, why)
                 if self.on_lost is not None:
                     self.on_lost()

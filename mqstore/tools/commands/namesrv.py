@@ -2,7 +2,8 @@
 
 With ``--acl FILE`` (a RocketMQ plain_acl.yml) it takes registrations signed by the file's
 accounts marked ``admin: true`` only (docs/security-namesrv.md), re-reading the file when it
-changes; a taken port is one line naming it (exit 2)."""
+changes; a taken port is one line naming it (exit 2). ``--tls-mode permissive|enforcing`` with
+``--tls-cert`` and ``--tls-key`` serves TLS as a broker's port does (RocketMQ's tls.server.*)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Mapping
 
 from mqstore.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from mqstore.tls import DISABLED, ENFORCING, PERMISSIVE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +27,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a RocketMQ plain_acl.yml: only brokers signing with one of its accounts with admin: true "
                         "(the brokers' inner_access_key / inner_secret_key) may register or unregister; read again "
                         "when it changes (default: no accounts, registrations need no signature)")
+    tls = p.add_argument_group("TLS (RocketMQ's tls.server.* settings, the broker's tls_server_* keys)")
+    tls.add_argument("--tls-mode", choices=(DISABLED, PERMISSIVE, ENFORCING), default=DISABLED,
+                     help="tls.server.mode: disabled (plain, the default), permissive (TLS and plain on one port, "
+                          "told apart by the first byte) or enforcing (TLS only)")
+    tls.add_argument("--tls-cert", metavar="PEM", default="",
+                     help="tls.server.certPath: the certificate (chain) the NameServer presents")
+    tls.add_argument("--tls-key", metavar="PEM", default="",
+                     help="tls.server.keyPath: its private key (unencrypted)")
+    tls.add_argument("--tls-need-client-auth", choices=("none", "optional", "require"), default="none",
+                     help="tls.server.need.client.auth: whether clients must present a certificate signed by "
+                          "--tls-trust-cert (default none)")
+    tls.add_argument("--tls-trust-cert", metavar="PEM", default="",
+                     help="tls.server.trustCertPath: the CA certificates client certificates are checked against")
 
 
 def broker_accounts(path: str) -> Callable[[], Mapping[str, str]]:
@@ -34,6 +50,31 @@ def broker_accounts(path: str) -> Callable[[], Mapping[str, str]]:
     from mqstore.acl.holder import broker_accounts as admin_accounts
 
     return admin_accounts(AclHolder(path))
+
+
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The server context of the --tls-* options (None when --tls-mode is disabled); ConfigError
+    naming the option when one is missing or a file does not load."""
+    from mqstore.errors import ConfigError
+    from mqstore.tls import server_context
+
+    if args.tls_mode == DISABLED:
+        return None
+    missing = [opt for opt, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)) if not value]
+    if args.tls_need_client_auth != "none" and not args.tls_trust_cert:
+        missing.append("--tls-trust-cert")
+    if missing:
+        raise ConfigError(f"--tls-mode {args.tls_mode} needs {' and '.join(missing)}",
+                          hint="PEM files: the NameServer's certificate and key (and the CAs of client certificates)")
+    try:
+        return server_context(args.tls_mode, args.tls_cert, args.tls_key, need_client_auth=args.tls_need_client_auth,
+                              trust_cert_path=args.tls_trust_cert)
+    except ConfigError as exc:  # it names the broker's keys: say the options instead
+        text = str(exc)
+        for key, opt in (("tls_server_cert_path", "--tls-cert"), ("tls_server_key_path", "--tls-key"),
+                         ("tls_server_trust_cert_path", "--tls-trust-cert")):
+            text = text.replace(key, opt)
+        raise ConfigError(text, hint="") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,9 +92,11 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     else:
         accounts = None
+    tls = tls_context(args)  # a ConfigError: one line from the command line's main (exit 2)
 
     async def serve() -> None:
-        ns = NameServer(args.host, args.listen_port, accounts=accounts, setting="--listen-port")
+        ns = NameServer(args.host, args.listen_port, accounts=accounts, setting="--listen-port", tls=tls,
+                        tls_mode=args.tls_mode)
         await ns.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
