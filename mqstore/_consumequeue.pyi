@@ -11,6 +11,8 @@ from mqstore._mapped import MappedFile
 
 CQ_STORE_UNIT_SIZE: Final = 20
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+#: the most a ConsumeQueue file's allocation grows by at once (each step doubles it up to this)
+CQ_ALLOCATE_STEP_MAX: Final = 1048576
 
 def filler_units(count: int) -> bytes:
     """count pre-fill units (0, Integer.MAX_VALUE, 0) as RocketMQ's fillPreBlank writes them."""

@@ -43,13 +43,18 @@ class MappedFile:
     @property
     def locked_in_memory(self) -> bool: ...
     @staticmethod
-    def create(path: str, file_size: int, allocate: int = -1, file_from: int = -1) -> MappedFile:
+    def create(path: str, file_size: int, allocate: int = -1, file_from: int = -1,
+               keep_fd: bool | None = None) -> MappedFile:
         """Create, allocate and map a new file at path (its name is its start offset, unless
         file_from >= 0 gives it: the index files, named by time).
 
         allocate: bytes allocated up front (-1: all of them). A file allocated in part (the
-        index) is sparse after that and its writer calls ``allocate_to`` before writing past
-        ``allocated``, so a full disk is an OSError there, never a SIGBUS.
+        index, the CommitLog's, the ConsumeQueue's) is sparse after that and its writer calls
+        ``allocate_to`` before writing past ``allocated``, so a full disk is an OSError there,
+        never a SIGBUS.
+        keep_fd: keep the descriptor while mapped (None: when the file is allocated in part,
+        for ``allocate_to``). False for the many small files of the ConsumeQueues, whose
+        ``allocate_to`` opens the file again for each of its few steps.
         Raises FileExistsError if path exists, OSError(ENOSPC/EFBIG/...) when the space
         cannot be allocated; nothing is left behind in that case.
         """

@@ -115,6 +115,7 @@ def test_a_store_opens_on_a_full_disk_and_its_flags_clear_when_space_returns(tmp
         s = MessageStore(root, **cfg)
         out["open_s"] = time.monotonic() - t0
         out["reused"] = s.ctl.reused
+        fill(ballast)  # the open took the clean-close record's block: none is left for the first page of B's queue file
         r = s.put_message(Message("B", b"x"))
         out["put_b"] = r.status.name
         out["cq_flag"] = wait_for(lambda: "WRITE_LOGICS_QUEUE_ERROR" in flags(s))
@@ -232,7 +233,11 @@ def test_a_writer_attached_to_the_old_block_never_writes_after_it_is_laid_out_ag
         new = MessageStore(root, **cfg)
         reused = new.ctl.reused
         r = old.put_message(Message("T", b"stale"))
-        full = new.put_message(Message("T", b"refused")).status.name  # no room for T's queue file
+        # the open deleted an empty pre-allocated CommitLog file, and T's queue file needs one
+        # page of it: full again, the new owner refuses puts as soon as its disk check sees it
+        fill(os.path.join(TMPFS, "ballast"))
+        wait_for(lambda: "DISK_FULL" in new.ctl.running_flags())
+        full = new.put_message(Message("T", b"refused")).status.name
         os.unlink(os.path.join(TMPFS, "ballast"))
         deadline = time.monotonic() + 20
         while (ok := new.put_message(Message("T", b"new")).status.name) != "PUT_OK" and time.monotonic() < deadline:

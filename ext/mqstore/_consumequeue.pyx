@@ -25,6 +25,28 @@ log = logging.getLogger("mqstore.consumequeue")
 
 CQ_STORE_UNIT_SIZE = CQ_UNIT
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+cdef int64_t PAGE = 4096
+#: the most a ConsumeQueue file's allocation grows by at once (each step doubles it up to this)
+CQ_ALLOCATE_STEP_MAX = 1 << 20
+cdef int64_t ALLOCATE_STEP_MAX = CQ_ALLOCATE_STEP_MAX
+
+
+cdef int allocate_for_units(MappedFile mf, int64_t end) except -1:
+    """Allocate mf's disk blocks up to end and a step past it, before units go there. A
+    ConsumeQueue file is created with one page allocated and sparse after it, so a topic costs
+    no disk until it holds messages and a queue's file grows with its units; each step doubles
+    what is allocated (at least a page, at most ALLOCATE_STEP_MAX). A unit is never written
+    into a hole: a full disk is an OSError here (the dispatch retries), never a SIGBUS."""
+    cdef int64_t step = mf.allocated
+    if step < PAGE:
+        step = PAGE
+    elif step > ALLOCATE_STEP_MAX:
+        step = ALLOCATE_STEP_MAX
+    cdef int64_t target = (end + PAGE - 1) // PAGE * PAGE
+    if target < mf.allocated + step:
+        target = mf.allocated + step
+    mf.allocate_to(target)
+    return 0
 
 
 def filler_units(int64_t count) -> bytes:
@@ -173,6 +195,11 @@ cdef class ConsumeQueueKernel:
         self.cur_base = mapped_file._b()
         self.cur_from = mapped_file.file_from
         self.cur_wrote = mapped_file.wrote_position
+        # a file mapped from disk may be sparse past its units (allocate_for_units): it is taken
+        # as allocated up to them only, so the blocks after them are allocated before a unit goes there
+        cdef int64_t held = (self.cur_wrote + PAGE - 1) // PAGE * PAGE
+        if mapped_file.allocated > held:
+            mapped_file.allocated = held
 
     def sync_position(self):
         """Copy the C write position into the current MappedFile's wrote_position."""
@@ -236,6 +263,8 @@ cdef class ConsumeQueueKernel:
             self._fill_gap(expect)
             if self.cur_base == NULL or self.cur_wrote >= self.file_size:
                 self._roll(expect)
+        if self.cur_wrote + CQ_UNIT > self.cur_file.allocated:
+            allocate_for_units(self.cur_file, self.cur_wrote + CQ_UNIT)
         put_unit_bytes(self.cur_base + self.cur_wrote, phy, size, tags)
         self.cur_wrote += CQ_UNIT
         self.max_physic_offset = phy + size
@@ -258,6 +287,8 @@ cdef class ConsumeQueueKernel:
         while current < expect:
             if self.cur_wrote >= self.file_size:
                 self._roll(current)
+            if self.cur_wrote + CQ_UNIT > self.cur_file.allocated:
+                allocate_for_units(self.cur_file, self.cur_wrote + CQ_UNIT)
             put_unit_bytes(self.cur_base + self.cur_wrote, 0, FILLER_SIZE, 0)
             self.cur_wrote += CQ_UNIT
             self.gaps += 1

@@ -1,15 +1,16 @@
 # cython: language_level=3
 """MappedFile (spec §6.1): one fixed-size file, allocated with posix_fallocate, mapped shared.
 
-Files are created under a temporary name, fully allocated, then renamed into place, so every
-process that sees a file name can map it, and a full disk surfaces as an OSError (ENOSPC)
-at creation instead of SIGBUS on a later write into a hole.
+Files are created under a temporary name, allocated (whole, or a first part that their writer
+extends with ``allocate_to`` before writing past it), then renamed into place, so every process
+that sees a file name can map it, and a full disk surfaces as an OSError (ENOSPC) at creation
+or allocation instead of SIGBUS on a later write into a hole.
 """
 
 import os
 
 from cpython.buffer cimport PyBUF_WRITABLE
-from libc.errno cimport errno
+from libc.errno cimport ENXIO, errno
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy, memset
 from posix.fcntl cimport open as c_open, O_RDWR, O_CREAT, O_EXCL, O_RDONLY
@@ -29,6 +30,10 @@ cdef extern from "<sys/mman.h>" nogil:
 
 cdef extern from "<fcntl.h>" nogil:
     int posix_fallocate(int fd, long offset, long len)
+
+cdef extern from "<unistd.h>" nogil:
+    long lseek(int fd, long offset, int whence)
+    int SEEK_DATA, SEEK_HOLE
 
 cdef extern from *:
     """
@@ -71,6 +76,28 @@ def file_name(int64_t offset) -> str:
     return f"{offset:020d}"
 
 
+cdef inline int64_t zero_dirty_page(char *base, int64_t pos, int64_t file_size, int64_t *run,
+                                    int64_t *dirty_end) noexcept nogil:
+    """One page of MappedFile.zero_dirty_tail from pos: zeroed when it holds a non-zero byte
+    (the run of zero pages starts again), else counted in the run. Returns where the next one starts."""
+    cdef int64_t page_end = min((pos // PAGE + 1) * PAGE, file_size), i
+    cdef bint zero = True
+    for i in range(pos, page_end):
+        if base[i] != 0:
+            zero = False
+            break
+    if zero:
+        run[0] += 1
+    else:
+        run[0] = 0
+        for i in range(page_end - 1, pos - 1, -1):
+            if base[i] != 0:
+                dirty_end[0] = i + 1
+                break
+        memset(base + pos, 0, page_end - pos)
+    return page_end
+
+
 cdef class MappedFile:
     """A fixed-size file mapped MAP_SHARED, with RocketMQ's positions and reference count.
 
@@ -93,13 +120,17 @@ cdef class MappedFile:
             c_close(self.fd)
 
     @staticmethod
-    def create(str path, int64_t file_size, int64_t allocate=-1, int64_t file_from=-1):
+    def create(str path, int64_t file_size, int64_t allocate=-1, int64_t file_from=-1, keep_fd=None):
         """Create, allocate and map a new file at path (its name is its start offset, unless
         file_from >= 0 gives it: the index files, named by time).
 
         allocate: bytes allocated up front (-1: all of them). A file allocated in part (the
-        index) is sparse after that and its writer calls ``allocate_to`` before writing past
-        ``allocated``, so a full disk is an OSError there, never a SIGBUS.
+        index, the CommitLog's, the ConsumeQueue's) is sparse after that and its writer calls
+        ``allocate_to`` before writing past ``allocated``, so a full disk is an OSError there,
+        never a SIGBUS.
+        keep_fd: keep the descriptor while mapped (None: when the file is allocated in part,
+        for ``allocate_to``). False for the many small files of the ConsumeQueues, whose
+        ``allocate_to`` opens the file again for each of its few steps.
         Raises FileExistsError if path exists, OSError(ENOSPC/EFBIG/...) when the space
         cannot be allocated; nothing is left behind in that case.
         """
@@ -128,7 +159,8 @@ cdef class MappedFile:
             raise OSError(r, f"cannot allocate {allocate} bytes for {os.path.basename(path)}: {os.strerror(r)}", path)
         c_close(fd)
         os.rename(tmp, path)
-        cdef MappedFile mf = MappedFile.open(path, file_size, keep_fd=allocate < file_size, file_from=file_from)
+        cdef MappedFile mf = MappedFile.open(path, file_size, keep_fd=allocate < file_size if keep_fd is None
+                                             else bool(keep_fd), file_from=file_from)
         mf.allocated = allocate
         return mf
 
@@ -310,28 +342,40 @@ cdef class MappedFile:
 
         Used when recovery truncates a torn tail, so stale bytes of an unfinished record can
         never be parsed as a record later. Returns the end of the last page that held a
-        non-zero byte (start if there was none): the extent of what was dropped."""
+        non-zero byte (start if there was none): the extent of what was dropped.
+
+        Holes of a sparse file (lseek SEEK_DATA) count as zero pages without being read: a
+        file allocated in part (the ConsumeQueues') is not given pages for them (tmpfs does
+        give a page to a hole read through a shared mapping, and a SIGBUS when it is full)."""
         self._check_range(start, 0)
         self._w()
-        cdef int64_t pos = start, page_end, run = 0, i, dirty_end = start
-        cdef bint zero
-        while pos < self.file_size and run < clean_pages:
-            page_end = min((pos // PAGE + 1) * PAGE, self.file_size)
-            zero = True
-            for i in range(pos, page_end):
-                if self.base[i] != 0:
-                    zero = False
-                    break
-            if zero:
-                run += 1
-            else:
-                run = 0
-                for i in range(page_end - 1, pos - 1, -1):
-                    if self.base[i] != 0:
-                        dirty_end = i + 1
-                        break
-                memset(self.base + pos, 0, page_end - pos)
-            pos = page_end
+        cdef int64_t pos = start, page_end, run = 0, dirty_end = start
+        cdef int64_t data_end = start  # bytes before it are known to be data (not a hole)
+        cdef long found
+        cdef int fd = self.fd
+        if fd < 0:
+            fd = c_open(os.fsencode(self.path), O_RDONLY, 0)  # -1: every page is read
+        try:
+            while pos < self.file_size and run < clean_pages:
+                if fd >= 0 and pos >= data_end:
+                    found = lseek(fd, pos, SEEK_DATA)
+                    if found < 0 and errno == ENXIO:
+                        break  # no data from pos to the end of the file
+                    if found < 0:  # no hole information here: every page is read
+                        data_end = self.file_size
+                        continue
+                    if found > pos:  # a hole up to found: whole zero pages, not touched
+                        page_end = found // PAGE * PAGE
+                        if page_end > pos:
+                            run += (page_end - pos + PAGE - 1) // PAGE
+                            pos = page_end
+                            continue
+                    found = lseek(fd, pos, SEEK_HOLE)
+                    data_end = found if found > pos else self.file_size
+                pos = zero_dirty_page(self.base, pos, self.file_size, &run, &dirty_end)
+        finally:
+            if fd >= 0 and fd != self.fd:
+                c_close(fd)
         return dirty_end
 
     # -- durability -----------------------------------------------------------------------

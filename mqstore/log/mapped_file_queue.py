@@ -101,8 +101,12 @@ class MappedFileQueue:
         self.extended_empty: list[tuple[str, int]] = []
         self._removal_listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
         #: bytes of a new file's disk space allocated when it is created (0: all of it); the
-        #: CommitLog allocates the rest ahead of its write position (commit_log_allocate_step_bytes)
+        #: CommitLog allocates the rest ahead of its write position (commit_log_allocate_step_bytes),
+        #: a ConsumeQueue ahead of its units (a page first)
         self.allocate_step = 0
+        #: whether a file created in part keeps its descriptor for allocate_to (None: it does;
+        #: False: the ConsumeQueues, thousands of small files, open it again for each step)
+        self.keep_fd: bool | None = None
 
     def initial_allocation(self) -> int:
         """What MappedFile.create allocates of a new file: -1 (all) or the first step."""
@@ -343,7 +347,7 @@ class MappedFileQueue:
             if existing is not None:
                 return existing
             os.makedirs(self.store_path, exist_ok=True)
-            mf = MappedFile.create(self.path_of(start), self.file_size, self.initial_allocation())
+            mf = MappedFile.create(self.path_of(start), self.file_size, self.initial_allocation(), keep_fd=self.keep_fd)
             self._files[start] = mf
             self.version += 1
             return mf

@@ -3,6 +3,12 @@
 ``ConsumeQueue`` adds files, recovery, truncation, min-offset correction and flush to the
 compiled append kernel; ``ConsumeQueueTable`` holds every queue of a store
 (``consumequeue/<topic>/<queueId>/``), loads and recovers them, and flushes them.
+
+Disk: a queue file has its full size from the start (RocketMQ's layout), but only its first
+page is allocated when it is created; the kernel allocates further pages, doubling, ahead of
+the units (``allocate_for_units``), so a topic that got one message costs a page per queue
+written, and a full disk is an OSError of the dispatch, never a SIGBUS. The rest of the file is
+a hole, which reads as zeros: what recovery takes as the end of a queue either way.
 """
 
 from __future__ import annotations
@@ -70,6 +76,10 @@ class ConsumeQueue(ConsumeQueueKernel):
         super().__init__(topic, queue_id, file_size)
         self.store_path = os.path.join(root, topic, str(queue_id))
         self.files = MappedFileQueue(self.store_path, file_size)
+        # a new file gets one page of disk and grows with its units (the kernel allocates ahead
+        # of them), so a topic with one message costs a page per queue written, not a whole file
+        self.files.allocate_step = OS_PAGE_SIZE
+        self.files.keep_fd = False
         self.flushed_where = 0
         self._flush_lock = threading.Lock()
         self.load_damage: list[str] = []  # what load() repaired (short files), for recover()
@@ -126,6 +136,7 @@ class ConsumeQueue(ConsumeQueueKernel):
         if first_ever and expect > 0:
             within = expect % self.file_size
             if within:
+                mf.allocate_to(within)
                 mf.write_at(0, filler_units(within // UNIT))
             mf.wrote_position = within
             self.min_logic_offset = expect
