@@ -243,6 +243,7 @@ class BrokerController:
         for group in self.consumers.channel_closed(conn):
             self._notify(group)
         self.producers.channel_closed(conn)
+        self.topics.auto_creations.forget(conn)
 
     # -- requests ------------------------------------------------------------------------------
     def handle(self, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -266,32 +267,110 @@ class BrokerController:
 
     def _topic_for_send(self, cmd: RemotingCommand) -> RemotingCommand:
         topic = field(cmd.ext_fields, "topic")
-        existed = self.topics.get(topic) is not None
-        cfg = self.topics.create_in_send(topic, cmd.ext_fields.get("defaultTopic", "TBW102"),
-                                         int_field(cmd.ext_fields, "defaultTopicQueueNums", 4), int_field(cmd.ext_fields, "sysFlag", 0))
+        queue_nums, sys_flag = int_field(cmd.ext_fields, "defaultTopicQueueNums", 4), int_field(cmd.ext_fields, "sysFlag", 0)
+        cfg = self.topics.get(topic)
+        if cfg is not None:
+            return response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
+        cfg = self.topics.config_in_send(topic, cmd.ext_fields.get("defaultTopic", "TBW102"), queue_nums, sys_flag)
         if cfg is None and topic.startswith("%RETRY%"):
-            cfg = self._create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+            cfg = topic_config(topic, 1, PERM_READ | PERM_WRITE)  # as _create_system_topic makes it
         if cfg is None:
             return response(cmd, ResponseCode.TOPIC_NOT_EXIST,
                              topic_not_exist(topic)
                              + ("" if self.cfg.auto_create_topic_enable else
                                 " (auto_create_topic_enable is false: create the topic first, e.g. "
                                 "mqstore admin topic create)"))
-        if not existed:
-            log.info("topic %s created on its first send from %s: %s", topic, cmd.ext_fields.get(link.PEER), cfg)
-            self._topic_changed(topic)
+        conn = cmd.ext_fields.get(link.CONN, "")
+        refused = self._auto_creation_refusal(topic, conn)
+        if refused is not None:
+            return response(cmd, *refused)
+        self.topics.add(cfg)
+        if conn:
+            self.topics.auto_creations.created(conn, lambda: set(self.fronts))
+        log.info("topic %s created on its first send from %s: %s", topic, cmd.ext_fields.get(link.PEER), cfg)
+        self._topic_created(topic)
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
 
-    def _create_system_topic(self, topic: str, queues: int, perm: int) -> dict[str, Any]:
-        """createTopicInSendMessageBackMethod: a retry or DLQ topic of an explicit size."""
+    def _create_system_topic(self, topic: str, queues: int, perm: int) -> dict[str, Any] | None:
+        """createTopicInSendMessageBackMethod: a retry or DLQ topic of an explicit size; None
+        (logged) when it does not exist and the broker holds max_topic_count topics."""
         cfg = self.topics.get(topic)
         if cfg is None:
+            why = self.topics.room_refusal(topic, self.cfg.max_topic_count)
+            if why is not None:
+                self._creation_refused(topic, why)
+                return None
             cfg = topic_config(topic, queues, perm)
-            self.topics.table[topic] = cfg
-            self.topics.next_version()
-            self.topics.persist()
-            self._topic_changed(topic)
+            self.topics.add(cfg)
+            self._topic_created(topic)
         return cfg
+
+    # creation bounded (docs/broker.md "Topic limits"): the caps, and O(1) work per creation
+    #: the NameServers hear of new topics at most this often (the first after a quiet while at once)
+    REGISTER_COALESCE_S = 1.0
+    #: a refused creation is logged at most this often (with the count refused since)
+    REFUSAL_LOG_INTERVAL_S = 10.0
+    _register_later: asyncio.TimerHandle | None = None
+    _register_asked_at = float("-inf")
+    _refusal_logged_at = float("-inf")
+    _refusals_unlogged = 0
+
+    def _auto_creation_refusal(self, topic: str, conn: str) -> tuple[int, str] | None:
+        """(code, remark) refusing the creation of `topic` on a first send from connection `conn`
+        ("" when the front did not say), or None when it may go ahead (a token of the rate is
+        then taken). TOPIC_NOT_EXIST past the connection's or the broker's cap; SYSTEM_BUSY past
+        the rate, which clients back off on and retry."""
+        made = self.topics.auto_creations
+        why = made.connection_refusal(conn, self.cfg.auto_create_topic_max_per_connection) if conn else None
+        if why is None:
+            why = self.topics.room_refusal(topic, self.cfg.max_topic_count)
+        if why is not None:
+            self._creation_refused(topic, why)
+            return ResponseCode.TOPIC_NOT_EXIST, f"{topic_not_exist(topic)} ({why})"
+        why = made.rate_refusal(self.cfg.auto_create_topic_max_per_second)
+        if why is not None:
+            self._creation_refused(topic, why)
+            return ResponseCode.SYSTEM_BUSY, f"topic[{topic}] not created: {why}"
+        return None
+
+    def _creation_refused(self, topic: str, why: str) -> None:
+        """Log a refused creation: the first, then one line every REFUSAL_LOG_INTERVAL_S at most."""
+        self._refusals_unlogged += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= self.REFUSAL_LOG_INTERVAL_S:
+            log.warning("topic %s not created (%d creation(s) refused since the last such line): %s", topic,
+                        self._refusals_unlogged, why)
+            self._refusal_logged_at, self._refusals_unlogged = now, 0
+
+    def _topic_created(self, topic: str) -> None:
+        """A request created or changed `topic`: the fronts are told at once (as _topic_changed
+        tells them), topics.json is written soon (TopicConfigs.persist_soon) and the NameServers
+        hear of it through _register_soon, so a flood of creations costs O(1) each here, not a
+        write and a registration of the whole topic table each."""
+        cfg = self.topics.get(topic)
+        body = json.dumps(cfg).encode() if cfg is not None else b""
+        for pid in list(self.fronts):
+            self._push(pid, RemotingCommand(link.TOPIC_CHANGED, ext_fields={"topic": topic}, body=body))
+        self.topics.persist_soon()
+        self._register_soon()
+
+    def _register_soon(self) -> None:
+        """Register with the NameServers at once when the last registration a topic change asked
+        for is REGISTER_COALESCE_S old, else once when it is (the changes of that second go
+        together: each registration carries the whole topic table)."""
+        if self._register_later is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._register_asked_at + self.REGISTER_COALESCE_S - loop.time()
+        if wait > 0:
+            self._register_later = loop.call_later(wait, self._register_due)
+        else:
+            self._register_due()
+
+    def _register_due(self) -> None:
+        self._register_later = None
+        self._register_asked_at = asyncio.get_running_loop().time()
+        self._register_now.set()
 
     def _group(self, cmd: RemotingCommand) -> RemotingCommand:
         group = field(cmd.ext_fields, "group")
@@ -427,10 +506,12 @@ class BrokerController:
         cfg["readQueueNums"] = int_field(cmd.ext_fields, "readQueueNums", cfg["writeQueueNums"])
         if cfg["readQueueNums"] <= 0 or cfg["writeQueueNums"] <= 0:
             return response(cmd, ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be positive")
-        self.topics.table[topic] = cfg
-        self.topics.next_version()
-        self.topics.persist()
-        self._topic_changed(topic)
+        why = self.topics.room_refusal(topic, self.cfg.max_topic_count)
+        if why is not None:
+            self._creation_refused(topic, why)
+            return response(cmd, ResponseCode.SYSTEM_ERROR, why)
+        self.topics.add(cfg)
+        self._topic_created(topic)
         return response(cmd, ResponseCode.SUCCESS)
 
     def _all_topics(self, cmd: RemotingCommand) -> RemotingCommand:
