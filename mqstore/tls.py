@@ -66,7 +66,16 @@ def client_context(*, trust_cert_path: str = "", cert_path: str = "", key_path: 
                    test_mode: bool = False) -> ssl.SSLContext:
     """A client's context: the server's certificate checked against trust_cert_path (the system's
     CAs when empty) and its name, unless test_mode (RocketMQ's tls.test.mode.enable: no check);
-    cert_path / key_path present a client certificate."""
+    cert_path / key_path present a client certificate. ConfigError naming the file that does not load."""
+    try:
+        return _client_context(trust_cert_path, cert_path, key_path, test_mode)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"the TLS client files do not load ({trust_cert_path or 'system CAs'}, "
+                          f"{cert_path or 'no certificate'}): {exc}",
+                          hint="check tls_client_trust_cert_path, tls_client_cert_path and tls_client_key_path") from None
+
+
+def _client_context(trust_cert_path: str, cert_path: str, key_path: str, test_mode: bool) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=trust_cert_path or None)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if test_mode:
@@ -126,7 +135,8 @@ async def accept_loop(listener: socket.socket, protocol_factory: Callable[[], as
     loop = asyncio.get_running_loop()
     pending: set[asyncio.Task[None]] = set()
 
-    async def serve(sock: socket.socket, peer: Any) -> None:
+    async def serve(sock: socket.socket, address: Any) -> None:
+        peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
         use_tls = mode == ENFORCING
         if mode == PERMISSIVE:
             first = await _first_byte(sock, sniff_timeout_s)
@@ -155,7 +165,7 @@ async def accept_loop(listener: socket.socket, protocol_factory: Callable[[], as
             if len(pending) >= max_pending:
                 sock.close()
                 if on_refused is not None:
-                    on_refused(f"{peer}: {len(pending)} connections already wait for their first bytes")
+                    on_refused(f"{peer[0]}:{peer[1]}: {len(pending)} connections already wait for their first bytes")
                 continue
             task = loop.create_task(serve(sock, peer))
             pending.add(task)

@@ -36,7 +36,7 @@ from mqstore.log.directory import check_store_dir
 from mqstore.node.supervisor import Supervisor
 from mqstore.roles import BrokerRole
 from mqstore.store import MessageStore
-from mqstore.tls import config_server_context
+from mqstore.tls import config_client_context, config_server_context
 
 __all__ = ["Broker", "FrontSupervisor", "front_count", "listen"]
 
@@ -118,6 +118,7 @@ class Broker:
         cfg.validate()
         check_store_dir(os.path.abspath(os.fspath(root)))  # before taking a port: a bad directory is named first
         config_server_context(cfg)  # the TLS files load (ConfigError naming the key), before a port is taken
+        config_client_context(cfg)
         if cfg.acl_enable:  # each front loads it again; a file that does not load is named here, once
             try:
                 load_acl(cfg.acl_path(os.path.abspath(os.fspath(root))))
