@@ -15,21 +15,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
+import secrets
 import socket
 import time
 import zlib
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.acl.holder import AclHolder
 from mqstore.acl.signature import sign_fields
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_not_exist
 from mqstore.broker.groups import SubscriptionGroups
 from mqstore.broker.namesrv import NameServerLink, NameServerThread
-from mqstore.broker.requests import BadField, check_header, field, int_field, parse_number, response, wall_ms
+from mqstore.broker.limits import LogLimiter
+from mqstore.broker.requests import BadField, field, int_field, parse_number, response, route, wall_ms
 from mqstore.broker.offsets import ConsumerOffsets, decode_offset_table
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
 from mqstore.broker.schedule import ScheduleMessageService, decode_delay_offsets
@@ -138,6 +143,10 @@ class BrokerController:
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self.registrations = 0  # successful REGISTER_BROKER calls (status, tests)
+        self.errors = LogLimiter(log)  # requests that failed inside a handler
+        #: what the broker signs its registrations with: (inner_access_key, inner_secret_key)
+        self.inner_account: tuple[str, str] | None = (
+            (cfg.inner_access_key, cfg.inner_secret_key) if cfg.inner_access_key and cfg.inner_secret_key else None)
         #: a slave broker: its master's remoting address (from the NameServer's answer to its
         #: registration) and how many metadata syncs from it went through (SlaveSynchronize)
         self.is_slave = cfg.broker_role is BrokerRole.SLAVE
@@ -149,10 +158,10 @@ class BrokerController:
         if not self.namesrv_addrs:
             # on a loop of its own thread: the controller's work cannot starve it; it trusts the
             # broker's own account (docs/security-namesrv.md); a taken port is PortInUseError
-            ak, sk = self.cfg.inner_access_key, self.cfg.inner_secret_key
+            # with the ACL on, its accounts with admin: true too (re-read when the file changes)
             self.namesrv = NameServerThread(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port,
                                             tls=config_server_context(self.cfg), tls_mode=self.cfg.tls_server_mode,
-                                            accounts={ak: sk} if ak and sk else None, setting="namesrv_listen_port")
+                                            accounts=self._trusted_brokers(), setting="namesrv_listen_port")
             self.namesrv.start()
             bind = self.cfg.effective_bind_address
             host = "127.0.0.1" if bind == "0.0.0.0" else bind
@@ -167,6 +176,24 @@ class BrokerController:
                        loop.create_task(self._scan_loop())]
         if self.is_slave:
             self._tasks.append(loop.create_task(self._slave_sync_loop()))
+
+    def _trusted_brokers(self) -> Callable[[], Mapping[str, str]] | None:
+        """The accounts the embedded NameServer accepts registrations from: the broker's own pair
+        (inner_access_key / inner_secret_key) and, with the ACL on, the ACL's admin accounts;
+        None (registrations unsigned) when there are neither."""
+        if self.inner_account is None and self.cfg.acl_enable:
+            # no account of its own: it signs with one made for this run, which only its own
+            # NameServer knows, so that the ACL's accounts are not the only way in
+            self.inner_account = (f"mqstore-broker-{os.getpid()}", secrets.token_urlsafe(32))
+        own = dict([self.inner_account]) if self.inner_account is not None else {}
+        if not self.cfg.acl_enable:
+            return (lambda: own) if own else None
+        holder = AclHolder(self.cfg.acl_path(self.root))
+
+        def accounts() -> Mapping[str, str]:
+            admins = {key: a.secret_key for key, a in holder.current().accounts.items() if a.admin}
+            return {**admins, **own}
+        return accounts
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -247,20 +274,9 @@ class BrokerController:
 
     # -- requests ------------------------------------------------------------------------------
     def handle(self, cmd: RemotingCommand) -> RemotingCommand | None:
-        """The answer to one request from a front (forwarded client requests and the link's own)."""
-        if cmd.is_response:
-            return None
-        try:
-            handler = self._handlers.get(cmd.code)
-            if handler is None:
-                return response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
-            check_header(cmd.code, cmd.ext_fields)
-            return handler(self, cmd)
-        except (BadField, ValueError) as exc:
-            return response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-        except Exception as exc:
-            log.exception("request %d failed", cmd.code)
-            return response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        """The answer to one request from a front (forwarded client requests, checked by the
+        front's ACL, and the link's own), through the request table."""
+        return route(cmd, self._handlers, self, errors=self.errors)
 
     def _hello(self, cmd: RemotingCommand) -> RemotingCommand:
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
@@ -583,6 +599,7 @@ class BrokerController:
                 "subscriptionTable": {t: {"topic": t, "subString": sd.sub_string} for t, sd in info.subscriptions.items()}}
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
+    #: the controller's column of the request table (mqstore.broker.table)
     _handlers: dict[int, Any] = {
         link.HELLO: _hello, link.TOPIC_FOR_SEND: _topic_for_send, link.GROUP: _group,
         link.SUBSCRIPTION: _subscription, link.CLOSED: _link_closed,
@@ -617,8 +634,8 @@ class BrokerController:
         fields = {"brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
                   "clusterName": self.cfg.broker_cluster_name, "haServerAddr": self._ha_server_addr(),
                   "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
-        if self.cfg.inner_access_key and self.cfg.inner_secret_key:
-            sign_fields(fields, body, self.cfg.inner_access_key, self.cfg.inner_secret_key)
+        if self.inner_account is not None:
+            sign_fields(fields, body, *self.inner_account)
         return RemotingCommand(RequestCode.REGISTER_BROKER, language="JAVA", version=VERSION, ext_fields=fields,
                                body=body)
 
@@ -630,8 +647,8 @@ class BrokerController:
     async def _unregister_all(self) -> None:
         fields = {"brokerAddr": self.addr, "brokerId": str(self.cfg.broker_id), "brokerName": self.cfg.broker_name,
                   "clusterName": self.cfg.broker_cluster_name}
-        if self.cfg.inner_access_key and self.cfg.inner_secret_key:
-            sign_fields(fields, None, self.cfg.inner_access_key, self.cfg.inner_secret_key)
+        if self.inner_account is not None:
+            sign_fields(fields, None, *self.inner_account)
         cmd = RemotingCommand(RequestCode.UNREGISTER_BROKER, language="JAVA", version=VERSION, ext_fields=fields)
         await asyncio.gather(*(self._call_namesrv(addr, cmd) for addr in self.namesrv_addrs))
 
