@@ -483,7 +483,10 @@ class BrokerController:
         if back is None:  # retryQueueNums <= 0: RocketMQ answers SUCCESS and puts nothing
             return response(cmd, ResponseCode.SUCCESS)
         # 4.9.7 creates both read-write (older brokers made the DLQ write-only): a DLQ can be consumed
-        self._create_system_topic(back.topic, back.queue_nums, PERM_READ | PERM_WRITE)
+        if self._create_system_topic(back.topic, back.queue_nums, PERM_READ | PERM_WRITE) is None:
+            return response(cmd, ResponseCode.SYSTEM_ERROR,
+                            f"topic[{back.topic}] cannot be created: the broker holds max_topic_count "
+                            f"({self.cfg.max_topic_count}) topics")
         result = self.store.put_message(back.message)
         code, remark = put_response(result.status, result.detail)
         if code in (ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE):
