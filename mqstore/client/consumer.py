@@ -22,6 +22,7 @@ from mqstore.client.errors import MQClientError, ProtocolError, RouteError
 from mqstore.client.instance import ClientInstance, check_group, response_int
 from mqstore.client.message import MessageExt, PullResult, PullStatus, decode_messages
 from mqstore.client.protocol import VERSION, PullSysFlag, RequestCode, ResponseCode
+from mqstore.client.remoting import TlsOption
 from mqstore.client.route import MessageQueue
 
 __all__ = ["PullConsumer", "parse_expression"]
@@ -69,12 +70,16 @@ class PullConsumer:
     broker moves a message to %DLQ%<group> after that many). on_consumer_ids_changed(group) is
     called when a broker says the group's consumers changed (NOTIFY_CONSUMER_IDS_CHANGED).
     credentials: a SessionCredentials or an (access_key, secret_key) pair: every request is
-    signed with it, for a broker with ACL on (docs/client.md)."""
+    signed with it, for a broker with ACL on (docs/client.md). tls: True (the system's CAs) or an
+    ssl.SSLContext (mqstore.tls.client_context): every connection over TLS, the server's
+    certificate checked against the host of its address; namesrv_tls: the NameServers'
+    connections, when they differ (None: as tls; False: plain)."""
 
     def __init__(self, group: str, namesrv: str, *, serialize: str = "JSON", timeout: float = 3.0,
                  max_reconsume_times: int = MAX_RECONSUME_TIMES,
                  on_consumer_ids_changed: Callable[[str], None] | None = None, heartbeat_interval: float = 30.0,
-                 route_ttl: float = 30.0, credentials: SessionCredentials | tuple[str, str] | None = None) -> None:
+                 route_ttl: float = 30.0, credentials: SessionCredentials | tuple[str, str] | None = None,
+                 tls: TlsOption = None, namesrv_tls: TlsOption = None) -> None:
         self.group = check_group(group, "DEFAULT_CONSUMER")
         if type(max_reconsume_times) is not int or max_reconsume_times < 0:
             raise ValueError(f"max_reconsume_times must be an int >= 0, not {max_reconsume_times!r}")
@@ -83,7 +88,8 @@ class PullConsumer:
                                      heartbeat_interval=heartbeat_interval, route_ttl=route_ttl, version=VERSION,
                                      heartbeat_body=self._heartbeat_body,
                                      unregister_fields={"consumerGroup": self.group},
-                                     on_notify=on_consumer_ids_changed, credentials=as_credentials(credentials))
+                                     on_notify=on_consumer_ids_changed, credentials=as_credentials(credentials),
+                                     tls=tls, namesrv_tls=namesrv_tls)
         self._suggested: dict[MessageQueue, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 (docs/rocketmq-remoting-spec.md §2.3, §2.4.4, §2.4.5, §2.5): one connection per address, topic
 routes from the NameServers (cached, refreshed, looked up once however many callers wait), the
 broker address table, the heartbeat to every known broker, the requests brokers send, and
-UNREGISTER_CLIENT at close; with credentials, every request signed (mqstore.acl.signature).
+UNREGISTER_CLIENT at close; with credentials, every request signed (mqstore.acl.signature); with
+tls, the connections to brokers over TLS, and those to NameServers with namesrv_tls.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import os
 import re
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -23,10 +25,10 @@ from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedE
 from mqstore.client.message import UniqIdGenerator
 from mqstore.client.protocol import (DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, VERSION, RequestCode, ResponseCode,
                                      request_name)
-from mqstore.client.remoting import RemotingConnection, parse_address, serialize_type
+from mqstore.client.remoting import RemotingConnection, TlsOption, parse_address, serialize_type, tls_context
 from mqstore.client.route import TopicRoute, parse_route_data
 
-__all__ = ["ClientInstance", "check_group", "check_positive", "derived_route", "new_instance_name",
+__all__ = ["ClientInstance", "check_group", "check_positive", "client_tls", "derived_route", "new_instance_name",
            "no_namesrv_answered", "parse_namesrv", "publish_route", "response_int", "route_of", "wants_default_route"]
 
 log = logging.getLogger("mqstore.client")
@@ -83,6 +85,14 @@ class _CachedRoute:
     route: TopicRoute
     fetched: float  # monotonic
     derived: bool  # from TBW102's route
+
+
+def client_tls(tls: TlsOption, namesrv_tls: TlsOption) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """A client's tls and namesrv_tls arguments -> the contexts of its connections to brokers and
+    to NameServers (None: plain TCP). namesrv_tls None means as tls; False, plain TCP to the
+    NameServers (a plain NameServer with brokers that serve TLS)."""
+    ctx = tls_context(tls, "tls")
+    return ctx, ctx if namesrv_tls is None else tls_context(namesrv_tls, "namesrv_tls")
 
 
 def check_positive(name: str, value: float) -> float:
@@ -160,15 +170,17 @@ class ClientInstance:
     ``heartbeat_body(client_id)`` gives the HEART_BEAT body; ``unregister_fields`` the
     UNREGISTER_CLIENT fields besides clientID; ``on_notify(group)`` is called for each
     NOTIFY_CONSUMER_IDS_CHANGED a broker sends; ``credentials`` sign every request on every
-    connection (brokers and NameServers)."""
+    connection (brokers and NameServers); ``tls`` and ``namesrv_tls`` as client_tls takes them."""
 
     def __init__(self, namesrv: str, *, serialize: str | int = "JSON", timeout: float = 3.0,
                  heartbeat_interval: float = 30.0, route_ttl: float = 30.0, version: int = VERSION,
                  heartbeat_body: Callable[[str], bytes], unregister_fields: dict[str, str],
                  on_notify: Callable[[str], None] | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None,
+                 namesrv_tls: TlsOption = None) -> None:
         self.namesrv = parse_namesrv(namesrv)
         self.credentials = credentials
+        self.tls, self.namesrv_tls = client_tls(tls, namesrv_tls)
         self.serialize_type = serialize_type(serialize)
         self.timeout = check_positive("timeout", timeout)
         self.heartbeat_interval = check_positive("heartbeat_interval", heartbeat_interval)
@@ -270,9 +282,10 @@ class ClientInstance:
         return await _single_flight(self._connecting, addr, lambda: self._connect(addr))
 
     async def _connect(self, addr: str) -> RemotingConnection:
+        tls = self.namesrv_tls if addr in self.namesrv else self.tls
         conn = await RemotingConnection.open(addr, connect_timeout=self.timeout, serialize=self.serialize_type,
                                              version=self.version, on_request=self._on_request,
-                                             on_close=self._on_close, credentials=self.credentials)
+                                             on_close=self._on_close, credentials=self.credentials, tls=tls)
         if self.closed:
             conn.close("was closed by the client")
             raise ClientStateError(f"this client was closed while it connected to {addr}")

@@ -22,6 +22,7 @@ from mqstore.client._sending import (BATCH_PROPERTIES, V2_NAMES, BatchItem, Queu
 from mqstore.client.instance import ClientInstance
 from mqstore.client.message import Message, SendResult
 from mqstore.client.protocol import VERSION, RequestCode
+from mqstore.client.remoting import TlsOption
 from mqstore.client.route import MessageQueue
 
 __all__ = ["BatchItem", "Producer", "V2_NAMES"]
@@ -38,18 +39,22 @@ class Producer:
     heartbeat_interval, route_ttl: seconds between heartbeats, and how long a route is cached.
     credentials: a SessionCredentials or an (access_key, secret_key) pair: every request (to the
     brokers and the NameServers) is signed with it, for a broker with ACL on (docs/client.md).
+    tls: True (the system's CAs) or an ssl.SSLContext (mqstore.tls.client_context): every
+    connection over TLS, the server's certificate checked against the host of its address.
+    namesrv_tls: the NameServers' connections, when they differ (None: as tls; False: plain).
     """
 
     def __init__(self, group: str, namesrv: str, *, serialize: str = "JSON", send_code: str = "SEND_MESSAGE_V2",
                  timeout: float = 3.0, compress_over: int | None = None, heartbeat_interval: float = 30.0,
                  route_ttl: float = 30.0,
-                 credentials: SessionCredentials | tuple[str, str] | None = None) -> None:
+                 credentials: SessionCredentials | tuple[str, str] | None = None, tls: TlsOption = None,
+                 namesrv_tls: TlsOption = None) -> None:
         self.group, self.send_code, self.compress_over = producer_options(group, send_code, compress_over)
         self.client = ClientInstance(namesrv, serialize=serialize, timeout=timeout,
                                      heartbeat_interval=heartbeat_interval, route_ttl=route_ttl, version=VERSION,
                                      heartbeat_body=self._heartbeat_body,
                                      unregister_fields={"producerGroup": self.group},
-                                     credentials=as_credentials(credentials))
+                                     credentials=as_credentials(credentials), tls=tls, namesrv_tls=namesrv_tls)
         self._picker = QueuePicker()
 
     # -- lifecycle -----------------------------------------------------------------------------

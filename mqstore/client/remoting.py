@@ -15,6 +15,11 @@ With ``credentials`` (mqstore.acl.SessionCredentials) every request is signed as
 AclClientRPCHook signs it: AccessKey (and SecurityToken) added to its extFields and the
 Signature, HMAC-SHA1 over the fields as they go on the wire and the body (docs/client.md).
 
+With ``tls`` (True, or an ssl.SSLContext such as mqstore.tls.client_context builds) the
+connection is TLS, the server's certificate checked against the context's CAs and the host of
+the address (an IP address against the certificate's IP SANs); a handshake that fails is a
+ConnectFailedError naming the address and the TLS reason.
+
     conn = await RemotingConnection.open("127.0.0.1:9876")
     response = await conn.request(RemotingCommand(105, ext_fields={"topic": "TopicTest"}), timeout=3)
     await conn.close()
@@ -26,15 +31,17 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Callable
-from typing import cast
+from typing import TypeAlias, cast
 
 from mqstore._remoting import JSON, ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.acl.signature import SessionCredentials
 from mqstore.client.errors import ConnectFailedError, ConnectionClosedError, RemotingTimeoutError
 from mqstore.client.protocol import VERSION, ResponseCode, request_name
 
-__all__ = ["RemotingConnection", "RequestHandler", "parse_address", "serialize_type"]
+__all__ = ["RemotingConnection", "RequestHandler", "TlsOption", "parse_address", "serialize_type", "tls_context",
+           "tls_failure", "unanswered_hint"]
 
 log = logging.getLogger("mqstore.client")
 
@@ -47,6 +54,10 @@ LANGUAGE = "PYTHON"
 
 #: what the server's requests are handed to: (connection, request) -> the response to send, or None
 RequestHandler = Callable[["RemotingConnection", RemotingCommand], "RemotingCommand | None"]
+
+#: what a client's ``tls`` argument takes: None or False (plain TCP), True (TLS checked against the
+#: system's CAs and the server's name) or an ssl.SSLContext the caller built
+TlsOption: TypeAlias = bool | ssl.SSLContext | None
 
 # opaques are unique per process (RocketMQ's requestId counter), kept non-negative int32
 _opaques = itertools.count(1)
@@ -77,6 +88,46 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def tls_context(tls: object, name: str = "tls") -> ssl.SSLContext | None:
+    """A client's ``tls`` argument -> the context its connections use (None: plain TCP). True
+    makes ssl.create_default_context() (the system's CAs, the server's name checked); a server's
+    context, or anything else, is a ValueError naming the argument."""
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if isinstance(tls, ssl.SSLContext):
+        if tls.protocol == ssl.PROTOCOL_TLS_SERVER:
+            raise ValueError(f"{name} is a server's context (PROTOCOL_TLS_SERVER): a client needs one made for "
+                             "clients, e.g. mqstore.tls.client_context(trust_cert_path=...)")
+        return tls
+    raise ValueError(f"{name} must be None, True, False or an ssl.SSLContext, not {tls!r}")
+
+
+def tls_failure(address: str, exc: BaseException) -> str | None:
+    """What a connection with TLS that failed with exc says, when exc is the TLS handshake's
+    failure (None for a TCP failure: refused, unreachable)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"cannot connect to {address}: the TLS handshake failed: the server's certificate was refused "
+                f"({exc.verify_message or exc.reason}); the client's context checks it against its CAs and the name "
+                f"{parse_address(address)[0]!r}")
+    if isinstance(exc, ssl.SSLError):
+        return f"cannot connect to {address}: the TLS handshake failed: {exc.reason or exc}"
+    if isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+        return (f"cannot connect to {address}: the TLS handshake failed: the server closed the connection ({exc}); "
+                "does it serve TLS, and does it want a client certificate?")
+    return None
+
+
+def unanswered_hint(tls: bool) -> str:
+    """Why a server may close a new connection before answering its first request."""
+    if tls:
+        return (" before answering anything (a server that requires a client certificate closes a TLS connection "
+                "without one: a context with cert_path / key_path)")
+    return (" before answering anything (a server that serves TLS only, tls_server_mode=enforcing, closes a plain "
+            "connection: tls=True or an ssl.SSLContext)")
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self, conn: RemotingConnection) -> None:
         self.conn = conn
@@ -105,7 +156,7 @@ class RemotingConnection:
     the server sends (its return value, if any, is sent as the response; with no handler a
     non-oneway request is answered REQUEST_CODE_NOT_SUPPORTED, as RocketMQ's remoting does);
     ``on_close`` is called once when the connection ends; with ``credentials`` every request
-    sent is signed.
+    sent is signed; with ``tls`` (True or an ssl.SSLContext) the connection is TLS.
 
     ``max_in_flight`` (the most requests that waited for responses at once), ``requests`` (sent)
     and ``unmatched`` (responses that matched no request in flight: late ones, after a timeout)
@@ -114,9 +165,10 @@ class RemotingConnection:
     def __init__(self, address: str, *, serialize: str | int = "JSON", version: int = VERSION,
                  on_request: RequestHandler | None = None,
                  on_close: Callable[[RemotingConnection], None] | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
+        self.tls = tls_context(tls)
         self.serialize_type = serialize_type(serialize)
         self.version = int(version)
         self.on_request = on_request
@@ -144,10 +196,11 @@ class RemotingConnection:
     async def open(cls, address: str, *, connect_timeout: float = 3.0, serialize: str | int = "JSON",
                    version: int = VERSION, on_request: RequestHandler | None = None,
                    on_close: Callable[[RemotingConnection], None] | None = None,
-                   credentials: SessionCredentials | None = None) -> RemotingConnection:
-        """A connected RemotingConnection; ConnectFailedError naming the address when it cannot be."""
+                   credentials: SessionCredentials | None = None, tls: TlsOption = None) -> RemotingConnection:
+        """A connected RemotingConnection; ConnectFailedError naming the address when it cannot be
+        (with tls: the TCP connection and the TLS handshake within connect_timeout)."""
         conn = cls(address, serialize=serialize, version=version, on_request=on_request, on_close=on_close,
-                   credentials=credentials)
+                   credentials=credentials, tls=tls)
         await conn.connect(connect_timeout)
         return conn
 
@@ -156,15 +209,24 @@ class RemotingConnection:
             raise ConnectionClosedError(f"the connection to {self.address} was already used; make a new one",
                                         self.address)
         loop = self._loop = asyncio.get_running_loop()
+        ctx = self.tls
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout)
+            if ctx is None:
+                await asyncio.wait_for(loop.create_connection(lambda: _Protocol(self), self.host, self.port), timeout)
+            else:
+                await asyncio.wait_for(loop.create_connection(lambda: _Protocol(self), self.host, self.port, ssl=ctx,
+                                                              server_hostname=self.host,
+                                                              ssl_handshake_timeout=timeout), timeout)
         except asyncio.TimeoutError:
             self._closed = True
-            raise ConnectFailedError(f"cannot connect to {self.address}: no answer in {timeout:g} s",
+            what = "" if ctx is None else " (TCP and the TLS handshake)"
+            raise ConnectFailedError(f"cannot connect to {self.address}: no answer in {timeout:g} s{what}",
                                      self.address) from None
         except OSError as exc:
             self._closed = True
-            raise ConnectFailedError(f"cannot connect to {self.address}: {exc.strerror or exc}", self.address) from exc
+            message = tls_failure(self.address, exc) if ctx is not None else None
+            raise ConnectFailedError(message or f"cannot connect to {self.address}: {exc.strerror or exc}",
+                                     self.address) from exc
 
     def _made(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -206,7 +268,14 @@ class RemotingConnection:
         self._closed = True
         self._lost_event.set()
         self._writable.set()
-        reason = self._close_reason or (f"closed by the peer: {exc}" if exc else "closed by the peer")
+        reason = self._close_reason
+        if not reason:
+            reason = f"closed by the peer: {exc}" if exc else "closed by the peer"
+            if len(self._pending) == self.requests and (self.requests or self.tls is not None):
+                # nothing answered: a plain client at a TLS-only server, or (TLS 1.3, at once
+                # after the handshake) a TLS client without the certificate the server requires
+                reason += unanswered_hint(self.tls is not None)
+            self._close_reason = reason  # what a request sent after this says too
         if self._scan is not None:
             self._scan.cancel()
             self._scan = None

@@ -17,6 +17,11 @@ A timeout (the socket's: SO_RCVTIMEO / SO_SNDTIMEO on Linux, so that a request c
 one recv system call) or a frame that cannot be decoded closes the connection; the next request
 opens a new one. With credentials every request is signed as the asyncio clients sign theirs.
 
+With tls the socket is wrapped in the context's TLS (the handshake within the timeout, the server's
+certificate checked against the host of the address) and keeps Python's socket timeout: an SSL
+socket under SO_RCVTIMEO would fail a read with an SSL error rather than time out. A handshake
+that fails is a ConnectFailedError naming the address and the TLS reason.
+
 Heartbeats need no thread: a broker gets HEART_BEAT before the first send on a connection and
 again, before a send, once heartbeat_interval has passed. close() sends UNREGISTER_CLIENT to
 every broker heartbeated.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -41,11 +47,13 @@ from mqstore.client._sending import (BATCH_PROPERTIES, BatchItem, QueuePicker, b
                                      send_result)
 from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedError, ConnectionClosedError,
                                    MQClientError, RemotingConnectionError, RemotingTimeoutError)
-from mqstore.client.instance import (DERIVED_ROUTE_TTL_S, check_positive, derived_route, new_instance_name,
-                                     no_namesrv_answered, parse_namesrv, publish_route, route_of, wants_default_route)
+from mqstore.client.instance import (DERIVED_ROUTE_TTL_S, check_positive, client_tls, derived_route,
+                                     new_instance_name, no_namesrv_answered, parse_namesrv, publish_route, route_of,
+                                     wants_default_route)
 from mqstore.client.message import Message, SendResult
 from mqstore.client.protocol import DEFAULT_TOPIC, VERSION, RequestCode, ResponseCode, request_name
-from mqstore.client.remoting import LANGUAGE, RPC_ONEWAY, RPC_RESPONSE, _next_opaque, parse_address, serialize_type
+from mqstore.client.remoting import (LANGUAGE, RPC_ONEWAY, RPC_RESPONSE, TlsOption, _next_opaque, parse_address,
+                                     serialize_type, tls_failure, unanswered_hint)
 from mqstore.client.route import MessageQueue, TopicRoute
 
 __all__ = ["SyncProducer"]
@@ -74,16 +82,26 @@ def _set_timeout(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
 
+def _set_tls_timeout(sock: socket.socket, seconds: float) -> None:
+    """_set_timeout for a TLS socket: Python's timeout (socket.timeout), whatever the platform."""
+    sock.settimeout(seconds)
+
+
 class _Connection:
     """A blocking connection to one address. Whoever holds ``lock`` owns the socket and the
-    frame reader for a whole exchange; ``sock`` is None until connected and after a close."""
+    frame reader for a whole exchange; ``sock`` is None until connected and after a close. With
+    ``tls`` (a client's context) the socket is TLS and ``set_timeout`` sets Python's timeout."""
 
     __slots__ = ("address", "host", "port", "lock", "sock", "frames", "sock_timeout", "local_ip", "closed_reason",
-                 "heartbeat_due", "heartbeated", "requests", "unmatched", "credentials")
+                 "heartbeat_due", "heartbeated", "requests", "unmatched", "credentials", "tls", "set_timeout",
+                 "requests_at_connect")
 
-    def __init__(self, address: str, credentials: SessionCredentials | None = None) -> None:
+    def __init__(self, address: str, credentials: SessionCredentials | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.address = address
         self.credentials = credentials
+        self.tls = tls
+        self.set_timeout = _set_timeout if tls is None else _set_tls_timeout
         self.host, self.port = parse_address(address)
         self.lock = threading.Lock()
         self.sock: socket.socket | None = None
@@ -94,6 +112,7 @@ class _Connection:
         self.heartbeat_due = 0.0  # monotonic: a send after this heartbeats first
         self.heartbeated = False  # HEART_BEAT answered SUCCESS on the current socket
         self.requests = 0
+        self.requests_at_connect = 0  # requests sent before the current socket
         self.unmatched = 0
 
     def connect(self, timeout: float) -> socket.socket:
@@ -101,6 +120,7 @@ class _Connection:
         sock = self.sock
         if sock is not None:
             return sock
+        deadline = time.monotonic() + timeout
         try:
             sock = socket.create_connection((self.host, self.port), timeout=timeout)
         except TimeoutError:
@@ -109,16 +129,44 @@ class _Connection:
         except OSError as exc:
             raise ConnectFailedError(f"cannot connect to {self.address}: {exc.strerror or exc}", self.address) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if KERNEL_TIMEOUTS:
+        if self.tls is not None:
+            sock = self._handshake(sock, self.tls, deadline, timeout)
+        elif KERNEL_TIMEOUTS:
             sock.settimeout(None)  # blocking; the kernel times the sends and recvs out
             _set_timeout(sock, timeout)
         self.local_ip = str(sock.getsockname()[0])
         self.sock = sock
         self.sock_timeout = timeout
+        self.requests_at_connect = self.requests
         self.frames = FrameReader()
         self.heartbeat_due = 0.0
         self.heartbeated = False
         return sock
+
+    def _handshake(self, sock: socket.socket, ctx: ssl.SSLContext, deadline: float, timeout: float) -> ssl.SSLSocket:
+        """sock wrapped in ctx's TLS, the handshake done in what is left of the connect timeout;
+        ConnectFailedError naming the address and the TLS reason (sock closed) when it fails."""
+        try:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            tls_sock = ctx.wrap_socket(sock, server_hostname=self.host)
+            tls_sock.settimeout(timeout)
+            return tls_sock
+        except TimeoutError:
+            sock.close()
+            raise ConnectFailedError(f"cannot connect to {self.address}: no answer in {timeout:g} s (TCP and the "
+                                     "TLS handshake)", self.address) from None
+        except (OSError, ValueError) as exc:
+            sock.close()
+            message = tls_failure(self.address, exc) or f"cannot connect to {self.address}: the TLS handshake " \
+                                                        f"failed: {exc}"
+            raise ConnectFailedError(message, self.address) from exc
+
+    def _peer_closed(self, detail: str = "") -> str:
+        """Why the peer closed the connection, with a hint when it answered nothing on it."""
+        reason = f"closed by the peer{detail}"
+        if self.requests == self.requests_at_connect + 1:
+            reason += unanswered_hint(self.tls is not None)
+        return reason
 
     def drop(self) -> None:
         """Close the socket (a new request connects again, unless closed_reason is set)."""
@@ -148,7 +196,7 @@ class _Connection:
             self.credentials.sign(cmd.ext_fields, cmd.body)
         self.requests += 1
         if self.sock_timeout != timeout:
-            _set_timeout(sock, timeout)
+            self.set_timeout(sock, timeout)
             self.sock_timeout = timeout
         frame = cmd.encode()
         frames = self.frames
@@ -164,13 +212,13 @@ class _Connection:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             raise TimeoutError
-                        _set_timeout(sock, left)
+                        self.set_timeout(sock, left)
                         self.sock_timeout = left
                     else:
                         deadline = time.monotonic() + timeout
                     data = sock.recv(RECV_SIZE)
                     if not data:
-                        raise self._closed(cmd, opaque, self.closed_reason or "closed by the peer")
+                        raise self._closed(cmd, opaque, self.closed_reason or self._peer_closed())
                     frames.feed(data)
                 elif response.opaque == opaque and response.is_response:
                     return response
@@ -190,8 +238,8 @@ class _Connection:
                                             f"decoded ({exc})") from None
         except ConnectionClosedError:
             raise
-        except OSError as exc:
-            raise self._closed(cmd, opaque, self.closed_reason or f"closed by the peer: {exc}") from None
+        except OSError as exc:  # (an SSL error too: a TLS alert, a record that does not decrypt)
+            raise self._closed(cmd, opaque, self.closed_reason or self._peer_closed(f": {exc}")) from None
         except BaseException:  # e.g. KeyboardInterrupt: a frame half sent or a response unread
             self.drop()
             raise
@@ -212,15 +260,18 @@ class _Connection:
 class SyncProducer:
     """A blocking producer of group ``group`` over the NameServers ``namesrv``
     ("host:port;host:port"), with Producer's arguments (serialize, send_code, timeout,
-    compress_over, heartbeat_interval, route_ttl, credentials) and its sends as plain methods.
+    compress_over, heartbeat_interval, route_ttl, credentials, tls, namesrv_tls) and its sends as
+    plain methods.
     Any number of threads may share one: each connection carries one request at a time."""
 
     def __init__(self, group: str, namesrv: str, *, serialize: str = "JSON", send_code: str = "SEND_MESSAGE_V2",
                  timeout: float = 3.0, compress_over: int | None = None, heartbeat_interval: float = 30.0,
                  route_ttl: float = 30.0,
-                 credentials: SessionCredentials | tuple[str, str] | None = None) -> None:
+                 credentials: SessionCredentials | tuple[str, str] | None = None, tls: TlsOption = None,
+                 namesrv_tls: TlsOption = None) -> None:
         self.group, self.send_code, self.compress_over = producer_options(group, send_code, compress_over)
         self.credentials = as_credentials(credentials)
+        self.tls, self.namesrv_tls = client_tls(tls, namesrv_tls)
         self.namesrv = parse_namesrv(namesrv)
         self.serialize_type = serialize_type(serialize)
         self.timeout = check_positive("timeout", timeout)
@@ -277,7 +328,9 @@ class SyncProducer:
             sock = conn.sock
             if sock is not None:
                 try:
-                    sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on it
+                    # wakes a thread blocked in recv on it (socket's own: an SSLSocket's would also
+                    # drop its TLS state under that thread)
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
                 except OSError:
                     pass
             if conn.lock.acquire(timeout=self.timeout):
@@ -323,7 +376,8 @@ class SyncProducer:
             with self._lock:
                 conn = self._connections.get(addr)
                 if conn is None:
-                    conn = self._connections[addr] = _Connection(addr, self.credentials)
+                    tls = self.namesrv_tls if addr in self.namesrv else self.tls
+                    conn = self._connections[addr] = _Connection(addr, self.credentials, tls)
         return conn
 
     def _request(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
