@@ -85,3 +85,23 @@ def test_admin_names_an_unreachable_broker_and_a_refusal(tmp_path, capsys) -> No
     with running_broker(str(tmp_path / "store")) as broker:
         code, _, err = admin(capsys, "topic-create", "bad topic!", "--broker", broker.address)
         assert code == 1 and "code 1" in err and "illegal characters" in err
+
+
+def test_admin_signs_with_an_account_of_the_acl(tmp_path, capsys, monkeypatch) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text('accounts:\n  - accessKey: operator\n    secretKey: "operator-secret"\n    admin: true\n'
+                   '  - accessKey: producer\n    secretKey: "producer-secret"\n    admin: false\n')
+    monkeypatch.delenv("MQSTORE_SECRET_KEY", raising=False)
+    with running_broker(str(tmp_path / "store"), acl_enable=True, acl_file=str(acl)) as broker:
+        addr = ["--broker", broker.address]
+        code, _, err = admin(capsys, "status", *addr)
+        assert code == 1 and "code 16" in err and "AccessKey" in err
+        code, _, err = admin(capsys, "status", "--access-key", "operator", *addr)
+        assert code == 2 and "MQSTORE_SECRET_KEY" in err
+        monkeypatch.setenv("MQSTORE_SECRET_KEY", "producer-secret")
+        code, _, err = admin(capsys, "topic-create", "Guarded", "--access-key", "producer", *addr)
+        assert code == 1 and "admin" in err
+        monkeypatch.setenv("MQSTORE_SECRET_KEY", "operator-secret")
+        code, out, err = admin(capsys, "topic-create", "Guarded", "--access-key", "operator", *addr)
+        assert code == 0, err
+        assert broker.controller.topics.get("Guarded") is not None

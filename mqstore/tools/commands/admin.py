@@ -65,6 +65,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", default=DEFAULT_BROKER, metavar="HOST:PORT",
                    help=f"the broker to ask (default {DEFAULT_BROKER})")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--access-key", metavar="AK", default=os.environ.get("MQSTORE_ACCESS_KEY", ""),
+                   help="sign every request with this account of the broker's ACL (an admin one); its secret "
+                        "comes from the environment variable MQSTORE_SECRET_KEY, never from the command line")
+
+
+def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    if not args.access_key:
+        return None
+    return (args.access_key, os.environ.get("MQSTORE_SECRET_KEY", ""))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.admin_command == "promote":
         return promote(args.store, args.config, as_json=args.json)
+    if args.access_key and not os.environ.get("MQSTORE_SECRET_KEY"):
+        print("mqstore admin: --access-key needs its secret in the environment variable MQSTORE_SECRET_KEY",
+              file=sys.stderr)
+        return 2
     try:
         return asyncio.run(_run(args))
     except AdminError as exc:
@@ -104,9 +117,10 @@ class _Broker:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from mqstore.acl.signature import as_credentials
     from mqstore.client import RemotingConnection
 
-    conn = await RemotingConnection.open(args.broker)
+    conn = await RemotingConnection.open(args.broker, credentials=as_credentials(_credentials(args)))
     try:
         broker = _Broker(conn)
         command = args.admin_command
