@@ -315,3 +315,38 @@ def test_log_limiter_says_how_many_lines_it_held_back(caplog):
     assert messages[:3] == ["line 0", "line 1", "line 2"]
     assert messages[3].startswith("(7 similar lines")
     assert messages[4] == "after"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="becoming another user needs root")
+def test_the_controllers_link_refuses_other_users(tmp_path):
+    """The link is an abstract Unix socket (no file permissions): a process of another user
+    that connects to it is closed before it can speak for a front."""
+    from mqstore.broker import link
+
+    with running_broker(str(tmp_path / "s"), front_processes=1) as broker:
+        hello = RemotingCommand(link.HELLO, opaque=1, ext_fields={"pid": "1"}).encode()
+        pid = os.fork()
+        if pid == 0:  # the child: another user, then the link
+            code = 3
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(10)
+                    sock.connect(broker.link_address)
+                    sock.sendall(hello)
+                    code = 0 if sock.recv(65536) == b"" else 1
+            except ConnectionError:
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:  # the broker's own user is served
+            sock.settimeout(10)
+            sock.connect(broker.link_address)
+            sock.sendall(hello)
+            frames = FrameReader()
+            while (answer := frames.next()) is None:
+                frames.feed(sock.recv(65536))
+        assert answer.opaque == 1 and answer.code == 0

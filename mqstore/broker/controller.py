@@ -19,6 +19,7 @@ import os
 import random
 import secrets
 import socket
+import struct
 import time
 import zlib
 from collections import defaultdict
@@ -212,6 +213,15 @@ class BrokerController:
 
     # -- the link ------------------------------------------------------------------------------
     async def _serve_front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # the link's socket is in the abstract namespace, which has no file permissions: only
+        # processes of the broker's own user may speak for a front (SO_PEERCRED)
+        sock = writer.get_extra_info("socket")
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")) if sock else b""
+        if len(creds) != struct.calcsize("3i") or struct.unpack("3i", creds)[1] != os.getuid():
+            log.warning("the link refused a connection from another user (pid, uid, gid: %s)",
+                        struct.unpack("3i", creds) if creds else "unknown")
+            writer.close()
+            return
         frames = FrameReader()
         pid = ""
         try:
