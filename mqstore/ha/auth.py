@@ -24,7 +24,9 @@ appending anything, and the master closes it. A RocketMQ slave's 8-byte offset r
 ``MAGIC``, so the master closes it at once with one line saying why.
 
 The socket work goes through ``recv`` / ``sendall`` / ``settimeout`` only, so a TLS-wrapped
-socket does as well as a plain one.
+socket does as well as a plain one: with TLS on the HA port (``tls_server_mode``, ``tls_enable``)
+the handshake runs inside it, after the TLS handshake and within the same time limit from the
+connection on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import hmac
 import secrets
 import socket
 import time
+
+from mqstore.tls import TLS_RECORD_HANDSHAKE
 
 __all__ = ["ACCEPTED", "ANSWER_SIZE", "CHALLENGE_SIZE", "HANDSHAKE_TIMEOUT_S", "HandshakeError", "MAGIC",
            "HandshakeTimeout", "REFUSED", "VERSION", "answer", "authenticate_master", "authenticate_slave", "challenge",
@@ -137,11 +141,12 @@ def parse_answer(data: bytes) -> tuple[int, bytes]:
 
 # -- over a socket ---------------------------------------------------------------------------------
 class _Deadline:
-    """The handshake's one time limit, from the connection on."""
+    """The handshake's one time limit, from the connection on (``started``, a time.monotonic();
+    now when None)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, started: float | None = None) -> None:
         self.timeout_s = timeout_s
-        self.at = time.monotonic() + timeout_s
+        self.at = (time.monotonic() if started is None else started) + timeout_s
         self.received = 0
 
     def recv_exact(self, sock: socket.socket, n: int, got: bytes = b"") -> bytes:
@@ -165,15 +170,19 @@ class _Deadline:
 
 
 def authenticate_slave(sock: socket.socket, access_key: str, secret_key: str,
-                       timeout_s: float = HANDSHAKE_TIMEOUT_S) -> str:
+                       timeout_s: float = HANDSHAKE_TIMEOUT_S, *, started: float | None = None) -> str:
     """The master's side: challenge the slave, check its access key (this broker's
     ``access_key``) and signature, prove this side holds the secret too. Returns the slave's
-    access key; HandshakeError (why, in a few words) when it does not belong. The socket is left
-    blocking (no timeout)."""
-    deadline = _Deadline(timeout_s)
+    access key; HandshakeError (why, in a few words) when it does not belong. The time limit
+    counts from ``started`` (a time.monotonic(): the connection, when a TLS handshake came
+    first), else from now. The socket is left blocking (no timeout)."""
+    deadline = _Deadline(timeout_s, started)
     master_nonce = secrets.token_bytes(NONCE_SIZE)
     sock.sendall(challenge(master_nonce))
     first = deadline.recv_exact(sock, REPORT_SIZE)  # what a slave without the handshake sends first
+    if first[0] == TLS_RECORD_HANDSHAKE:
+        raise HandshakeError("started a TLS handshake on a connection this master serves in plain (tls_server_mode "
+                             "disabled, or permissive and its ClientHello came late)")
     if first != MAGIC[:REPORT_SIZE]:
         raise HandshakeError("sent no HA handshake (an 8-byte offset report: a slave without inner_access_key / "
                              "inner_secret_key, or a RocketMQ slave, which a master with inner_secret_key does "

@@ -18,6 +18,16 @@ connection that fails it, or does not finish it within ``HANDSHAKE_TIMEOUT_S``, 
 one log line. Without ``inner_secret_key`` any connection is a slave, as in RocketMQ (a warning
 at start says so).
 
+TLS (``tls_server_mode``, the keys of ``mqstore.tls``): enforcing wraps every connection,
+permissive tells a TLS slave (its first byte 0x16, a handshake record) from a plain one (an 8-byte
+offset report, whose first byte is 0 below 2^56, or silence: a slave with the keys waits for the
+challenge, a RocketMQ slave reports 5 s after connecting) by peeking at the first byte, disabled
+serves plain connections only. The TLS handshake runs in the connection's reader thread, within
+the same ``HANDSHAKE_TIMEOUT_S`` as the HA handshake, which then runs inside TLS. A TLS
+connection's reader and writer share one SSL object, which is not safe for two threads at once:
+its socket is non-blocking and each SSL read or write holds a lock (never while waiting); the
+plain path keeps ``select`` / ``recv_into`` / ``sendmsg`` as they were.
+
 Decided differently from RocketMQ (docs/replication.md): a slave that reports 0 (an empty
 log) gets the master's whole log from its first byte still held, where RocketMQ starts it at
 the start of the master's last file; and a slave that reports more than the master holds is
@@ -34,6 +44,7 @@ import logging
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from typing import Any
@@ -45,6 +56,7 @@ from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, HandshakeError, authenticate_sl
 from mqstore.log.directory import replace_file
 from mqstore.procs import alive
 from mqstore.services.base import ServiceThread
+from mqstore.tls import DISABLED, PERMISSIVE, TLS_RECORD_HANDSHAKE, config_server_context
 
 __all__ = ["HAConnection", "HAService", "STATUS_FILE", "listen_ha", "read_ha_status", "write_status"]
 
@@ -86,6 +98,12 @@ IDLE_WAIT_MS = 100.0
 #: connections in the handshake at once; more are closed at once (each holds a thread for up
 #: to HANDSHAKE_TIMEOUT_S)
 MAX_PENDING_HANDSHAKES = 32
+#: permissive TLS: how long a connection may be silent before it is taken for a plain one (a
+#: TLS slave sends its ClientHello as soon as it is connected; a plain slave with the keys waits
+#: for the challenge, a RocketMQ slave sends its first report 5 s after connecting)
+TLS_SNIFF_S = 1.0
+#: TLS: how long the writer waits for room in the socket before it looks again
+TLS_WRITE_WAIT_S = 1.0
 
 
 def listen_ha(host: str, port: int, previous: int = 0) -> socket.socket:
@@ -121,6 +139,9 @@ class HAConnection:
         self.peer = peer
         self.access_key: str | None = None  # the account it proved holding (None: no handshake)
         self.authenticated = False
+        self.tls = False  # whether the connection is TLS (_secure)
+        #: TLS: held by each SSL read or write (the reader's and the writer's share one SSL object)
+        self._tls_lock = threading.Lock()
         self.request_offset = -1   # the slave's first report: where the writer starts
         self.ack_offset = -1       # its latest report
         self.sent_upto = -1        # the writer's next byte
@@ -145,7 +166,7 @@ class HAConnection:
             return
         self._closed.set()
         self._first_report.set()
-        if why and not self.authenticated and self.service.secret_key:
+        if why and not self.authenticated:
             log.warning("HA: refused the connection from %s: %s", self.peer, why)
         elif why:
             log.info("HA: closing the connection of slave %s: %s", self.peer, why)
@@ -156,20 +177,75 @@ class HAConnection:
         self.sock.close()
         self.service.connection_closed(self)
 
+    def _first_byte(self, timeout_s: float) -> bytes | None:
+        """The connection's first byte, left unread (MSG_PEEK): b"" when the peer closed, None
+        when it sent nothing within timeout_s."""
+        ready, _, _ = select.select([self.sock], [], [], max(timeout_s, 0.0))
+        if not ready:
+            return None
+        return self.sock.recv(1, socket.MSG_PEEK)
+
+    def _secure(self) -> bool:
+        """TLS per ``tls_server_mode``: wrap the connection (enforcing; permissive when its first
+        byte starts a TLS handshake record) and run the TLS handshake, within the handshake's
+        time limit from the connection on. False when the connection is closed instead (one log
+        line saying why)."""
+        service = self.service
+        if service.tls_mode == DISABLED:
+            return True
+        timeout_s = service.handshake_timeout_s
+        left = self.started + timeout_s - time.monotonic()
+        try:
+            first = self._first_byte(min(left, TLS_SNIFF_S) if service.tls_mode == PERMISSIVE else left)
+            if service.tls_mode == PERMISSIVE and (first is None or first[:1] != bytes((TLS_RECORD_HANDSHAKE,))):
+                return True  # a plain slave: its offset report's first byte is 0 (below 2^56), or silence
+            if first is None:
+                self.close(f"sent nothing within {timeout_s:g} s: no TLS handshake (a slave without tls_enable, which "
+                           "a master with tls_server_mode enforcing does not serve)")
+                return False
+            if first != bytes((TLS_RECORD_HANDSHAKE,)):
+                what = "closed the connection" if not first else "sent bytes that are not TLS"
+                self.close(f"{what} before a TLS handshake (a slave without tls_enable, which a master with "
+                           "tls_server_mode enforcing does not serve)")
+                return False
+            assert service.tls_context is not None
+            wrapped = service.tls_context.wrap_socket(self.sock, server_side=True, do_handshake_on_connect=False)
+            self.sock = wrapped
+            if self._closed.is_set():  # closed (the service stops) while it was being wrapped
+                wrapped.close()
+                return False
+            wrapped.settimeout(max(self.started + timeout_s - time.monotonic(), 0.001))
+            wrapped.do_handshake()
+        except TimeoutError:
+            self.close(f"did not finish the TLS handshake within {timeout_s:g} s")
+            return False
+        except (OSError, ValueError) as exc:
+            self.close(f"the TLS handshake failed: {exc}")
+            return False
+        self.tls = True
+        return True
+
     def _handshake(self) -> bool:
         """With inner_secret_key: the slave proves it holds the broker account (mqstore.ha.auth)
-        before anything of it counts; then it becomes a slave of the service, and the writer
-        starts. False when the connection is closed instead."""
+        before anything of it counts (inside TLS when the connection is); then it becomes a
+        slave of the service, and the writer starts. False when the connection is closed
+        instead."""
         service = self.service
         if service.secret_key:
             try:
                 self.access_key = authenticate_slave(self.sock, service.config.inner_access_key, service.secret_key,
-                                                     service.handshake_timeout_s)
+                                                     service.handshake_timeout_s, started=self.started)
             except HandshakeError as exc:
                 self.close(f"it {exc}")
                 return False
             except OSError as exc:
                 self.close(f"the HA handshake failed: {exc}")
+                return False
+        if self.tls:
+            try:
+                self.sock.setblocking(False)  # each SSL read or write under the lock, none waiting in it
+            except OSError as exc:
+                self.close(f"the connection failed: {exc}")
                 return False
         if not service.connection_ready(self):
             self.close()
@@ -179,8 +255,34 @@ class HAConnection:
 
     # -- the slave's reports (ReadSocketService) ---------------------------------------------------
     def _read_loop(self) -> None:
-        if not self._handshake():
+        if not self._secure() or not self._handshake():
             return
+        if self.tls:
+            self._read_reports(self._tls_readable, self._tls_recv_into)
+        else:
+            self._read_reports(self._readable, self.sock.recv_into)
+
+    def _readable(self, timeout_s: float) -> bool:
+        ready, _, _ = select.select([self.sock], [], [], timeout_s)
+        return bool(ready)
+
+    def _tls_readable(self, timeout_s: float) -> bool:
+        """Bytes to read: decrypted ones already in the SSL object, which select does not see,
+        or new ones on the socket."""
+        if self.sock.pending():  # type: ignore[attr-defined]
+            return True
+        return self._readable(timeout_s)
+
+    def _tls_recv_into(self, view: memoryview) -> int:
+        """One SSL read into view under the lock: its byte count (0: the peer closed), -1 when
+        no whole TLS record has arrived yet."""
+        with self._tls_lock:
+            try:
+                return self.sock.recv_into(view)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return -1
+
+    def _read_reports(self, readable: Any, recv_into: Any) -> None:
         cfg = self.service.config
         buf = bytearray(1024 * 1024)
         view = memoryview(buf)
@@ -188,18 +290,25 @@ class HAConnection:
         last_read = time.monotonic()
         try:
             while not self._closed.is_set() and not self.service.is_stopped:
-                ready, _, _ = select.select([self.sock], [], [], 1.0)
+                ready = readable(1.0)
                 now = time.monotonic()
                 if not ready:
                     if (now - last_read) * 1000 > cfg.ha_housekeeping_interval:
                         self.close(f"nothing read for {cfg.ha_housekeeping_interval} ms (ha_housekeeping_interval)")
                     continue
-                n = self.sock.recv_into(view[end:])
+                n = recv_into(view[end:])
+                if n < 0:
+                    continue
                 if n == 0:
                     self.close("the slave closed it")
                     return
                 last_read = now
                 end += n
+                if self.request_offset < 0 and buf[0] == TLS_RECORD_HANDSHAKE:
+                    # a ClientHello, not a report (whose first byte is 0 below 2^56: 64 PiB of log)
+                    self.close(f"started a TLS handshake, which this master took for a plain connection "
+                               f"({self.service.tls_why_plain()})")
+                    return
                 value, used = last_report(buf, 0, end)
                 if value < 0:
                     continue
@@ -207,7 +316,7 @@ class HAConnection:
                 end -= used
                 if not self._report(value):
                     return
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: select on a socket the writer closed
             self.close(f"read failed: {exc}")
 
     def _report(self, offset: int) -> bool:
@@ -274,6 +383,9 @@ class HAConnection:
 
     def _send(self, head: bytes, body: memoryview | None = None) -> None:
         """The header and the body (a view of the mapped file: no copy here), all of it."""
+        if self.tls:
+            self._send_tls(head, body)
+            return
         parts: list[Any] = [head] if body is None else [head, body]
         total = sum(len(p) for p in parts)
         sent = 0
@@ -286,13 +398,40 @@ class HAConnection:
             if parts and n:
                 parts[0] = memoryview(parts[0])[n:]
 
+    def _send_tls(self, head: bytes, body: memoryview | None) -> None:
+        """The header and the body in one SSL write (TLS copies the bytes anyway), under the
+        lock; while the socket has no room the lock is left to the reader."""
+        data = memoryview(head if body is None else b"".join((head, body)))
+        sock = self.sock
+        while len(data):
+            want_read = False
+            with self._tls_lock:
+                try:
+                    n = sock.send(data)
+                except ssl.SSLWantWriteError:
+                    n = 0
+                except ssl.SSLWantReadError:
+                    n, want_read = 0, True
+            if n:
+                data = data[n:]
+                continue
+            if self._closed.is_set() or self.service.is_stopped:
+                raise OSError("the connection is closed")
+            try:
+                if want_read:
+                    select.select([sock], [], [], TLS_WRITE_WAIT_S)
+                else:
+                    select.select([], [sock], [], TLS_WRITE_WAIT_S)
+            except ValueError:  # the reader closed the socket meanwhile
+                raise OSError("the connection is closed") from None
+
     def status(self) -> dict[str, Any]:
         now_end = self.service.ctl.get("wrote")
         ack = max(self.ack_offset, 0)
         return {"slave": self.peer, "request_offset": self.request_offset, "ack_offset": self.ack_offset,
                 "sent_upto": self.sent_upto, "lag_bytes": max(0, now_end - ack),
                 "lag_ms": self.service.lag_ms(ack), "bytes_sent": self.bytes_sent,
-                "rate_bytes_per_s": self.rate, "connected_s": round(time.monotonic() - self.started, 1)}
+                "rate_bytes_per_s": self.rate, "tls": self.tls, "connected_s": round(time.monotonic() - self.started, 1)}
 
 
 
@@ -320,20 +459,30 @@ class HAService(ServiceThread):
         #: the broker account's secret: with one, every slave must pass the handshake
         self.secret_key: str = config.inner_secret_key
         self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S
+        #: TLS on the HA port (tls_server_mode: disabled, permissive, enforcing; mqstore.tls)
+        self.tls_mode: str = config.tls_server_mode
+        self.tls_context: ssl.SSLContext | None = config_server_context(config)
         host = config.effective_bind_address
         self.server = listen_ha(host, config.ha_listen_port, ctl.get("ha_port"))
         self.port = self.server.getsockname()[1]
         ctl.set("ha_slaves", 0)
         ctl.set("ha_port", self.port)
         ctl.ha_broadcast()
+        tls = "" if self.tls_mode == DISABLED else f" (TLS: tls_server_mode {self.tls_mode})"
         if self.secret_key:
-            log.info("HA: listening for slaves on %s:%d; each must prove it holds the broker account "
-                     "(inner_access_key %r)", host, self.port, config.inner_access_key)
+            log.info("HA: listening for slaves on %s:%d%s; each must prove it holds the broker account "
+                     "(inner_access_key %r)", host, self.port, tls, config.inner_access_key)
         else:
-            log.warning("HA: listening for slaves on %s:%d, accepting any slave: inner_secret_key is not set, so "
+            log.warning("HA: listening for slaves on %s:%d%s, accepting any slave: inner_secret_key is not set, so "
                         "anyone who reaches the port can read the whole CommitLog (and have a SYNC_MASTER's puts "
                         "acknowledged); set inner_access_key and inner_secret_key on master and slaves "
-                        "(docs/replication.md)", host, self.port)
+                        "(docs/replication.md)", host, self.port, tls)
+
+    def tls_why_plain(self) -> str:
+        """Why a connection was served in plain, in a few words (for a log line)."""
+        if self.tls_mode == PERMISSIVE:
+            return f"tls_server_mode permissive, and its first bytes came later than {TLS_SNIFF_S:g} s"
+        return f"tls_server_mode {self.tls_mode}"
 
     def lag_ms(self, ack: int) -> int:
         """How long ago the master's log first ended past `ack` (0 when it does not), to the
@@ -384,7 +533,9 @@ class HAService(ServiceThread):
 
     def _accept(self) -> tuple[socket.socket, str] | None:
         """The next connection to the HA port and its peer's address (the one place a slave's
-        connection is accepted); None when the accept failed."""
+        connection is accepted); None when the accept failed. It is wrapped in TLS, per
+        ``tls_server_mode``, by its own reader thread (HAConnection._secure), so a slow or silent
+        TLS client holds that thread, for the handshake's time limit, and never this one."""
         try:
             sock, addr = self.server.accept()
         except OSError:

@@ -22,6 +22,13 @@ first report: it proves it holds the broker account and follows only a master th
 same, so nothing from an impostor (or from a master without the secret) is appended. Without
 one it reports at once, as RocketMQ's slave; a master that asks for the handshake is then named
 in one error saying which keys to set.
+
+With ``tls_enable`` the connection is TLS, the master's certificate checked per the client keys
+(``tls_client_trust_cert_path``, ``tls_test_mode_enable``; a client certificate from
+``tls_client_cert_path``), the TLS handshake within ``HANDSHAKE_TIMEOUT_S``; the handshake above
+runs inside it. Bytes TLS has decrypted and holds are not seen by ``select``, so the loop asks
+the SSL object (``pending``) first; its reads wait at most ``TLS_READ_WAIT_S`` for the rest of a
+record.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import logging
 import os
 import select
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +47,7 @@ from mqstore.ha import TRUNCATE_EXIT, read_ha_master, read_truncation, request_t
 from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, MAGIC, HandshakeError, authenticate_master
 from mqstore.ha.master import write_status
 from mqstore.services.base import ServiceThread
+from mqstore.tls import config_client_context
 
 __all__ = ["HAClient"]
 
@@ -48,6 +57,9 @@ BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 #: the first read of a connection without the handshake: enough to tell a frame from a challenge
 FIRST_READ_BYTES = 64 * 1024
+#: TLS: the longest a read waits for the rest of a record (or a report for room) before the loop
+#: goes round again (a plain socket is read only when select says it has bytes)
+TLS_READ_WAIT_S = 1.0
 
 
 class HAClient(ServiceThread):
@@ -80,18 +92,37 @@ class HAClient(ServiceThread):
         self.secret_key: str = config.inner_secret_key
         self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S
         self._first_read = False  # the connection's first read is still to come (no handshake)
+        #: TLS to the master (tls_enable and the tls_client_* keys), or None: plain
+        self.tls_context: ssl.SSLContext | None = config_client_context(config)
 
     # -- the connection ----------------------------------------------------------------------------
     def _open(self) -> socket.socket:
-        """A connection to the master's HA port (the one place the slave connects)."""
+        """A connection to the master's HA port (the one place the slave connects), TLS with
+        tls_enable (the handshake done, the master's certificate checked)."""
         host, _, port = self.master_address.rpartition(":")
-        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=3.0)
+        host = host.strip("[]")
+        sock = socket.create_connection((host, int(port)), timeout=3.0)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+        if self.tls_context is None:
+            return sock
+        sock.settimeout(self.handshake_timeout_s)
+        try:
+            return self.tls_context.wrap_socket(sock, server_hostname=host)  # closes sock when it fails
+        except TimeoutError:
+            raise TimeoutError(f"no TLS handshake within {self.handshake_timeout_s:g} s") from None
 
     def _connect(self) -> bool:
         try:
             sock = self._open()
+        except ssl.SSLCertVerificationError as exc:
+            self._failed(f"the master at {self.master_address} presents a certificate this slave does not trust: "
+                         f"{exc.verify_message} (tls_client_trust_cert_path)")
+            return False
+        except ssl.SSLError as exc:
+            hint = " (it does not speak TLS: is its tls_server_mode disabled?)" \
+                if exc.reason == "WRONG_VERSION_NUMBER" else ""
+            self._failed(f"the TLS handshake with the master at {self.master_address} failed: {exc}{hint}")
+            return False
         except (OSError, ValueError) as exc:
             self._failed(f"cannot connect to the master's HA service at {self.master_address}: {exc}")
             return False
@@ -105,7 +136,7 @@ class HAClient(ServiceThread):
             except (OSError, ValueError) as exc:
                 self._failed(f"the HA handshake with the master at {self.master_address} failed: {exc}")
                 return False
-        sock.settimeout(None)
+        sock.settimeout(TLS_READ_WAIT_S if self.tls_context is not None else None)
         self._first_read = not self.secret_key
         self.reader = SlaveReader()
         self.connects += 1
@@ -159,10 +190,16 @@ class HAClient(ServiceThread):
         if sock is None:
             return
         try:
-            ready, _, _ = select.select([sock], [], [], 0.5)
+            if self.tls_context is not None and sock.pending():  # type: ignore[attr-defined]
+                ready = [sock]  # decrypted bytes the SSL object holds: select does not see them
+            else:
+                ready, _, _ = select.select([sock], [], [], 0.5)
             now = time.monotonic()
             if ready:
-                n = self._first_recv(sock) if self._first_read else self.reader.recv_into(sock)
+                try:
+                    n = self._first_recv(sock) if self._first_read else self.reader.recv_into(sock)
+                except TimeoutError:  # TLS: only part of a record arrived within TLS_READ_WAIT_S
+                    n = -1
                 if n < 0:
                     return
                 if n == 0:
@@ -184,8 +221,8 @@ class HAClient(ServiceThread):
         """The first read of a connection without the handshake: a master that sends its
         challenge wants one, which this slave cannot do without the keys (-1: the connection
         is dropped, saying so); anything else goes to the reader as received."""
-        self._first_read = False
         data = sock.recv(FIRST_READ_BYTES)
+        self._first_read = False
         if data and MAGIC.startswith(data[:len(MAGIC)]):
             self._failed(f"the master at {self.master_address} asks for the HA handshake: set inner_access_key and "
                          "inner_secret_key (the broker account) on this slave as on the master")
@@ -241,7 +278,8 @@ class HAClient(ServiceThread):
         self.backoff_s = BACKOFF_FIRST_S
 
     def status(self) -> dict[str, Any]:
-        return {"master": self.master_address, "connected": self.sock is not None, "offset": self.ctl.get("wrote"),
+        return {"master": self.master_address, "connected": self.sock is not None, "tls": self.tls_context is not None,
+                "offset": self.ctl.get("wrote"),
                 "connects": self.connects, "frames": self.frames, "bytes_received": self.bytes_received,
                 "last_error": self.last_error, "diverged": self.diverged, "truncated": read_truncation(self.root)}
 
