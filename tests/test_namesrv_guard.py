@@ -1,4 +1,4 @@
-"""The guarded NameServer (docs/security-namesrv.md): a broker name registered from one address
+"""The guarded NameServer (docs/security.md): a broker name registered from one address
 cannot be taken by another while its registering connection is open, an UNREGISTER_BROKER comes
 from that connection or carries a valid signature, a NameServer given broker accounts takes signed
 registrations only, a broker's routes go when its connection closes (RocketMQ's onChannelDestroy),

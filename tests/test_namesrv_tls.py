@@ -1,4 +1,4 @@
-"""TLS on the NameServer's port (tls_server_mode's three modes, docs/security-namesrv.md): a
+"""TLS on the NameServer's port (tls_server_mode's three modes, docs/security.md): a
 standalone NameServer, ``mqstore namesrv --tls-*``, the NameServer a broker embeds, and a broker
 registering over TLS (tls_enable) with a NameServer whose certificate it checks. Certificates the
 test makes; loopback only, free ports, every wait bounded."""

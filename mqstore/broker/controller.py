@@ -158,7 +158,7 @@ class BrokerController:
     async def start(self) -> None:
         if not self.namesrv_addrs:
             # on a loop of its own thread: the controller's work cannot starve it; it trusts the
-            # broker's own account (docs/security-namesrv.md); a taken port is PortInUseError
+            # broker's own account (docs/security.md); a taken port is PortInUseError
             # with the ACL on, its accounts with admin: true too (re-read when the file changes)
             self.namesrv = NameServerThread(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port,
                                             tls=config_server_context(self.cfg), tls_mode=self.cfg.tls_server_mode,

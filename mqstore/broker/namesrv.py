@@ -5,7 +5,7 @@ served through the broker's request table (``mqstore.broker.requests.route``): a
 answered REQUEST_CODE_NOT_SUPPORTED, a request missing a field SYSTEM_ERROR naming it, and a frame
 that cannot be decoded closes its connection only.
 
-Guarded (docs/security-namesrv.md), where RocketMQ 4.9.7's takes any registration from anyone:
+Guarded (docs/security.md), where RocketMQ 4.9.7's takes any registration from anyone:
 given broker ``accounts`` (access key -> secret key), it takes only REGISTER_BROKER and
 UNREGISTER_BROKER requests signed by one of them (RocketMQ's ACL signature); with or without, a
 broker name and id whose registering connection is open cannot be taken from another address, and
@@ -216,7 +216,7 @@ class NameServer:
                  "" if self.tls_mode == DISABLED else f" (TLS {self.tls_mode})")
         if self.accounts is None and not _is_loopback(self.host):
             log.warning("the NameServer on %s:%d has no broker accounts: anyone who reaches it can register a "
-                        "broker under a name not yet taken (give it accounts: docs/security-namesrv.md)",
+                        "broker under a name not yet taken (give it accounts: docs/security.md)",
                         self.host, self.port)
 
     async def adopt(self, sock: socket.socket) -> None:

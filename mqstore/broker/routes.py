@@ -2,7 +2,7 @@
 §2.3): brokers register their topics, clients ask for a topic's route, and a broker that has not
 registered for BROKER_CHANNEL_EXPIRED_MS, or whose registering connection closed, drops out.
 
-Unlike RocketMQ's, the table keeps a broker's name from being taken (docs/security-namesrv.md):
+Unlike RocketMQ's, the table keeps a broker's name from being taken (docs/security.md):
 each registration remembers the connection it came on (``channel``, any object the caller uses
 for one), and while that connection is open and the registration not expired, no other
 connection registers the same broker name and id or the same address, nor unregisters it

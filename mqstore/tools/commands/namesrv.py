@@ -1,7 +1,7 @@
 """``mqstore namesrv``: a RocketMQ NameServer (mqstore.broker.namesrv) until SIGTERM or Ctrl-C.
 
 With ``--acl FILE`` (a RocketMQ plain_acl.yml) it takes registrations signed by the file's
-accounts marked ``admin: true`` only (docs/security-namesrv.md), re-reading the file when it
+accounts marked ``admin: true`` only (docs/security.md), re-reading the file when it
 changes; a taken port is one line naming it (exit 2). ``--tls-mode permissive|enforcing`` with
 ``--tls-cert`` and ``--tls-key`` serves TLS as a broker's port does (RocketMQ's tls.server.*)."""
 
