@@ -122,7 +122,7 @@ OWN_KEYS: dict[str, Any] = {
     "max_connections_per_ip": 1000,
     "max_requests_in_flight_per_connection": 1024,
     "max_topic_count": 20_000,
-    "auto_create_topic_max_per_second": 50,
+    "auto_create_topic_max_per_second": 200,
     "auto_create_topic_max_per_connection": 100,
 }
 

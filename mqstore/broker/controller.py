@@ -23,7 +23,7 @@ import struct
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
@@ -145,6 +145,9 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self.registrations = 0  # successful REGISTER_BROKER calls (status, tests)
         self.errors = LogLimiter(log)  # requests that failed inside a handler
+        #: creations waiting for the next registration to reach the NameServers (_next_registration)
+        self._awaiting_registration: list[asyncio.Future[None]] = []
+        self._registering: dict[str, asyncio.Future[None]] = {}  # topic -> its creation's registration
         #: what the broker signs its registrations with: (inner_access_key, inner_secret_key)
         self.inner_account: tuple[str, str] | None = (
             (cfg.inner_access_key, cfg.inner_secret_key) if cfg.inner_access_key and cfg.inner_secret_key else None)
@@ -233,7 +236,9 @@ class BrokerController:
                         if pid:
                             self.fronts[pid] = writer
                     answer = self.handle(cmd)
-                    if answer is not None and not cmd.is_oneway:
+                    if asyncio.iscoroutine(answer):  # answered later (a creation waits for its registration)
+                        self._answer_later(writer, cmd, answer)
+                    elif answer is not None and not cmd.is_oneway:
                         writer.write(answer.encode())
                 await writer.drain()
         except (FrameError, ConnectionError) as exc:
@@ -243,6 +248,15 @@ class BrokerController:
             if pid and self.fronts.get(pid) is writer:
                 del self.fronts[pid]
                 self._front_gone(pid)
+
+    def _answer_later(self, writer: asyncio.StreamWriter, cmd: RemotingCommand, answer: Any) -> None:
+        def done(task: asyncio.Task[RemotingCommand]) -> None:
+            if task.cancelled() or cmd.is_oneway or writer.is_closing():
+                return
+            exc = task.exception()
+            got = task.result() if exc is None else response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            writer.write(got.encode())
+        asyncio.get_running_loop().create_task(answer).add_done_callback(done)
 
     def _front_gone(self, pid: str) -> None:
         """A front process ended: every client connection it held is closed."""
@@ -291,12 +305,15 @@ class BrokerController:
     def _hello(self, cmd: RemotingCommand) -> RemotingCommand:
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps(self.topics.wrapper()).encode())
 
-    def _topic_for_send(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _topic_for_send(self, cmd: RemotingCommand) -> RemotingCommand | Coroutine[Any, Any, RemotingCommand]:
         topic = field(cmd.ext_fields, "topic")
         queue_nums, sys_flag = int_field(cmd.ext_fields, "defaultTopicQueueNums", 4), int_field(cmd.ext_fields, "sysFlag", 0)
         cfg = self.topics.get(topic)
         if cfg is not None:
-            return response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
+            answer = response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
+            pending = self._registering.get(topic)
+            # sends that asked while the topic's creation waits for its registration go after it, in order
+            return answer if pending is None else self._after(pending, answer)
         cfg = self.topics.config_in_send(topic, cmd.ext_fields.get("defaultTopic", "TBW102"), queue_nums, sys_flag)
         if cfg is None and topic.startswith("%RETRY%"):
             cfg = topic_config(topic, 1, PERM_READ | PERM_WRITE)  # as _create_system_topic makes it
@@ -314,8 +331,27 @@ class BrokerController:
         if conn:
             self.topics.auto_creations.created(conn, lambda: set(self.fronts))
         log.info("topic %s created on its first send from %s: %s", topic, cmd.ext_fields.get(link.PEER), cfg)
+        registered = self._next_registration()
+        self._registering[topic] = registered
+        registered.add_done_callback(lambda _: self._registering.pop(topic, None))
         self._topic_created(topic)
-        return response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode())
+        return self._after(registered, response(cmd, ResponseCode.SUCCESS, body=json.dumps(cfg).encode()))
+
+    def _next_registration(self) -> asyncio.Future[None]:
+        """Done when a registration that starts after now has reached the NameServers (or failed)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._awaiting_registration.append(fut)
+        return fut
+
+    async def _after(self, registered: asyncio.Future[None], answer: RemotingCommand) -> RemotingCommand:
+        """answer once the new topic is registered, as 4.9.7's createTopicInSendMessageMethod
+        registers before the send goes on: a client that looks the route up after its first send
+        finds it. Bounded by REGISTER_TIMEOUT_S (the registration goes on regardless)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(registered), REGISTER_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            pass
+        return answer
 
     def _create_system_topic(self, topic: str, queues: int, perm: int) -> dict[str, Any] | None:
         """createTopicInSendMessageBackMethod: a retry or DLQ topic of an explicit size; None
@@ -332,8 +368,9 @@ class BrokerController:
         return cfg
 
     # creation bounded (docs/broker.md "Topic limits"): the caps, and O(1) work per creation
-    #: the NameServers hear of new topics at most this often (the first after a quiet while at once)
-    REGISTER_COALESCE_S = 1.0
+    #: the NameServers hear of new topics at most this often (the first after a quiet while at once):
+    #: a new topic is routable within about this long, and a flood costs 10 registrations a second
+    REGISTER_COALESCE_S = 0.1
     #: a refused creation is logged at most this often (with the count refused since)
     REFUSAL_LOG_INTERVAL_S = 10.0
     _register_later: asyncio.TimerHandle | None = None
@@ -635,7 +672,13 @@ class BrokerController:
             # cleared before, not after, registering: a topic made while a registration is on its
             # way sets it again, and is registered right after
             self._register_now.clear()
-            await self.register_all()
+            waiting, self._awaiting_registration = self._awaiting_registration, []
+            try:
+                await self.register_all()
+            finally:
+                for fut in waiting:
+                    if not fut.done():
+                        fut.set_result(None)
             try:
                 await asyncio.wait_for(self._register_now.wait(), period)
             except asyncio.TimeoutError:

@@ -268,6 +268,8 @@ class Front:
         self.link = link.LinkClient(link_address, self._pushed, self._link_lost)
         self.topics: dict[str, dict[str, Any]] = {}
         self._sendable: set[str] = set()  # topic names that passed topic_problem
+        #: topic -> the sends that came while its creation was asked of the controller (they go after it)
+        self._creating: dict[str, list[tuple[Connection, RemotingCommand]]] = {}
         #: topic -> (its config, its queue count) for the send fast path, while that config is current
         self._writable: dict[str, tuple[dict[str, Any], int]] = {}
         self.cluster = self.cfg.broker_cluster_name
@@ -493,7 +495,7 @@ class Front:
             if len(self._sendable) < SENDABLE_CACHE:
                 self._sendable.add(topic)
         tc = self.topics.get(topic)
-        if tc is None:
+        if tc is None or topic in self._creating:
             self._create_then_send(conn, cmd, f, topic)
             return
         self._send_to(conn, cmd, f, topic, tc)
@@ -507,6 +509,8 @@ class Front:
         if parsed is None:
             return False
         topic, queue_id, sys_flag, born, flag, reconsume, properties = parsed
+        if self._creating and topic in self._creating:
+            return False  # after the send whose creation is on its way (the general path queues it)
         tc = self.topics.get(topic)
         writable = self._writable.get(topic)
         if writable is None or writable[0] is not tc:
@@ -541,20 +545,34 @@ class Front:
             "defaultTopicQueueNums": str(int_field(f, "defaultTopicQueueNums", 4)),
             "sysFlag": str(int_field(f, "sysFlag", 0)), link.PEER: conn.peer_addr, link.CONN: conn.id})
 
+        if topic in self._creating:  # its creation is on its way: this send goes after the one that asked
+            self._creating[topic].append((conn, cmd))
+            conn.begin()  # in flight: a client pipelining sends to a new topic stops being read
+            return
+        self._creating[topic] = []
+
         def then(got: RemotingCommand) -> None:
             tc = json.loads(got.body)
             self.topics[topic] = tc
             self._send_to(conn, cmd, f, topic, tc)
-        self._ask(conn, cmd, ask, then)
+
+        def after() -> None:  # the sends that came meanwhile, in their order
+            for waiting_conn, waiting_cmd in self._creating.pop(topic, []):
+                waiting_conn.end()
+                if not waiting_conn.closed:
+                    self.dispatch(waiting_conn, waiting_cmd)
+        self._ask(conn, cmd, ask, then, after=after)
 
     def _ask(self, conn: Connection, cmd: RemotingCommand, ask: RemotingCommand,
-             then: Callable[[RemotingCommand], None]) -> None:
+             then: Callable[[RemotingCommand], None], *, after: Callable[[], None] | None = None) -> None:
         """Ask the controller, then go on serving `cmd` with its answer (`then`); a refusal is
         the client's answer, as is a controller that does not answer or a bad field met after."""
         try:
             fut = self.link.send(ask)
         except ConnectionError as exc:
             conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+            if after is not None:
+                after()
             return
         assert fut is not None
         conn.begin()
@@ -564,6 +582,8 @@ class Front:
                 answer(fu)
             finally:  # after `then`: a pull it holds again is counted before reading resumes
                 conn.end()
+                if after is not None:
+                    after()
 
         def answer(fu: asyncio.Future[RemotingCommand]) -> None:
             if fu.cancelled() or fu.exception() is not None:

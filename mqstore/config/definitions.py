@@ -553,7 +553,7 @@ _TABLE: tuple[Definition, ...] = (
          "Topics a broker holds at most (system, retry and DLQ topics included); a creation past it "
          "is refused naming this key.",
          java=None, origin=_OWN),
-    _key("auto_create_topic_max_per_second", int, 50, "count", _POSITIVE,
+    _key("auto_create_topic_max_per_second", int, 200, "count", _POSITIVE,
          "Topics created on a first send, broker-wide, per second at most; past it such a send "
          "is refused with SYSTEM_BUSY naming this key.",
          java=None, origin=_OWN),
