@@ -162,12 +162,13 @@ class Connection(asyncio.Protocol):
             self.close()  # half-closed and every request answered: close() sends what is buffered first
 
     def eof_received(self) -> bool:
-        """The client shut its side (SHUT_WR): answer what it sent, then close."""
+        """The client shut its side (SHUT_WR): answer what it sent, then close (TLS has no
+        half-close: its transport closes whatever this returns, so it is not asked to stay)."""
         self._eof = True
         if not self.in_flight and not self._paused:
             self._serve_frames()
             self.close()
-        return True
+        return self.transport is not None and self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
