@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -238,7 +239,9 @@ def test_a_name_server_that_closes_each_connection_is_not_asked_in_a_loop(tmp_pa
             time.sleep(2)
             assert broker.controller.registrations == 0
             assert len(_refusals(caplog)) <= 2, _refusals(caplog)  # the start's registration (and a period's)
-        assert any("request 103 failed" in r.getMessage() and "tls_client_cert_path" in r.getMessage()
+        # the registration's, or (when a loaded machine saw the close only as a lost connection
+        # then) the unregistration's at the stop
+        assert any(re.search(r"request 10[34] failed", r.getMessage()) and "tls_client_cert_path" in r.getMessage()
                    for r in caplog.records), "the broker's log says why"
     finally:
         ns.close()
