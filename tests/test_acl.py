@@ -12,6 +12,7 @@ import platform
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 from helpers_acl import RecordingServer
@@ -604,3 +605,28 @@ def test_session_credentials_sign_as_the_twin_does(fields, body):
 
     mine = SessionCredentials("ak-of-test", "secret-of-test").sign(dict(fields), body)
     assert mine == sign_fields(dict(fields), body, "ak-of-test", "secret-of-test")
+
+
+def test_send_verdicts_answer_as_check_does(tmp_path):
+    """SendVerdicts keeps a send's permission verdict, never its signature: a tampered or
+    unsigned send like one that passed is refused as check() refuses it; a reload starts afresh."""
+    from mqstore.acl.plain import parse_acl
+    from mqstore.acl.signature import sign_fields
+    from mqstore.acl.validator import SendVerdicts, check
+
+    def acl(perm: str) -> Any:
+        return parse_acl({"accounts": [{"accessKey": "account1", "secretKey": "secret-1", "defaultTopicPerm": perm}]},
+                         "plain_acl.yml")
+
+    first, verdicts = acl("PUB"), SendVerdicts()
+    fields = {"a": "PG", "b": "T", "e": "0"}
+    signed = sign_fields(dict(fields), b"body", "account1", "secret-1")
+    for _ in range(3):
+        assert verdicts.check(first, 310, dict(signed), b"body", "127.0.0.1") is None
+    tampered = {**signed, "e": "1"}
+    assert verdicts.check(first, 310, tampered, b"body", "127.0.0.1") == check(first, 310, tampered, b"body",
+                                                                               "127.0.0.1") is not None
+    assert verdicts.check(first, 310, dict(signed), b"other body", "127.0.0.1") is not None
+    assert verdicts.check(first, 310, dict(fields), b"body", "127.0.0.1") is not None  # unsigned
+    denied = acl("DENY")
+    assert verdicts.check(denied, 310, dict(signed), b"body", "127.0.0.1") is not None

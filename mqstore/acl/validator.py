@@ -40,8 +40,8 @@ from mqstore.acl.address import NO_ADDRESS, normalize_ip
 from mqstore.acl.plain import PUB, SUB, Account, PlainAcl, check_permission, group_of, is_retry_topic, retry_topic
 from mqstore.acl.signature import ACCESS_KEY
 
-__all__ = ["ADMIN_CODES_4_9_7", "CLIENT_CODES", "RMQ_SYS_TRACE_TOPIC", "check", "describe", "needs_admin",
-           "resources"]
+__all__ = ["ADMIN_CODES_4_9_7", "CLIENT_CODES", "RMQ_SYS_TRACE_TOPIC", "SendVerdicts", "check", "describe",
+           "needs_admin", "resources"]
 
 #: TopicValidator.RMQ_SYS_TRACE_TOPIC: sends to it pass once the signature is checked
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -204,3 +204,42 @@ def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes |
     if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:
         return None
     return _check_perms(account, code, needed, needs_admin(code) if admin is None else admin)
+
+
+class SendVerdicts:
+    """check() for the sends, cheaper per request (the broker's hot path): what a send's
+    permissions and addresses decided is kept per (ACL version, AccessKey, code, topic, group,
+    remote address), so a send like one that passed needs only its signature checked again (or
+    nothing, when the address passed without one). A refusal is never kept: check() says why each
+    time. A new ACL version (a reload) starts afresh; at most ``limit`` verdicts are kept."""
+
+    _CODES = {SEND_MESSAGE: ("topic", "group"), SEND_MESSAGE_V2: ("b", "a"), SEND_BATCH_MESSAGE: ("b", "a")}
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._acl: PlainAcl | None = None
+        self._kept: dict[tuple[Any, ...], Account | None] = {}  # None: passed by address, no signature needed
+
+    def check(self, acl: PlainAcl, code: int, ext_fields: dict[str, str], body: bytes | None, remote_ip: str, *,
+              admin: bool | None = None) -> str | None:
+        names = self._CODES.get(code)
+        if names is None:
+            return check(acl, code, ext_fields, body, remote_ip, admin=admin)
+        if acl is not self._acl:
+            self._acl, self._kept = acl, {}
+        ak = ext_fields.get(ACCESS_KEY)
+        key = (ak, code, ext_fields.get(names[0]), ext_fields.get(names[1]), remote_ip, admin)
+        if key in self._kept:
+            kept = self._kept[key]
+            if kept is None or signature_matches(ext_fields, body, kept.secret_bytes):
+                return None
+        refused = check(acl, code, ext_fields, body, remote_ip, admin=admin)
+        if refused is None and ak:
+            if len(self._kept) >= self.limit:
+                self._kept.clear()
+            account = acl.accounts.get(ak)
+            addr = normalize_ip(remote_ip)
+            white = (acl.global_white and acl.in_global_white(addr)) or (
+                account is not None and account.white_remote_address.match(addr))
+            self._kept[key] = None if white else account
+        return refused

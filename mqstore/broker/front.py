@@ -42,7 +42,7 @@ from mqstore._commitlog import Message, MessageBatch
 from mqstore._front import parse_send, send_ok_response
 from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.acl.holder import AclHolder
-from mqstore.acl.validator import check as acl_check
+from mqstore.acl.validator import SendVerdicts
 from mqstore.broker import link
 from mqstore.broker.limits import FRAME_TIMEOUT_S, ConnectionCounter, LogLimiter
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
@@ -283,6 +283,7 @@ class Front:
         #: the ACL (acl_enable): the plain_acl.yml in force, reloaded when it changes
         self.acl = AclHolder(self.cfg.acl_path(store.root)) if self.cfg.acl_enable else None
         self.guard: Guard | None = self._acl_guard if self.acl is not None else None
+        self._verdicts = SendVerdicts()  # the sends' permission verdicts, kept per ACL version
         self.held: dict[tuple[str, int], list[Held]] = defaultdict(list)
         self._held_event = threading.Event()
         self._stop = threading.Event()
@@ -428,8 +429,8 @@ class Front:
         AccessKey's signature and the permissions its code needs (mqstore.acl.validator.check);
         why it is refused, or None."""
         assert self.acl is not None
-        refused = acl_check(self.acl.current(), cmd.code, cmd.ext_fields, cmd.body, conn.peer[0],
-                            admin=spec.access is not Access.CLIENT)
+        refused = self._verdicts.check(self.acl.current(), cmd.code, cmd.ext_fields, cmd.body, conn.peer[0],
+                                       admin=spec.access is not Access.CLIENT)
         if refused is not None:
             conn.refused += 1
             if conn.refused == 1:  # once per connection, with the count when it closes
