@@ -669,3 +669,19 @@ if __name__ == "__main__":
         _cpp_main()
     else:
         sys.exit("usage: python -m bench._broker cpp  (the C++ client worker of bench/test_broker.py)")
+
+
+def send_until_routed_sync(producer: Any, topic: str, body: bytes, deadline_s: float = 30.0) -> None:
+    """One SyncProducer send; the first send to a new topic may meet TOPIC_NOT_EXIST while the
+    broker creates it and registers it with the NameServer, so retry for a while."""
+    from mqstore.client import MQClientError
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            producer.send(topic, body)
+            return
+        except MQClientError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -52,6 +52,7 @@ from bench._broker import (
     redis_sync_clients,
     redis_sync_round,
     self_cpu_s,
+    send_until_routed_sync,
     stop_started,
 )
 from bench._peers import RedisServer, redis_unavailable
@@ -213,20 +214,12 @@ class SyncClients:
     as redis-sync's K clients do (one client in the calling thread)."""
 
     def __init__(self, namesrv: str, conns: int) -> None:
-        from mqstore.client import MQClientError, SyncProducer
+        from mqstore.client import SyncProducer
 
         self.producers = [SyncProducer("PG_BENCH", namesrv).start() for _ in range(conns)]
         self.acked = 0
         for p in self.producers:  # the topic exists and every producer has its route and connection
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    p.send(TOPIC, BODY)
-                    break
-                except MQClientError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            send_until_routed_sync(p, TOPIC, BODY)
             self.acked += 1
 
     def _each(self, work: Any) -> None:

@@ -20,13 +20,12 @@ import os
 import ssl
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench._broker import BrokerProc, stop_started
+from bench._broker import BrokerProc, send_until_routed_sync, stop_started
 
 BODY = base64.b64encode(os.urandom(75))
 TOPIC = "BenchGuarded"
@@ -118,7 +117,7 @@ def _run(producers: list[Any], work: Any) -> None:
 @pytest.mark.parametrize("mode", ["single", "batch100"])
 @pytest.mark.parametrize("case", CASES)
 def test_sends_with_guards(benchmark: Any, work_dir: Any, case: str, mode: str) -> None:
-    from mqstore.client import MQClientError, SyncProducer
+    from mqstore.client import SyncProducer
 
     work = os.path.join(str(work_dir), f"{case}-{mode}".replace("+", "_"))
     os.makedirs(work)
@@ -131,15 +130,7 @@ def test_sends_with_guards(benchmark: Any, work_dir: Any, case: str, mode: str) 
         except TypeError as exc:  # a client without TLS
             pytest.skip(f"mqstore.client cannot do this case: {exc}")
         for p in producers:  # the topic exists and every producer has its route and connection
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    p.send(TOPIC, BODY)
-                    break
-                except MQClientError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            send_until_routed_sync(p, TOPIC, BODY)
         n = N_SINGLE if mode == "single" else N_BATCH
         per = n // CONNS
         items = [BODY] * BATCH

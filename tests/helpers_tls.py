@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from mqstore._remoting import FrameReader, RemotingCommand
 
 
 @dataclass(frozen=True)
@@ -76,3 +80,18 @@ def make_pki(directory: Path) -> Pki:
                client_cert=_write(directory / "client.pem", client.public_bytes(pem)),
                client_key=_write(directory / "client.key", _key_pem(client_key)),
                other_ca=_write(directory / "other-ca.pem", other.public_bytes(pem)))
+
+
+def exchange(sock: socket.socket, cmd: RemotingCommand) -> RemotingCommand | None:
+    """cmd over sock (plain or TLS); its answer, or None when the server closed the connection."""
+    sock.sendall(cmd.encode())
+    frames = FrameReader()
+    while (answer := frames.next()) is None:
+        try:
+            data = sock.recv(65536)
+        except (ConnectionError, ssl.SSLError):
+            return None
+        if not data:
+            return None
+        frames.feed(data)
+    return answer

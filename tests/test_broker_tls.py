@@ -8,9 +8,9 @@ import ssl
 
 import pytest
 from helpers_broker import LOOPBACK, running_broker
-from helpers_tls import Pki, make_pki
+from helpers_tls import Pki, exchange, make_pki
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore._remoting import RemotingCommand
 from mqstore.errors import ConfigError
 from mqstore.protocol import RequestCode, ResponseCode
 from mqstore.tls import client_context
@@ -30,18 +30,8 @@ def _tls_settings(pki: Pki, mode: str, **more: str) -> dict[str, str]:
 
 def _ask(sock: socket.socket, opaque: int = 1) -> RemotingCommand | None:
     """GET_MAX_OFFSET over sock; its answer, or None when the broker closed the connection."""
-    sock.sendall(RemotingCommand(RequestCode.GET_MAX_OFFSET, opaque=opaque,
-                                 ext_fields={"topic": "TBW102", "queueId": "0"}).encode())
-    frames = FrameReader()
-    while (answer := frames.next()) is None:
-        try:
-            data = sock.recv(65536)
-        except (ConnectionError, ssl.SSLError):
-            return None
-        if not data:
-            return None
-        frames.feed(data)
-    return answer
+    return exchange(sock, RemotingCommand(RequestCode.GET_MAX_OFFSET, opaque=opaque,
+                                          ext_fields={"topic": "TBW102", "queueId": "0"}))
 
 
 def _plain(address: str) -> socket.socket:

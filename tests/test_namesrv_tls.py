@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from helpers_broker import LOOPBACK, ROOT, free_port, running_broker
 from helpers_proc import wait_until
-from helpers_tls import Pki, make_pki
+from helpers_tls import Pki, exchange, make_pki
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore._remoting import RemotingCommand
 from mqstore.broker.codes import RequestCode, ResponseCode
 from mqstore.broker.namesrv import NameServer, NameServerThread
 from mqstore.tls import DISABLED, ENFORCING, PERMISSIVE, client_context, server_context
@@ -66,18 +66,8 @@ def _tls(port: int, ctx: ssl.SSLContext) -> ssl.SSLSocket:
 def _call(sock: socket.socket, code: int, fields: dict[str, str], body: bytes = b"",
           opaque: int = 1) -> RemotingCommand | None:
     """One request over sock; its answer, or None when the NameServer closed the connection."""
-    sock.sendall(RemotingCommand(code, language="JAVA", version=407, opaque=opaque, ext_fields=fields,
-                                 body=body).encode())
-    frames = FrameReader()
-    while (got := frames.next()) is None:
-        try:
-            data = sock.recv(65536)
-        except (ConnectionError, ssl.SSLError):
-            return None
-        if not data:
-            return None
-        frames.feed(data)
-    return got
+    return exchange(sock, RemotingCommand(code, language="JAVA", version=407, opaque=opaque, ext_fields=fields,
+                                          body=body))
 
 
 def _route(sock: socket.socket, topic: str, opaque: int = 1) -> RemotingCommand | None:
