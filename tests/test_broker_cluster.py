@@ -180,7 +180,7 @@ def test_a_silent_brokers_queues_leave_the_route_when_it_expires_and_come_back(t
     topic = "TopicExpiry"
     b_root, b_port = str(tmp_path / "b"), free_port()
     b_settings = {"broker_name": "broker-b", "namesrv_addr": namesrv.address, "listen_port": b_port,
-                  "front_processes": 1}
+                  "ha_listen_port": 0, "front_processes": 1}  # (a free HA port at each start, as below)
     with running_broker(str(tmp_path / "a"), broker_name="broker-a", namesrv_addr=namesrv.address,
                         front_processes=1) as a:
         proc = BrokerProcess(b_root, **b_settings)
@@ -223,8 +223,10 @@ def test_a_push_consumer_rides_out_a_broker_kill_and_its_return(tmp_path, client
     redelivery is allowed: at least once is RocketMQ's promise), none lost."""
     topic, group = "TopicRide", "CID_ride"
     b_root, b_port = str(tmp_path / "b"), free_port()
+    # the HA port a free one at each start: listen_port + 1, the default, can be a client's
+    # ephemeral port by the time broker-b comes back (it failed CI once so)
     b_settings = {"broker_name": "broker-b", "namesrv_addr": namesrv.address, "listen_port": b_port,
-                  "front_processes": 1}
+                  "ha_listen_port": 0, "front_processes": 1}
     sent: list[bytes] = []
 
     def send(addr: str, bodies: list[bytes]) -> None:
