@@ -231,8 +231,10 @@ def test_a_name_server_that_closes_each_connection_is_not_asked_in_a_loop(tmp_pa
             assert len(_refusals(caplog)) <= 2, _refusals(caplog)  # the start's registration (and a period's)
         # the registration's, or (when a loaded machine saw the close only as a lost connection
         # then) the unregistration's at the stop
-        assert any(re.search(r"request 10[34] failed", r.getMessage()) and "tls_client_cert_path" in r.getMessage()
-                   for r in caplog.records), "the broker's log says why"
+        # (with the hint naming tls_client_cert_path when the close is seen as the TLS refusal it
+        # is; a loaded machine may see it only as a lost connection)
+        assert any(re.search(r"request 10[34] failed", r.getMessage()) for r in caplog.records), \
+            "the broker's log says its registration failed"
     finally:
         ns.close()
 
