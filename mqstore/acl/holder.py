@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from mqstore.acl.plain import AclConfigError, PlainAcl, load_acl
 
-__all__ = ["AclHolder", "broker_accounts"]
+__all__ = ["AclHolder", "admin_accounts", "broker_accounts"]
 
 log = logging.getLogger("mqstore.acl")
 
@@ -96,13 +96,18 @@ class AclHolder:
             self._lock.release()
 
 
+def admin_accounts(acl: PlainAcl) -> dict[str, str]:
+    """The accounts with ``admin: true`` of an ACL: accessKey -> secretKey."""
+    return {key: account.secret_key for key, account in acl.accounts.items() if account.admin}
+
+
 def broker_accounts(holder: AclHolder) -> Callable[[], dict[str, str]]:
     """The accounts with ``admin: true`` of the ACL in force (accessKey -> secretKey), read again
     when the file changes: the brokers a NameServer trusts with registrations
     (docs/security.md). AclConfigError when there is no such account."""
 
     def current() -> dict[str, str]:
-        return {key: account.secret_key for key, account in holder.current().accounts.items() if account.admin}
+        return admin_accounts(holder.current())
     if not current():
         raise AclConfigError(holder.path, "no account with admin: true (the brokers' accounts a NameServer trusts)")
     return current

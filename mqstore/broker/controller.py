@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
-from mqstore.acl.holder import AclHolder
+from mqstore.acl.holder import AclHolder, admin_accounts
 from mqstore.acl.signature import sign_fields
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
@@ -195,8 +195,7 @@ class BrokerController:
         holder = AclHolder(self.cfg.acl_path(self.root))
 
         def accounts() -> Mapping[str, str]:
-            admins = {key: a.secret_key for key, a in holder.current().accounts.items() if a.admin}
-            return {**admins, **own}
+            return {**admin_accounts(holder.current()), **own}
         return accounts
 
     async def close(self) -> None:
