@@ -120,7 +120,9 @@ def _child_produce(spec: dict[str, Any], emit: Callable[..., None], stopping: Ca
 
     from rocketmq.client import Producer
 
-    producer = Producer(spec["group"], timeout=spec.get("timeout_ms", 3000))
+    # 10 s, not the client's 3 s: a first send (route lookup, connect) on a loaded 2-core CI
+    # machine has taken longer than 3 s
+    producer = Producer(spec["group"], timeout=spec.get("timeout_ms", 10_000))
     producer.set_namesrv_addr(spec["namesrv"])
     _credentials(producer, spec)
     producer.start()
@@ -909,7 +911,8 @@ def test_without_auto_creation_only_declared_topics_take_messages(tmp_path, clie
         producer.finish(60)
         sent = producer.events("sent")
         assert "No route info" in sent[0]["error"]
-        assert all("error" not in e and e["status"] == 0 for e in sent[1:]), sent
+        failed = [e for e in sent[1:] if "error" in e or e["status"] != 0]
+        assert not failed and len(sent) == len(steps), f"{failed or sent}\n{producer.diagnostics()}"
         assert broker.controller.topics.get("TopicUndeclared") is None
         assert broker.store.get_max_offset_in_queue("TopicUndeclared", 0) == 0
         queues = stored(broker.store, declared)
