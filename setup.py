@@ -69,6 +69,8 @@ def _extension(name: str) -> Extension:
         f"mqstore.{name}",
         [os.path.join(KERNELS, f"{name}.pyx")],
         include_dirs=["ext/include"],
+        # C zlib: the kernels that hand out bodies inflate the compressed ones (ext/mq_inflate.pxd)
+        libraries=["z"],
         define_macros=macros,
         extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-fno-strict-aliasing"],
         depends=[os.path.join("ext/include", h) for h in os.listdir("ext/include")]

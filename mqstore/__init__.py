@@ -21,6 +21,8 @@ _EXPORTS = {
     "MessageBatch": "mqstore._commitlog",
     "PutMessageResult": "mqstore._commitlog",
     "StoreConfig": "mqstore.config",
+    "BodyDecompressError": "mqstore.errors",
+    "CompressionLibraryMissingError": "mqstore.errors",
     "ConfigError": "mqstore.errors",
     "CorruptRecordError": "mqstore.errors",
     "MQStoreError": "mqstore.errors",
@@ -55,6 +57,8 @@ if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
     from mqstore._commitlog import MessageBatch as MessageBatch
     from mqstore._commitlog import PutMessageResult as PutMessageResult
     from mqstore.config import StoreConfig as StoreConfig
+    from mqstore.errors import BodyDecompressError as BodyDecompressError
+    from mqstore.errors import CompressionLibraryMissingError as CompressionLibraryMissingError
     from mqstore.errors import ConfigError as ConfigError
     from mqstore.errors import CorruptRecordError as CorruptRecordError
     from mqstore.errors import MQStoreError as MQStoreError

@@ -53,6 +53,21 @@ class CorruptRecordError(MQStoreError, ValueError):
     hint = "run the invariant checker (mqstore.tools.checker.check_store) on the directory"
 
 
+class BodyDecompressError(CorruptRecordError):
+    """A body flagged compressed in its record's sysFlag does not inflate (mqstore.compression);
+    the message names the record. The stored bytes are left as they are."""
+
+    hint = ("the stored bytes can still be read as they are: MessageView.raw_body, bodies(decompress=False), "
+            "BatchColumns(decompress=False), mqstore dump --raw-body")
+
+
+class CompressionLibraryMissingError(MQStoreError, ImportError):
+    """A body is stored LZ4- or ZSTD-compressed (RocketMQ 5's sysFlag compression types) and the
+    PyPI package that inflates it is not installed."""
+
+    hint = "pip install 'mqstore[compression]' (the PyPI packages lz4 and zstandard)"
+
+
 class PutMessageError(MQStoreError):
     """Raised by ``PutMessageResult.check()`` when a put did not end in PUT_OK."""
 

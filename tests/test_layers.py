@@ -88,7 +88,8 @@ def test_the_cycle_finder_finds_one():
 #: (``mqstore._*``) sit under everything.
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("errors", "layout", "roles", "exit_codes", "progress", "status", "config", "_config_keys", "geometry",
-        "procs", "twin", "protocol", "acl", "tls"),  # acl: the plain ACL; tls: contexts, accept loop
+        "procs", "twin", "protocol", "acl", "tls", "compression"),  # acl: the plain ACL; tls: contexts,
+    #                                         accept loop; compression: stored bodies inflated for readers
     1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory
     2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
     3: ("services", "node", "ha"),  # the service loops, their registry, the node's supervisor, replication
