@@ -63,8 +63,9 @@ class GetMessageResult:
     def physical_offsets(self) -> list[int]: ...
     @property
     def sizes_list(self) -> list[int]: ...
-    def bodies(self) -> list[bytes]:
-        """Every message's body as bytes, in one call."""
+    def bodies(self, *, decompress: bool = True) -> list[bytes]:
+        """Every message's body as bytes, in one call: as the producer sent it (a body stored
+        compressed inflated per its sysFlag), or as stored with decompress=False."""
 
     def records(self) -> bytes:
         """Every message's whole record, concatenated in queue order (a pull response's body)."""
@@ -117,10 +118,14 @@ class MessageView:
 
     @property
     def body(self) -> memoryview:
-        """The body bytes, zero-copy (bytes(view.body) copies)."""
+        """The body as the producer sent it: zero-copy unless stored compressed (then inflated)."""
 
-    def body_bytes(self) -> bytes:
-        """The body as bytes: one copy, without the memoryview ``bytes(view.body)`` goes through."""
+    @property
+    def raw_body(self) -> memoryview:
+        """The body as stored, zero-copy (compressed when sys_flag says so)."""
+
+    def body_bytes(self, *, decompress: bool = True) -> bytes:
+        """The body as bytes, as the producer sent it; as stored with decompress=False."""
 
     @property
     def topic(self) -> str: ...

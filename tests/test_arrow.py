@@ -1,6 +1,8 @@
 """The Arrow column kernel (ext/mqstore/_arrow.pyx) against its pure-Python twin (mqstore.twin.arrow):
 records encoded by the codec into CommitLog-shaped files, read back by span (the whole-log
-scan) and by ConsumeQueue units, every column compared value by value."""
+scan) and by ConsumeQueue units, every column compared value by value. Bodies are stored as
+RocketMQ's producers store them (zlib, LZ4, ZSTD per sysFlag; tests/helpers_bodies.py): the body
+column holds them as sent, or as stored with decompress=False."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers_bodies import FLAGS, broken_bodies, compress, good_bodies, with_stored_body
 from test_twin_codec import records
 
 from mqstore import _arrow
+from mqstore import compression
 from mqstore._codec import encode_record
+from mqstore.errors import BodyDecompressError
 from mqstore.twin import arrow as twin
 from mqstore.twin import codec as c
 
@@ -52,7 +57,8 @@ def _expected(files: list[bytearray], phys: list[int], columns=twin.COLUMNS) -> 
 
 MAX_MS = (2**63 - 1) // 1000  # timestamps beyond are refused (test_timestamps_microseconds_cannot_hold)
 SMALL = records().filter(lambda f: len(f["topic"].encode()) + len(f["body"]) < 2000
-                         and abs(f["born_timestamp"]) <= MAX_MS and abs(f["store_timestamp"]) <= MAX_MS)
+                         and abs(f["born_timestamp"]) <= MAX_MS and abs(f["store_timestamp"]) <= MAX_MS
+                         ).flatmap(with_stored_body)
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
@@ -194,3 +200,64 @@ def test_cut_units_matches_the_twin(units, data):
     max_rows = data.draw(st.integers(0, 10))
     max_bytes = data.draw(st.integers(0, 100_000))
     assert _arrow.cut_units(buf, start, max_rows, max_bytes) == twin.cut_units(buf, start, max_rows, max_bytes)
+
+
+# -- bodies as the producer sent them ---------------------------------------------------------
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SMALL, min_size=1, max_size=8))
+def test_decompress_false_gives_the_stored_bodies_and_the_same_other_columns(fields_list):
+    files, phys = _log(fields_list)
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    raw = _arrow.BatchColumns(decompress=False)
+    raw.add_span(source, 0, _end(files, phys))
+    assert not raw.decompress and _arrow.BatchColumns().decompress
+    recs = [c.decode_record(files[p // FILE_SIZE], p % FILE_SIZE) for p in phys]
+    got = twin.buffers_to_rows(raw.buffers(), raw.rows)
+    assert got == twin.rows(recs, decompress=False)
+    assert [r["body"] for r in got] == [f["body"] for f in fields_list]
+    assert [r["sys_flag"] for r in got] == [rec.sys_flag for rec in recs]  # the stored sysFlag
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(good_bodies(), min_size=0, max_size=3), broken_bodies(), st.sampled_from(["span", "units"]))
+def test_a_body_that_does_not_inflate_is_named_as_the_twin_names_it(before, broken, how):
+    """The batch stops at the record, with the twin's BodyDecompressError naming its topic,
+    queue, queue offset and physical offset; with decompress=False it reads as stored."""
+    fields = [dict(topic="Tb", body=stored, sys_flag=FLAGS[kind], queue_id=3, queue_offset=i)
+              for i, (kind, _, stored) in enumerate(before)]
+    fields.append(dict(topic="Tb", body=broken[1], sys_flag=broken[0], queue_id=3, queue_offset=len(before)))
+    files, phys = _log(fields)
+    source = _arrow.RecordSource(0, FILE_SIZE, files)
+    with pytest.raises(BodyDecompressError) as want:
+        _expected(files, phys)
+    cols = _arrow.BatchColumns()
+    with pytest.raises(BodyDecompressError) as got:
+        if how == "span":
+            cols.add_span(source, 0, _end(files, phys))
+        else:
+            cols.add_units(source, b"".join(UNIT.pack(p, len(encode_record(**{**f, "body_crc": None})), 0)
+                                            for p, f in zip(phys, fields)))
+    assert str(got.value) == str(want.value)
+    assert f"queue offset {len(before)} of Tb/3 (physical offset {phys[-1]})" in str(got.value)
+    assert "does not inflate" in str(got.value) and "decompress=False" in str(got.value)
+    raw = _arrow.BatchColumns(["body", "sys_flag"], decompress=False)
+    raw.add_span(source, 0, _end(files, phys))
+    rows = twin.buffers_to_rows(raw.buffers(), raw.rows)
+    assert [r["body"] for r in rows] == [f["body"] for f in fields]
+    assert rows[-1]["sys_flag"] == broken[0]
+    no_body = _arrow.BatchColumns(["topic", "queue_offset"])  # nothing to inflate
+    assert no_body.add_span(source, 0, _end(files, phys))[0] == len(fields)
+
+
+def test_a_body_past_the_inflated_size_bound_is_refused(monkeypatch):
+    payload = b"0123456789" * 300
+    for kind in ("zlib", "lz4", "zstd"):
+        files, phys = _log([dict(topic="T", body=compress(payload, kind), sys_flag=FLAGS[kind])])
+        source = _arrow.RecordSource(0, FILE_SIZE, files)
+        monkeypatch.setattr(compression, "MAX_INFLATED_BYTES", len(payload))
+        cols = _arrow.BatchColumns(["body"])
+        cols.add_span(source, 0, _end(files, phys))
+        assert twin.buffers_to_rows(cols.buffers(), 1) == [{"body": payload}]
+        monkeypatch.setattr(compression, "MAX_INFLATED_BYTES", len(payload) - 1)
+        with pytest.raises(BodyDecompressError, match=f"inflate \\({kind}\\): it inflates past {len(payload) - 1} "):
+            _arrow.BatchColumns(["body"]).add_span(source, 0, _end(files, phys))

@@ -1,7 +1,8 @@
 """The client's decoding of pulled messages: the compiled mqstore._client against its pure-Python
-twin mqstore.client._twin (hypothesis), on valid records (IPv4 and IPv6 hosts, compressed bodies,
-properties with and without UNIQ_KEY, empty and quirky properties strings, V2 records, several
-records back to back) and on broken ones (each fails with the twin's MessageDecodeError text);
+twin mqstore.client._twin (hypothesis), on valid records (IPv4 and IPv6 hosts, compressed bodies
+of each RocketMQ compression type, properties with and without UNIQ_KEY, empty and quirky
+properties strings, V2 records, several records back to back) and on broken ones (each fails
+with the twin's MessageDecodeError text);
 and MessageExt as a value: equality, repr, hashing, the lazily made fields, setters, pickling."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from helpers_bodies import good_bodies, with_flag
 
 from mqstore import _client as K
 from mqstore._codec import encode_record
@@ -65,10 +67,8 @@ def properties():
 
 @st.composite
 def records(draw) -> bytes:
-    compressed = draw(st.booleans())
-    payload = draw(st.binary(max_size=160))
-    body = zlib.compress(payload) if compressed else payload
-    sys_flag = draw(st.sampled_from([0, 0x2, 0x4, 0x8, 0xC, 0x40])) | (1 if compressed else 0)
+    kind, _, body = draw(good_bodies())  # stored as sent, zlib, LZ4 or ZSTD (RocketMQ 5's type bits)
+    sys_flag = with_flag(draw(st.sampled_from([0, 0x2, 0x4, 0x8, 0xC, 0x40])), kind)
     v2 = draw(st.booleans())
     topic = draw(st.one_of(st.sampled_from(["TopicTest", "%RETRY%g", ""]),
                            st.text(st.characters(codec="utf-8"), max_size=20)))
@@ -189,7 +189,7 @@ BAD_BODIES = {
     "properties not utf-8": (_record(properties="K\x01\u00e9").replace("\u00e9".encode(), b"\xff\xfe"),
                              "are not UTF-8"),
     "corrupt compressed body": (_record(body=b"not zlib", sys_flag=1), "is flagged compressed but does not inflate"),
-    "empty compressed body": (_record(body=b"", sys_flag=1), "is flagged compressed but does not inflate"),
+    "unknown compression type": (_record(body=zlib.compress(b"x" * 100), sys_flag=0x401), "(type 4)"),
     "cut compressed body": (_record(body=zlib.compress(b"x" * 100)[:-3], sys_flag=1), "does not inflate"),
 }
 
@@ -206,6 +206,12 @@ def test_each_broken_body_is_named_as_the_twin_names_it(name):
         assert words in str(got.value)
         assert (f" from {address}" in str(got.value)) == bool(address)
         assert got.value.__cause__ is None and got.value.__suppress_context__
+
+
+def test_an_empty_body_flagged_compressed_stays_empty_as_messagedecoder_leaves_it():
+    """MessageDecoder.decode inflates only a body of bodyLen > 0."""
+    body = _record(body=b"", sys_flag=1)
+    assert [m.body for m in decode_messages(body)] == [m.body for m in T.decode_messages(body)] == [b""]
 
 
 def test_the_kernel_raises_valueerror_and_the_client_makes_it_a_decode_error():

@@ -12,17 +12,25 @@ Columns, per record (spec §1):
     (the TAGS and KEYS properties, null when absent), msg_id (the offset message id: store host
     and physical offset in hex), properties (every name/value pair, in stored order), body,
     reconsume_times, sys_flag
+
+The body is the one the producer sent: a body stored compressed (sysFlag bit 0, the RocketMQ 5
+type bits) is inflated (ext/mq_inflate.pxd: C zlib; LZ4 and ZSTD through mqstore.compression),
+unless the batch is made with ``decompress=False``; sys_flag stays the stored one.
 """
 
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 
 from mq_bytes cimport mq_get_i32, mq_get_i64
 from mq_dispatch cimport key_is
+from mq_inflate cimport MqBuf as Buf
+from mq_inflate cimport MQ_COMPRESSED_FLAG, mq_body_into, mq_buf_room
 from mq_record cimport *
+
+from mqstore import compression as _compression
 
 cdef extern from "<arpa/inet.h>" nogil:
     const char *inet_ntop(int af, const void *src, char *dst, unsigned int size)
@@ -48,26 +56,10 @@ cdef enum:
     C_TAGS, C_KEYS, C_MSG_ID, C_PROPS, C_BODY, C_RECONSUME, C_SYS_FLAG, C_COUNT
 
 
-cdef struct Buf:
-    char *data
-    Py_ssize_t len
-    Py_ssize_t cap
-
-
 cdef int buf_reserve(Buf *b, Py_ssize_t extra) except -1 nogil:
-    cdef Py_ssize_t need = b.len + extra, cap
-    cdef char *p
-    if need <= b.cap:
-        return 0
-    cap = b.cap * 2 if b.cap else 4096
-    while cap < need:
-        cap *= 2
-    p = <char *>realloc(b.data, cap)
-    if p == NULL:
+    if mq_buf_room(b, extra) < 0:
         with gil:
-            raise MemoryError(f"cannot grow an Arrow buffer to {cap} bytes")
-    b.data = p
-    b.cap = cap
+            raise MemoryError(f"cannot grow an Arrow buffer of {b.len} bytes by {extra} bytes")
     return 0
 
 
@@ -244,7 +236,11 @@ cdef inline int hex_into(Buf *b, const char *raw, int n) except -1 nogil:
 cdef class BatchColumns:
     """The columns of a batch of records, appended one record at a time (``add_units``,
     ``add_span``), read out by ``buffers()``. ``columns`` names the columns wanted (default:
-    all); the others are not decoded (the body and the properties are the costly ones)."""
+    all); the others are not decoded (the body and the properties are the costly ones).
+    ``decompress`` (default True): the body column holds the bodies as the producer sent them,
+    those stored compressed inflated per their sysFlag (BodyDecompressError naming the record
+    when one does not inflate; CompressionLibraryMissingError when LZ4 or ZSTD needs a package
+    that is not installed); False: as stored."""
 
     cdef readonly Py_ssize_t rows
     cdef bint want[C_COUNT]
@@ -258,6 +254,7 @@ cdef class BatchColumns:
     cdef HostCache id_cache  # the store host in hex, the first half of a msg_id
     cdef bint sealed  # buffers() handed out views of the memory: it must not move any more
     cdef readonly Py_ssize_t below_min  # units add_units skipped because their record is below min_phy
+    cdef readonly bint decompress
 
     def __cinit__(self):
         self.pairs = NULL
@@ -265,8 +262,9 @@ cdef class BatchColumns:
         self.store_cache.raw_len = 0
         self.id_cache.raw_len = 0
 
-    def __init__(self, columns=None):
+    def __init__(self, columns=None, *, bint decompress=True):
         cdef int i
+        self.decompress = decompress
         names = COLUMNS if columns is None else tuple(columns)
         unknown = [c for c in names if c not in COLUMNS]
         if unknown:
@@ -388,7 +386,12 @@ cdef class BatchColumns:
             hex_into(self._data(C_MSG_ID), p + MQ_POS_PHYSICALOFFSET, 8)
             self._end_string(C_MSG_ID)
         if self.want[C_BODY]:
-            buf_put(self._data(C_BODY), p + h.body_pos, h.body_len)
+            if self.decompress and sf & MQ_COMPRESSED_FLAG and h.body_len > 0:
+                mq_body_into(self._data(C_BODY), p + h.body_pos, h.body_len, sf, _compression,
+                             (PyBytes_FromStringAndSize(p + h.topic_pos, h.topic_len),
+                              mq_get_i32(p + MQ_POS_QUEUEID), mq_get_i64(p + MQ_POS_QUEUEOFFSET), phy))
+            else:
+                buf_put(self._data(C_BODY), p + h.body_pos, h.body_len)
             self._check_offsets(C_BODY)
             self._end_string(C_BODY)
         if self.want[C_RECONSUME]:

@@ -8,7 +8,8 @@ checkMessageAndReturnSize with the body CRC and strict UTF-8), in the same order
 same words, so a bad body fails as it did when the client decoded it record by record in Python.
 
 A ``MessageExt`` keeps what it needs from the response body and nothing more: the body (one
-bytes copy, inflated when the record is flagged compressed), the topic (one str, shared with the
+bytes copy, inflated as RocketMQ's clients do when the record is flagged compressed: zlib in C,
+LZ4 and ZSTD through mqstore.compression, ext/mq_inflate.pxd), the topic (one str, shared with the
 record before when that has the same topic), the numbers as C integers, the two hosts' raw
 bytes and the raw properties string (a bytes copy). The expensive parts are made on first
 access: ``properties`` (the dict), ``msg_id``, ``offset_msg_id`` (the hex string),
@@ -44,6 +45,7 @@ from mq_bytes cimport (mq_body_crc, mq_crc32_init, mq_get_i16, mq_get_i32, mq_ge
                        mq_put_i64)
 from mq_record cimport (MQ_BLANK_MAGIC_CODE, MQ_BORNHOST_V6_FLAG, MQ_MAX_PROPERTIES_BYTES, MQ_MESSAGE_MAGIC_CODE,
                         MQ_MESSAGE_MAGIC_CODE_V2, MQ_STOREHOST_V6_FLAG, java_hashmap_keys, mq_record_length)
+from mq_inflate cimport MQ_COMPRESSED_FLAG, mq_body_bytes
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
@@ -51,15 +53,15 @@ cdef extern from "Python.h":
 import os
 import random
 import socket
-import zlib
+
+from mqstore import compression as _compression
+from mqstore.errors import BodyDecompressError
 
 mq_crc32_init()
 
-#: MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
-COMPRESSED_FLAG = 0x1
+#: MessageSysFlag.COMPRESSED_FLAG: the body is stored compressed (mqstore.compression)
+COMPRESSED_FLAG = MQ_COMPRESSED_FLAG
 
-cdef object _decompress = zlib.decompress
-cdef object _zlib_error = zlib.error
 cdef bytes _EMPTY = b""
 cdef const char *_HEX = b"0123456789ABCDEF"
 
@@ -636,8 +638,9 @@ cdef class MessageExt:
 
 def decode_messages(body, *, broker_name="", address=""):
     """The messages of a pull response body: whole CommitLog records back to back (§2.4.2, §2.6),
-    compressed bodies (sys flag bit 0) inflated. ValueError naming the offset and the problem when
-    the body holds anything else (mqstore.client.message.decode_messages makes it a
+    compressed bodies (sys flag bit 0, with RocketMQ 5's type bits) inflated, an empty one left
+    empty as MessageDecoder does. ValueError naming the offset and the problem when the body holds
+    anything else (mqstore.client.message.decode_messages makes it a
     MessageDecodeError)."""
     cdef const unsigned char[::1] view
     cdef const char *b = NULL
@@ -680,13 +683,16 @@ def decode_messages(body, *, broker_name="", address=""):
         if expected != r.total:
             raise _no_record(address, pos, n,
                              f"record at offset {pos}: TOTALSIZE {r.total} but its fields add up to {expected} bytes")
-        raw_body = PyBytes_FromStringAndSize(b + r.body_pos, r.body_len) if r.body_len > 0 else _EMPTY
-        if r.sys_flag & COMPRESSED_FLAG:
+        if r.body_len <= 0:
+            raw_body = _EMPTY
+        elif r.sys_flag & MQ_COMPRESSED_FLAG:
             try:
-                raw_body = _decompress(raw_body)
-            except _zlib_error as exc:
-                raise ValueError(f"the record at byte {pos}{_where(address)} is flagged compressed but does not "
-                                 f"inflate: {exc}") from None
+                raw_body = mq_body_bytes(b + r.body_pos, r.body_len, r.sys_flag, _compression,
+                                         f"the record at byte {pos}{_where(address)}")
+            except BodyDecompressError as exc:
+                raise ValueError(exc.args[0]) from None
+        else:
+            raw_body = PyBytes_FromStringAndSize(b + r.body_pos, r.body_len)
         m = MessageExt.__new__(MessageExt)
         m.topic = topic
         m.body = raw_body

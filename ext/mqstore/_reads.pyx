@@ -26,11 +26,13 @@ from mq_record cimport *
 from mq_status cimport *
 
 from mq_check cimport REC_CRC_MISMATCH, REC_OK, c_record_status, mq_crc_fold_detect
+from mq_inflate cimport MQ_COMPRESSED_FLAG, mq_body_bytes
 
 from mqstore._consumequeue cimport CQ_UNIT, FILLER_SIZE, ConsumeQueueKernel
 from mqstore._mapped cimport MappedFile
 from mqstore._shm cimport ControlBlock
 
+from mqstore import compression as _compression
 from mqstore.errors import CorruptRecordError
 
 _log = logging.getLogger("mqstore.reads")
@@ -239,9 +241,11 @@ cdef class GetMessageResult:
     def sizes_list(self) -> list:
         return [self.sizes[i] for i in range(self.count)]
 
-    def bodies(self) -> list:
-        """Every message's body as bytes, in one call (what ``[bytes(m.body) for m in result]``
-        gives, without a view and a memoryview per message)."""
+    def bodies(self, *, bint decompress=True) -> list:
+        """Every message's body as bytes, in one call (what ``[m.body_bytes() for m in result]``
+        gives, without a view per message): as the producer sent it, a body stored compressed
+        inflated per its sysFlag (mqstore.compression; BodyDecompressError naming the message
+        when it does not inflate); with decompress=False, as stored."""
         cdef int i
         cdef LogMap m = self.log_map
         cdef const char *p
@@ -252,7 +256,10 @@ cdef class GetMessageResult:
             if p == NULL or self.sizes[i] < MQ_MIN_RECORD or parse_record_head(p, self.sizes[i], &h) != MQ_PARSE_OK:
                 raise CorruptRecordError(f"the record at physical offset {self.phys[i]} is damaged: its lengths "
                                          f"do not fit its {self.sizes[i]} bytes")
-            out.append(PyBytes_FromStringAndSize(p + h.body_pos, h.body_len))
+            if decompress:
+                out.append(_body(p, &h, self.phys[i]))
+            else:
+                out.append(PyBytes_FromStringAndSize(p + h.body_pos, h.body_len))
         return out
 
     def records(self) -> bytes:
@@ -285,6 +292,16 @@ cdef class GetMessageResult:
         return (f"GetMessageResult(status={self.status!r}, messages={self.count}, "
                 f"next_begin_offset={self.next_begin_offset}, min_offset={self.min_offset}, "
                 f"max_offset={self.max_offset})")
+
+
+cdef bytes _body(const char *p, RecordHead *h, int64_t phy):
+    """The body of the record at p as the producer sent it (ext/mq_inflate.pxd); errors name
+    the record by topic, queue, queue offset and physical offset."""
+    if h.body_len == 0 or not h.sys_flag & MQ_COMPRESSED_FLAG:
+        return PyBytes_FromStringAndSize(p + h.body_pos, h.body_len)
+    return mq_body_bytes(p + h.body_pos, h.body_len, h.sys_flag, _compression,
+                         (PyBytes_FromStringAndSize(p + h.topic_pos, h.topic_len), mq_get_i32(p + MQ_POS_QUEUEID),
+                          mq_get_i64(p + MQ_POS_QUEUEOFFSET), phy))
 
 
 cdef MessageView make_view(LogMap log_map, int64_t phy, int32_t size):
@@ -436,13 +453,27 @@ cdef class MessageView:
 
     @property
     def body(self) -> memoryview:
-        """The body bytes, zero-copy (bytes(view.body) copies)."""
+        """The body as the producer sent it: zero-copy when stored as sent (bytes(view.body)
+        copies); a body stored compressed (sysFlag, mqstore.compression) is inflated, into new
+        memory, on each access (BodyDecompressError naming the message when it does not)."""
+        self._parse()
+        if self._h.body_len == 0 or not self._h.sys_flag & MQ_COMPRESSED_FLAG:
+            return (<LogMap>self.owner).slice_of(self._phy + self._h.body_pos, self._h.body_len)
+        return memoryview(_body(self.p, &self._h, self._phy))
+
+    @property
+    def raw_body(self) -> memoryview:
+        """The body as stored, zero-copy: compressed when sys_flag says so (BODYCRC is over
+        these bytes)."""
         self._parse()
         return (<LogMap>self.owner).slice_of(self._phy + self._h.body_pos, self._h.body_len)
 
-    def body_bytes(self) -> bytes:
-        """The body as bytes: one copy, without the memoryview ``bytes(view.body)`` goes through."""
+    def body_bytes(self, *, bint decompress=True) -> bytes:
+        """The body as bytes, as the producer sent it (see ``body``), without the memoryview
+        ``bytes(view.body)`` goes through; with decompress=False, as stored."""
         self._parse()
+        if decompress:
+            return _body(self.p, &self._h, self._phy)
         return PyBytes_FromStringAndSize(self.p + self._h.body_pos, self._h.body_len)
 
     @property
@@ -480,7 +511,9 @@ cdef class MessageView:
         return msg_id(self.decode(read_body=False).store_host, self._phy)
 
     def decode(self, *, bint read_body=True, bint check_crc=False):
-        """Every field as a mqstore.log.record.DecodedRecord (copies the body)."""
+        """Every field as a mqstore.log.record.DecodedRecord (copies the body): the record as
+        stored, its body too (compressed when sys_flag says so; what a re-put keeps, with the
+        flag; ``body_bytes()`` gives it as sent)."""
         from mqstore._codec import decode_record
         return decode_record(self._file_view(), 0, check_crc=check_crc, read_body=read_body)
 

@@ -17,12 +17,13 @@ import os
 import random
 import socket
 import time
-import zlib
 from dataclasses import dataclass
 
 from mqstore._codec import decode_record
 from mqstore.client.errors import MessageDecodeError
-from mqstore.client.protocol import COMPRESSED_FLAG, SYSTEM_PROPERTIES
+from mqstore.client.protocol import SYSTEM_PROPERTIES
+from mqstore.compression import inflate_body
+from mqstore.errors import BodyDecompressError
 from mqstore.client.route import MessageQueue
 
 __all__ = ["MessageExt", "UniqIdGenerator", "decode_messages"]
@@ -75,8 +76,9 @@ class MessageExt:
 
 def decode_messages(body: bytes, *, broker_name: str = "", address: str = "") -> list[MessageExt]:
     """The messages of a pull response body: whole CommitLog records back to back (§2.4.2, §2.6),
-    compressed bodies (sys flag bit 0) inflated. MessageDecodeError naming the offset and the
-    problem when the body holds anything else."""
+    compressed bodies (sys flag bit 0, with RocketMQ 5's type bits) inflated by
+    mqstore.compression. MessageDecodeError naming the offset and the problem when the body holds
+    anything else."""
     out: list[MessageExt] = []
     pos, n = 0, len(body)
     where = f" from {address}" if address else ""
@@ -86,13 +88,10 @@ def decode_messages(body: bytes, *, broker_name: str = "", address: str = "") ->
         except ValueError as exc:
             raise MessageDecodeError(f"the pull response body{where} has no valid record at byte {pos} of {n}: "
                                      f"{str(exc).split(' (hint:')[0]}") from None
-        raw = rec.body or b""
-        if rec.sys_flag & COMPRESSED_FLAG:
-            try:
-                raw = zlib.decompress(raw)
-            except zlib.error as exc:
-                raise MessageDecodeError(f"the record at byte {pos}{where} is flagged compressed but does not "
-                                         f"inflate: {exc}") from None
+        try:
+            raw = inflate_body(rec.body or b"", rec.sys_flag, f"the record at byte {pos}{where}")
+        except BodyDecompressError as exc:
+            raise MessageDecodeError(exc.args[0]) from None
         offset_id = rec.msg_id
         out.append(MessageExt(
             topic=rec.topic, body=raw, queue_id=rec.queue_id, queue_offset=rec.queue_offset,

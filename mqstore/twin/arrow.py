@@ -1,5 +1,6 @@
 """Pure-Python twin of ``mqstore._arrow``: the row values a batch of CommitLog records gives
-(the oracle of the parity tests), and a reader of the kernel's Arrow-layout buffers back into
+(the oracle of the parity tests; the body as the producer sent it, or as stored with
+``decompress=False``: ``mqstore.twin.reads.body_as_sent``), and a reader of the kernel's Arrow-layout buffers back into
 rows (so the tests compare values without needing pyarrow).
 """
 
@@ -11,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mqstore.twin.codec import DecodedRecord
+from mqstore.twin.reads import body_as_sent
 
 COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size", "born_timestamp",
            "store_timestamp", "born_host", "store_host", "tags", "keys", "msg_id", "properties", "body",
@@ -29,8 +31,9 @@ def host_text(host: tuple[str, int], v6: bool) -> str:
     return f"{ip}:{port}"
 
 
-def row(rec: DecodedRecord) -> dict[str, Any]:
-    """The values of one record in the columns of a batch."""
+def row(rec: DecodedRecord, decompress: bool = True, body: bool = True) -> dict[str, Any]:
+    """The values of one record in the columns of a batch (the body only when body is true:
+    a batch without the body column inflates nothing)."""
     props = rec.properties
     return {
         "topic": rec.topic,
@@ -46,15 +49,16 @@ def row(rec: DecodedRecord) -> dict[str, Any]:
         "keys": props.get("KEYS"),
         "msg_id": rec.msg_id,
         "properties": list(props.items()),
-        "body": rec.body,
+        "body": body_as_sent(rec, rec.physical_offset, decompress) if body else None,
         "reconsume_times": rec.reconsume_times,
         "sys_flag": rec.sys_flag,
     }
 
 
-def rows(records: Iterable[DecodedRecord], columns: Iterable[str] = COLUMNS) -> list[dict[str, Any]]:
+def rows(records: Iterable[DecodedRecord], columns: Iterable[str] = COLUMNS,
+         decompress: bool = True) -> list[dict[str, Any]]:
     wanted = tuple(columns)
-    return [{k: v for k, v in row(rec).items() if k in wanted} for rec in records]
+    return [{k: v for k, v in row(rec, decompress, "body" in wanted).items() if k in wanted} for rec in records]
 
 
 def _strings(offsets: Any, data: Any, n: int, text: bool) -> list[Any]:

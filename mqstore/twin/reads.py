@@ -11,6 +11,10 @@ and ``first_corrupt`` of ``mqstore._search`` (the structure checks of ``parse_re
 spec §5.3, then BODYCRC against ``zlib.crc32(body) & 0x7FFFFFFF``, spec §1.5), and
 ``get_message_checked``, what ``MessageStore.get_message`` returns with the check on: the
 messages before the first damaged one, or MESSAGE_CORRUPTED at it when it comes first.
+
+``body_as_sent`` is the twin of the bodies the kernels hand out (``MessageView.body_bytes``,
+``GetMessageResult.bodies``, the Arrow body column): inflated per sysFlag by
+``mqstore.compression`` (Python's zlib where the kernels call C zlib).
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from mqstore.compression import inflate_body
 from mqstore.status import GetMessageStatus as S
+from mqstore.twin.codec import DecodedRecord
 
 __all__ = ["CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "Limits", "Unit", "TwinResult", "get_message",
            "RECORD_OK", "RECORD_CRC_MISMATCH", "RECORD_MALFORMED", "record_status", "first_corrupt",
-           "get_message_checked"]
+           "get_message_checked", "body_as_sent"]
 
 CQ_STORE_UNIT_SIZE = 20
 FILLER_SIZE = 0x7FFFFFFF
@@ -202,3 +208,13 @@ def get_message_checked(units: Sequence[Unit | None], min_offset: int, max_offse
     return TwinResult(S.FOUND, result.queue_offsets[bad - 1] + 1, result.physical_offsets[:bad],
                       sum(result.sizes[:bad]), limits.max_phy - last > limits.in_memory,
                       result.queue_offsets[:bad], result.sizes[:bad])
+
+
+def body_as_sent(rec: DecodedRecord, physical_offset: int, decompress: bool = True) -> bytes:
+    """The body of a record (decoded with its body) as a reader hands it out: inflated per its
+    sysFlag, its errors naming topic, queue, queue offset and physical_offset; as stored with
+    decompress=False."""
+    body = rec.body or b""
+    if not decompress:
+        return body
+    return inflate_body(body, rec.sys_flag, (rec.topic, rec.queue_id, rec.queue_offset, physical_offset))

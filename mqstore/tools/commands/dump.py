@@ -1,4 +1,9 @@
-"""``mqstore dump``: records at a physical offset or a queue offset range, every field decoded."""
+"""``mqstore dump``: records at a physical offset or a queue offset range, every field decoded.
+
+Bodies are shown as the producer sent them (a body stored compressed is inflated per its
+sysFlag, mqstore.compression), or as stored with ``--raw-body``. A body that does not inflate
+(or needs a package that is not installed) is shown as stored, with a note saying why: a dump
+shows what is there and does not stop at it."""
 
 from __future__ import annotations
 
@@ -7,16 +12,14 @@ import dataclasses
 import textwrap
 from typing import Any
 
+from mqstore.compression import compression_of, inflate_body, record_where
+from mqstore.errors import BodyDecompressError, CompressionLibraryMissingError
 from mqstore.tools.inspection import DumpEntry, LogReader, queue_records
 from mqstore.log.record import DecodedRecord
 from mqstore.tools.stats import ms_to_iso
 from mqstore.exit_codes import EXIT_OK
 from mqstore.log.directory import require_store
 from mqstore.tools.commands.common import positive_int, print_json, print_lines, UsageError
-
-
-
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--count", type=positive_int, default=1, metavar="N", help="records to show (default 1)")
     p.add_argument("--body", choices=("none", "hex", "text"), default="none",
                    help="show the body as a hex dump or as UTF-8 text (default: its length only)")
+    p.add_argument("--raw-body", action="store_true",
+                   help="the body as stored: a compressed one is not inflated (default: as the producer sent it)")
     p.add_argument("--json", action="store_true", help="print the records as JSON")
 
 
@@ -49,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
                      "max_offset": info.max_offset}
         if args.json:
             print_json({"root": root, **where, "count": len(entries),
-                         "records": [_entry_json(e, args.body) for e in entries]})
+                         "records": [_entry_json(e, args.body, args.raw_body) for e in entries]})
         else:
             for i, entry in enumerate(entries):
                 if i:
                     print()
-                _print_entry(entry, args.body)
+                _print_entry(entry, args.body, args.raw_body)
             if len(entries) < args.count:
                 print(f"\n({len(entries)} of {args.count} shown: "
                       f"{'the queue ends' if args.phy is None else 'the log ends'} there)")
@@ -89,27 +94,41 @@ def _body(body: bytes, mode: str) -> str | None:
     return None
 
 
-def _record_json(rec: DecodedRecord, entry: DumpEntry, body_mode: str) -> dict[str, Any]:
-    body = rec.body or b""
+def _shown_body(rec: DecodedRecord, raw: bool) -> tuple[bytes, bool, str]:
+    """(the body to show, whether it was inflated, why it could not be): as the producer sent
+    it unless raw; as stored when it does not inflate."""
+    stored = rec.body or b""
+    if raw or not stored or compression_of(rec.sys_flag) is None:
+        return stored, False, ""
+    try:
+        where = record_where(rec.topic, rec.queue_id, rec.queue_offset, rec.physical_offset)
+        return inflate_body(stored, rec.sys_flag, where), True, ""
+    except (BodyDecompressError, CompressionLibraryMissingError) as exc:
+        return stored, False, f"{exc.args[0]}; shown as stored"
+
+
+def _record_json(rec: DecodedRecord, entry: DumpEntry, body_mode: str, raw: bool) -> dict[str, Any]:
+    body, inflated, problem = _shown_body(rec, raw)
     fields = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec) if f.name != "body"}
     return {**fields, "born_host": _host(rec.born_host), "store_host": _host(rec.store_host),
             "version": "V2" if rec.is_v2 else "V1", "sys_flag_names": _sys_flag_names(rec.sys_flag),
             "tags": rec.tags, "tags_code": rec.tags_code, "keys": rec.keys, "uniq_key": rec.uniq_key,
-            "msg_id": rec.msg_id, "body_length": len(body), "computed_body_crc": entry.computed_crc,
-            "body_crc_ok": entry.crc_ok, "body": _body(body, body_mode)}
+            "msg_id": rec.msg_id, "compression": compression_of(rec.sys_flag), "body_inflated": inflated,
+            "body_problem": problem or None, "stored_body_length": len(rec.body or b""), "body_length": len(body),
+            "computed_body_crc": entry.computed_crc, "body_crc_ok": entry.crc_ok, "body": _body(body, body_mode)}
 
 
-def _entry_json(entry: DumpEntry, body_mode: str) -> dict[str, Any]:
+def _entry_json(entry: DumpEntry, body_mode: str, raw: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"physical_offset": entry.phy, "file": entry.file_name or None}
     if entry.unit is not None:
         phy, size, tags = entry.unit
         out.update(queue_offset=entry.queue_offset, unit={"phy_offset": phy, "size": size, "tags_code": tags})
     out["note"] = entry.note or None
-    out["record"] = None if entry.record is None else _record_json(entry.record, entry, body_mode)
+    out["record"] = None if entry.record is None else _record_json(entry.record, entry, body_mode, raw)
     return out
 
 
-def _print_entry(entry: DumpEntry, body_mode: str) -> None:
+def _print_entry(entry: DumpEntry, body_mode: str, raw: bool) -> None:
     if entry.unit is not None:
         phy, size, tags = entry.unit
         print(f"queue offset {entry.queue_offset}: unit phy {phy:,}, size {size:,}, tags code {tags}")
@@ -117,7 +136,15 @@ def _print_entry(entry: DumpEntry, body_mode: str) -> None:
     if rec is None:
         print(f"  NOTE {entry.note}")
         return
-    body = rec.body or b""
+    stored = rec.body or b""
+    body, inflated, problem = _shown_body(rec, raw)
+    kind = compression_of(rec.sys_flag)
+    if inflated:
+        body_row = f"{len(body):,} bytes (stored {len(stored):,} bytes, {kind}-compressed)"
+    elif kind is not None and stored:
+        body_row = f"{len(body):,} bytes as stored ({kind}-compressed)"
+    else:
+        body_row = f"{len(body):,} bytes"
     pos = entry.phy - int(entry.file_name)  # a CommitLog file is named by its start offset
     print(f"record at {entry.phy:,} (file {entry.file_name}, position {pos:,})")
     crc = "ok" if entry.crc_ok else f"MISMATCH: the body's CRC is {entry.computed_crc}"
@@ -126,7 +153,7 @@ def _print_entry(entry: DumpEntry, body_mode: str) -> None:
         ("queue id", rec.queue_id),
         ("queue offset", rec.queue_offset),
         ("physical offset", f"{rec.physical_offset:,}"),
-        ("total size", f"{rec.total_size:,} (body {len(body):,}, topic {len(rec.topic.encode()):,}, properties "
+        ("total size", f"{rec.total_size:,} (body {len(stored):,}, topic {len(rec.topic.encode()):,}, properties "
                        f"{len(rec.properties_string.encode()):,})"),
         ("magic", f"0x{rec.magic & 0xFFFFFFFF:08X} ({'V2' if rec.is_v2 else 'V1'})"),
         ("body CRC", f"{rec.body_crc} ({crc})"),
@@ -141,12 +168,14 @@ def _print_entry(entry: DumpEntry, body_mode: str) -> None:
         ("keys", " ".join(_printable(k) for k in rec.keys) or "(none)"),
         ("unique key", rec.uniq_key or "(none)"),
         ("msg id", rec.msg_id),
-        ("body", f"{len(body):,} bytes"),
+        ("body", body_row),
     ]
     for name, value in rows:
         print(f"  {name:<19} {value}")
     if entry.note:
         print(f"  NOTE {entry.note}")
+    if problem:
+        print(f"  NOTE {problem}")
     if body_mode == "hex":
         print_lines(_hexdump(body))
     elif body_mode == "text":
