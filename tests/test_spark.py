@@ -170,7 +170,7 @@ def test_plan_refuses_offsets_no_longer_stored_naming_the_queue_and_the_range():
 
 @pytest.mark.parametrize("options, message", [
     ({"startingoffsets": "newest"}, "expected earliest, latest or JSON"),
-    ({"endingoffsets": '{"A/0": "ten"}'}, "expected earliest, latest or JSON"),
+    ({"endingoffsets": '{"A/0": "ten"}'}, "option endingOffsets: 'ten' is not an integer"),
     ({"startingoffsets": '{"C/0": 1}'}, "names queue.s. the store does not have: C/0"),
     ({"queues": "one"}, "must list queue ids"),
     ({"maxrowsperpartition": "0"}, "must be >= 1"),
@@ -190,11 +190,14 @@ def test_plan_by_timestamps_uses_the_time_lookup_and_refuses_both_kinds():
     got = plan_queue_slices(QUEUES, {"startingtimestamp": "1000", "endingtimestamp": "2000", "topics": "A"}, by_time)
     assert got == [QueueSlice("A", 0, 10, 20)] and ("A/0", 1000) in looked
     assert all(key.startswith("A/") for key, _ in looked)  # queues the options leave out are not looked up
-    with pytest.raises(OptionError, match="startingTimestamp and startingOffsets both"):
+    with pytest.raises(OptionError, match="startingOffsets and startingTimestamp each say where to start"):
         plan_queue_slices(QUEUES, {"startingtimestamp": "1", "startingoffsets": "earliest"}, by_time)
 
 
-def test_read_by_timestamps_gives_the_messages_between_the_looked_up_offsets(spark, tmp_path):
+def test_read_by_timestamps_gives_exactly_the_messages_stored_in_the_range(spark, tmp_path):
+    """startingTimestamp / endingTimestamp and Kafka's per-queue ...ByTimestamp are exact: the
+    first offset whose store time is >= t (Kafka's offsetsForTimes), so a read between two times
+    gives what Spark's own store_timestamp filter gives."""
     import time
 
     root = str(tmp_path / "timed")
@@ -205,12 +208,17 @@ def test_read_by_timestamps_gives_the_messages_between_the_looked_up_offsets(spa
             for i in range(20):
                 s.put_message(Message("Timed", b"%d-%d" % (burst, i), queue_id=0)).check()
             time.sleep(0.02)
-        start, end = (s.get_offset_in_queue_by_time("Timed", 0, marks[1]),
-                      s.get_offset_in_queue_by_time("Timed", 0, marks[3]))
     df = (spark.read.format("mqstore").option("startingTimestamp", marks[1]).option("endingTimestamp", marks[3])
           .load(root))
-    assert sorted(r.queue_offset for r in df.select("queue_offset").collect()) == list(range(start, end))
-    assert 30 <= end - start <= 50
+    got = sorted(r.queue_offset for r in df.select("queue_offset").collect())
+    every = spark.read.format("mqstore").option("pushFilters", "false").load(root)
+    expected = sorted(r.queue_offset for r in every.filter(
+        f"unix_millis(store_timestamp) >= {marks[1]} and unix_millis(store_timestamp) < {marks[3]}")
+        .select("queue_offset").collect())
+    assert got == expected and 30 <= len(got) <= 50
+    by_queue = (spark.read.format("mqstore").option("startingOffsetsByTimestamp", f'{{"Timed": {{"0": {marks[1]}}}}}')
+                .option("endingOffsetsByTimestamp", f'{{"Timed/0": {marks[3]}}}').load(root))
+    assert sorted(r.queue_offset for r in by_queue.select("queue_offset").collect()) == expected
 
 
 # -- streaming ---------------------------------------------------------------------------------

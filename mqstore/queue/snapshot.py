@@ -74,6 +74,7 @@ class StoreSnapshot:
                                         "of the CommitLog")
         self._ctl: Any = None
         self._log: ReadOnlyFileQueue | None = None
+        self._log_map: LogMap | None = None
         self._queues: dict[tuple[str, int], QueueFiles] = {}
         self._dirs = {(t, q): d for t, q, d in queue_dirs(self.root)}
         try:
@@ -166,6 +167,59 @@ class StoreSnapshot:
                                            q.max_offset).offset
         finally:
             files.close()
+
+    def store_time(self, q: QueueRange, offset: int) -> int | None:
+        """The store time (ms) of queue q's message at offset; None when it is not readable."""
+        unit = self.units(q.topic, q.queue_id, offset, offset + 1)
+        if len(unit) < UNIT:
+            return None
+        phy = int.from_bytes(unit[:8], "big", signed=True)
+        if phy < self.min_phy or phy >= self.log_end:
+            return None
+        if self._log_map is None:
+            assert self._log is not None
+            self._log_map = LogMap(self._log.files, self._log.file_size)
+        ts = self._log_map.store_timestamp(phy)
+        return ts if ts >= 0 else None
+
+    def first_offset_at(self, q: QueueRange, timestamp: int) -> int:
+        """The first offset of queue q whose store time is >= timestamp (ms), exactly (Kafka's
+        offsetsForTimes); q.max_offset when there is none. Store times only grow along a queue
+        (each is taken under the put lock): the time lookup's nearest message is the hint, and
+        a galloping search from it finds the first one at or after timestamp."""
+        def at_or_after(offset: int) -> bool:
+            ts = self.store_time(q, offset)
+            return ts is not None and ts >= timestamp
+
+        hint = self.offset_by_time(q, timestamp)
+        if hint >= q.max_offset:
+            return q.max_offset
+        step = 1
+        if at_or_after(hint):  # the answer is hint or before it
+            hi = hint
+            while True:
+                probe = hi - step
+                if probe < q.min_offset:
+                    lo = q.min_offset
+                    break
+                if not at_or_after(probe):
+                    lo = probe + 1
+                    break
+                hi, step = probe, step * 2
+        else:  # the answer is after hint (max_offset when no message is late enough)
+            lo = hint + 1
+            probe = hint + step
+            while probe < q.max_offset and not at_or_after(probe):
+                lo, step = probe + 1, step * 2
+                probe = hint + step
+            hi = min(probe, q.max_offset)
+        while lo < hi:  # the first offset in [lo, hi] at or after timestamp: hi is, or is max_offset
+            mid = (lo + hi) // 2
+            if at_or_after(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def units(self, topic: str, queue_id: int, start: int, end: int) -> bytes:
         """The 20-byte units of queue offsets [start, end) (a unit no file holds any more is

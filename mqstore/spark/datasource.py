@@ -10,7 +10,9 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceWriter)
 from pyspark.sql.types import StructType
 
-from mqstore.spark.source import SCHEMA, MQStoreBatchReader
+from mqstore.spark.options import bool_option, check_options, traceback_logged
+from mqstore.spark.remote import wants_network
+from mqstore.spark.source import MQStoreBatchReader, MQStorePushdownReader, read_schema
 from mqstore.spark.stream import MQStoreStreamReader
 from mqstore.spark.write import MQStoreBatchWriter, MQStoreStreamWriter
 
@@ -24,17 +26,50 @@ class MQStoreDataSource(DataSource):
     def name(cls) -> str:
         return "mqstore"
 
+    #: whether a batch read pushes filters down unless option pushFilters says otherwise: the
+    #: session must have spark.sql.python.filterPushdown.enabled (PySpark fails every query of a
+    #: reader with pushFilters otherwise), which register() sets when it registers the subclass
+    pushdown_default = False
+
     def schema(self) -> StructType:
-        return SCHEMA
+        return read_schema(dict(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MQStoreBatchReader(dict(self.options), schema)
+        options = dict(self.options)
+        with traceback_logged("the batch read's planning"):
+            if wants_network(options):
+                from mqstore.spark.remote.reader import NetworkBatchReader
+                return NetworkBatchReader(options, schema)
+            if bool_option(check_options(options, "read"), "pushFilters", self.pushdown_default):
+                return MQStorePushdownReader(options, schema)
+            return MQStoreBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return MQStoreStreamReader(dict(self.options), schema)
+        with traceback_logged("the stream's planning"):
+            if wants_network(self.options):
+                from mqstore.spark.remote.reader import NetworkStreamReader
+                return NetworkStreamReader(dict(self.options), schema)
+            return MQStoreStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return MQStoreBatchWriter(dict(self.options), schema, overwrite)
+        with traceback_logged("the write's planning"):
+            if wants_network(self.options):
+                from mqstore.spark.remote.writer import NetworkBatchWriter
+                return NetworkBatchWriter(dict(self.options), schema, overwrite)
+            check_options(dict(self.options), "write")
+            return MQStoreBatchWriter(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return MQStoreStreamWriter(dict(self.options), schema, overwrite)
+        with traceback_logged("the streaming write's planning"):
+            if wants_network(self.options):
+                from mqstore.spark.remote.writer import NetworkStreamWriter
+                return NetworkStreamWriter(dict(self.options), schema, overwrite)
+            check_options(dict(self.options), "stream-write")
+            return MQStoreStreamWriter(dict(self.options), schema, overwrite)
+
+
+class MQStorePushdownDataSource(MQStoreDataSource):
+    """``format("mqstore")`` as register() registers it: batch reads push filters down (the
+    session has spark.sql.python.filterPushdown.enabled)."""
+
+    pushdown_default = True

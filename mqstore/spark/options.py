@@ -11,9 +11,13 @@ with Kafka's sentinels -2 (earliest) and -1 (latest).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
-from collections.abc import Iterable, Mapping
+import logging
+import sys
+import traceback
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from mqstore.errors import MQStoreError
@@ -33,19 +37,37 @@ BATCH_READ_OPTIONS = ("mode",)
 #: streaming reads only (Kafka's maxOffsetsPerTrigger is maxRecordsPerTrigger)
 STREAM_READ_OPTIONS = ("maxRecordsPerTrigger", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 #: reading or writing a cluster through its NameServers (mqstore.spark.remote)
-NETWORK_OPTIONS = ("namesrv", "accessKey", "secretKey", "tls", "tlsCaFile", "consumerGroup", "producerGroup",
-                   "pullBatchSize", "timeoutMs")
+NETWORK_OPTIONS = ("namesrv", "accessKey", "secretKey", "tls", "tlsCaFile", "namesrvTls", "consumerGroup",
+                   "producerGroup", "pullBatchSize", "timeoutMs")
 #: writes (mqstore.spark.write)
-WRITE_OPTIONS = ("queueCount", "topic")
+WRITE_OPTIONS = ("queueCount",)
 STREAM_WRITE_OPTIONS = ("sinkId",)
 #: Kafka's name -> the name it stands for here
 ALIASES = {"subscribe": "topics", "maxoffsetspertrigger": "maxrecordspertrigger"}
+
+
+@contextlib.contextmanager
+def traceback_logged(what: str) -> Iterator[None]:
+    """Errors that are not mqstore's own (a bug rather than a bad option or store) get their
+    traceback written to the Python worker's stderr, which is Spark's log, before they go on:
+    mqstore.spark.session() has Spark show users one line per error (hideTraceback)."""
+    try:
+        yield
+    except MQStoreError:
+        raise
+    except Exception:
+        print(f"mqstore.spark: {what} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        raise
 
 
 class OptionError(MQStoreError, ValueError):
     """A read or write option that is not understood or asks for what the store does not hold."""
 
     hint = "see the options in docs/spark.md"
+
+
+_KINDS = {"read": "batch reads", "stream": "streaming reads", "write": "batch writes",
+          "stream-write": "streaming writes"}
 
 
 def known_for(kind: str) -> tuple[str, ...]:
@@ -69,22 +91,24 @@ def check_options(options: Mapping[str, str], kind: str) -> dict[str, str]:
     names = known_for(kind)
     by_lower = {n.lower(): n for n in names}
     out: dict[str, str] = {}
+    given_as: dict[str, str] = {}
     for key, value in options.items():
         low = key.lower()
         if low not in by_lower:
-            close = difflib.get_close_matches(low, list(by_lower), n=1, cutoff=0.6)
-            other = [k for k in ("read", "stream", "write", "stream-write") if low in {n.lower() for n in known_for(k)}]
+            other = [k for k in _KINDS if low in {n.lower() for n in known_for(k)}]
             if other:
-                where = {"read": "batch reads", "stream": "streaming reads", "write": "batch writes",
-                         "stream-write": "streaming writes"}
-                raise OptionError(f"option {key!r} does not apply to {where[kind]} (only to "
-                                  f"{' and '.join(where[k] for k in other)})")
+                raise OptionError(f"option {key!r} does not apply to {_KINDS[kind]} (only to "
+                                  f"{' and '.join(_KINDS[k] for k in other)})")
+            every = {n.lower(): n for k in _KINDS for n in known_for(k)}
+            close = difflib.get_close_matches(low, list(every), n=1, cutoff=0.6)
             raise OptionError(f"unknown option {key!r} for format(\"mqstore\")"
-                              + (f"; did you mean {by_lower[close[0]]!r}?" if close else ""))
+                              + (f"; did you mean {every[close[0]]!r}?" if close else ""))
         target = ALIASES.get(low, low)
         if target in out:
-            raise OptionError(f"options {by_lower[low]!r} and {by_lower[target]!r} mean the same; give one")
+            first, second = sorted((by_lower[low], given_as[target]))
+            raise OptionError(f"options {first!r} and {second!r} mean the same; give one")
         out[target] = value
+        given_as[target] = by_lower[low]
     return out
 
 
@@ -188,6 +212,9 @@ def offsets_option(options: Mapping[str, str], name: str, default: str, *,
         if raw not in allowed:
             raise OptionError(f"option {name}={raw} is not valid here ({' or '.join(allowed)} or JSON offsets)")
         return raw
+    if not raw.startswith("{"):
+        raise OptionError(f'option {name}={raw!r}: expected {", ".join(allowed)} or JSON like {{"topic/0": 42}} '
+                          f'or {{"topic": {{"0": 42}}}} (-2 earliest, -1 latest)')
     parsed = per_queue_json({name.lower(): raw}, name, "42")
     assert parsed is not None
     for key, value in parsed.items():

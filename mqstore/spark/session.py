@@ -12,11 +12,40 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 
-def register(spark: SparkSession) -> None:
-    """Register the "mqstore" data source in spark (every session of its JVM sees it)."""
-    from mqstore.spark.datasource import MQStoreDataSource
+#: the JVM logger that warns when a source replaces one PySpark found by itself (pyspark_mqstore)
+_MANAGER_LOGGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
 
-    spark.dataSource.register(MQStoreDataSource)
+
+def register(spark: SparkSession) -> None:
+    """Register the "mqstore" data source in spark (every session of its JVM sees it), with
+    filter pushdown: sets spark.sql.python.filterPushdown.enabled in this session (PySpark
+    fails every read of a source with pushFilters without it). Replacing the source PySpark
+    registered by itself (``pyspark_mqstore``) is expected here, so its warning is not logged
+    (Spark's DataSourceManager logger is set to ERROR)."""
+    from mqstore.spark.datasource import MQStorePushdownDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:  # the replacement is the point here: its warning is not for the user (log4j 2, Spark's own)
+        log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel(_MANAGER_LOGGER, log4j.Level.ERROR)
+    except Exception:  # pragma: no cover - another logging backend: the warning stays
+        pass
+    spark.dataSource.register(MQStorePushdownDataSource)
+
+
+def cores_of(master: str) -> int:
+    """The cores a master string gives Spark's tasks: local[N], local[N,F] (F retries),
+    local[*], local-cluster[E,C,M] (E executors of C cores), else this machine's."""
+    import re
+
+    every = os.cpu_count() or 2
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if m:
+        return every if m.group(1) == "*" else int(m.group(1) or 1)
+    m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master.strip())
+    if m:
+        return int(m.group(1)) * int(m.group(2))
+    return every
 
 
 def session(master: str = "local[2]", app_name: str = "mqstore", **conf: Any) -> SparkSession:
@@ -25,21 +54,26 @@ def session(master: str = "local[2]", app_name: str = "mqstore", **conf: Any) ->
     Sets, unless already set: ``PYSPARK_PYTHON`` to this interpreter (Python workers must
     import mqstore and pyarrow; PySpark otherwise runs ``python3`` from PATH),
     ``SPARK_LOCAL_IP=127.0.0.1``, no UI and no console progress bars, shuffle partitions =
-    the cores of master, and warehouse and scratch directories in a temporary directory
-    (``mqstore-spark-*`` under $TMPDIR), removed when this Python process exits (or at once
+    the cores of master (any master string Spark takes: local[N,F], local-cluster[E,C,M],
+    spark://...), filter pushdown on (register()), errors of Python workers shown as their one
+    line (``spark.sql.execution.pyspark.udf.hideTraceback.enabled``: a UDF's error too; pass it
+    as "false" to see tracebacks), and warehouse and scratch directories in a temporary
+    directory (``mqstore-spark-*`` under $TMPDIR), removed when this Python process exits (or at once
     when a session was running already and is returned as it is).
     ``conf`` adds or overrides Spark settings (dots as in Spark: pass a dict with **)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     scratch = tempfile.mkdtemp(prefix="mqstore-spark-")
-    cores = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
     settings: dict[str, Any] = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(os.cpu_count() or 2) if cores == "*" else cores,
+        "spark.sql.shuffle.partitions": str(cores_of(master)),
         "spark.sql.warehouse.dir": os.path.join(scratch, "warehouse"),
         "spark.local.dir": os.path.join(scratch, "local"),
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        # an error of a Python worker (a bad option, a store that cannot be read) reaches the
+        # user as its one line; mqstore.spark logs the traceback of any unexpected error
+        "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "true",
     }
     settings.update(conf)
     builder = SparkSession.builder.master(master).appName(app_name)

@@ -44,14 +44,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+import re
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -66,6 +69,10 @@ from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
 from mqstore.queue.snapshot import QueueRange, StoreSnapshot
+from mqstore.spark.pushdown import Pushed, lookup_phys, narrow, push
+from mqstore.spark.options import (EARLIEST, LATEST, RANGE_OPTIONS, SELECT_OPTIONS, OptionError, bool_option,
+                                   check_options, int_option, list_option, offsets_option, per_queue_json,
+                                   traceback_logged)
 
 SCHEMA = StructType([
     StructField("topic", StringType()),
@@ -86,18 +93,15 @@ SCHEMA = StructType([
     StructField("sys_flag", IntegerType()),
 ])
 _TYPES = {f.name: f.dataType for f in SCHEMA.fields}
+#: Kafka's headers column (includeHeaders=true): the properties as (key, value bytes) pairs
+HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
+                                                        StructField("value", BinaryType())])))
 DEFAULT_MAX_ROWS_PER_PARTITION = 262_144
 log = logging.getLogger("mqstore.spark")
 DEFAULT_BATCH_ROWS = 65_536
 #: each of local[N]'s N tasks holds a batch and its copies (Arrow buffers, the JVM's read of
 #: them) in direct memory, which defaults to the driver's heap (spark.driver.memory, 1 GiB)
 DEFAULT_BATCH_BYTES = 16 << 20
-
-
-class OptionError(MQStoreError, ValueError):
-    """A read option that is not understood or asks for what the store does not hold."""
-
-    hint = "see the options in the docstring of mqstore.spark.source (or docs/spark.md)"
 
 
 # -- partitions ---------------------------------------------------------------------------------
@@ -109,6 +113,15 @@ class QueueSlice(InputPartition):
     queue_id: int
     start: int
     end: int
+    #: read only the units whose tag hash is one of these (pushed tags filters); None: all
+    tag_codes: tuple[int, ...] | None = None
+
+
+@dataclass
+class PhySlice(InputPartition):
+    """The records at these (physical offset, size) pairs, in log order (keys / msg_id lookups)."""
+
+    records: tuple[tuple[int, int], ...]
 
 
 @dataclass
@@ -120,131 +133,188 @@ class LogSlice(InputPartition):
 
 
 # -- options --------------------------------------------------------------------------------
-def int_option(options: dict[str, str], name: str, default: int, low: int = 1) -> int:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise OptionError(f"option {name}={raw!r} is not an integer") from None
-    if value < low:
-        raise OptionError(f"option {name}={value} must be >= {low}")
-    return value
-
-
-def _offsets(options: dict[str, str], name: str, default: str) -> str | dict[str, int]:
-    raw = options.get(name.lower(), default).strip()
-    if raw in ("earliest", "latest"):
-        return raw
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict) or not all(isinstance(k, str) and "/" in k and isinstance(v, int)
-                                               and not isinstance(v, bool) for k, v in parsed.items()):
-        raise OptionError(f'option {name}={raw!r}: expected earliest, latest or JSON like {{"topic/0": 42}}')
-    return parsed
-
-
-def _list_option(options: dict[str, str], name: str) -> list[str] | None:
-    raw = options.get(name.lower())
-    if raw is None or not raw.strip():
-        return None
-    return [p.strip() for p in raw.split(",") if p.strip()]
-
-
-def select_queues(queues: list[QueueRange], options: dict[str, str]) -> list[QueueRange]:
-    """The queues the topics and queues options pick."""
-    topics = _list_option(options, "topics")
-    queue_ids_raw = _list_option(options, "queues")
+def select_queues(queues: list[QueueRange], options: Mapping[str, str], *, streaming: bool = False) -> list[QueueRange]:
+    """The queues the topics (Kafka's subscribe), subscribePattern, assign and queues options
+    pick (at most one of the first three; every queue when none is given). A batch read names
+    a topic the store does not have as an error; a stream waits for it to appear."""
+    topics = list_option(options, "topics")
+    pattern_raw = options.get("subscribepattern")
+    assign = options.get("assign")
+    given = [n for n, v in (("topics", topics), ("subscribePattern", pattern_raw), ("assign", assign)) if v is not None]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(given)} each pick the topics to read; give one")
+    queue_ids_raw = list_option(options, "queues")
     try:
         queue_ids = None if queue_ids_raw is None else {int(q) for q in queue_ids_raw}
     except ValueError:
         raise OptionError(f"option queues={options.get('queues')!r} must list queue ids (integers)") from None
-    return [q for q in queues if (topics is None or q.topic in topics) and (queue_ids is None or q.queue_id in queue_ids)]
+    known_topics = {q.topic for q in queues}
+    pick: Callable[[QueueRange], bool]
+    if topics is not None:
+        missing = sorted(set(topics) - known_topics)
+        if missing and not streaming:
+            raise OptionError(f"option topics names topic(s) the store does not have: {', '.join(missing)}")
+        wanted = set(topics)
+        pick = lambda q: q.topic in wanted  # noqa: E731
+    elif pattern_raw is not None:
+        try:
+            pattern = re.compile(pattern_raw)
+        except re.error as exc:
+            raise OptionError(f"option subscribePattern={pattern_raw!r} is not a regular expression: {exc}") from None
+        pick = lambda q: pattern.fullmatch(q.topic) is not None  # noqa: E731
+    elif assign is not None:
+        assigned = _assignment(assign)
+        missing = sorted(f"{t}/{i}" for t, ids in assigned.items() for i in ids
+                         if not any(q.topic == t and q.queue_id == i for q in queues))
+        if missing and not streaming:
+            raise OptionError(f"option assign names queue(s) the store does not have: {', '.join(missing)}")
+        pick = lambda q: q.queue_id in assigned.get(q.topic, ())  # noqa: E731
+    else:
+        pick = lambda q: True  # noqa: E731
+    return [q for q in queues if pick(q) and (queue_ids is None or q.queue_id in queue_ids)]
 
 
-def _times(options: dict[str, str]) -> dict[str, int]:
-    times = {}
-    for name, offsets_name in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
-        if name.lower() in options:
-            if offsets_name.lower() in options:
-                raise OptionError(f"options {name} and {offsets_name} both say where to {name[:-9]}; give one")
-            times[name] = int_option(options, name, 0, low=0)
-    return times
+def _assignment(raw: str) -> dict[str, set[int]]:
+    """Kafka's assign JSON, {"topic": [0, 1]}."""
+    try:
+        parsed: Any = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+            for ids in parsed.values()):
+        raise OptionError(f'option assign={raw!r}: expected JSON like {{"topicA": [0, 1], "topicB": [2]}}')
+    return {topic: set(ids) for topic, ids in parsed.items()}
 
 
-def _check_named(queues: list[QueueRange], name: str, given: str | dict[str, int]) -> None:
+#: (option, its kind) of each way to say where a read starts / ends, in the order they are named
+_STARTS = (("startingOffsets", "offsets"), ("startingTimestamp", "time"), ("startingOffsetsByTimestamp", "times"))
+_ENDS = (("endingOffsets", "offsets"), ("endingTimestamp", "time"), ("endingOffsetsByTimestamp", "times"))
+
+
+def _one_of(options: Mapping[str, str], names: tuple[tuple[str, str], ...]) -> tuple[str, str] | None:
+    given = [(n, kind) for n, kind in names if n.lower() in options]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(n for n, _ in given)} each say where to "
+                          f"{'start' if names is _STARTS else 'end'}; give one")
+    return given[0] if given else None
+
+
+def _check_named(queues: list[QueueRange], name: str, given: object) -> None:
     known = {q.key for q in queues}
     if isinstance(given, dict) and set(given) - known:
         raise OptionError(f"option {name} names queue(s) the store does not have: "
                           f"{', '.join(sorted(set(given) - known))}")
 
 
-def starting_offsets(queues: list[QueueRange], options: dict[str, str],
-                     offset_by_time: Callable[[QueueRange, int], int] | None,
-                     known: list[QueueRange] | None = None) -> dict[str, int]:
-    """{queue key: first offset to read} of queues by startingOffsets / startingTimestamp; an
-    explicit offset below the earliest one still stored is an error naming the queue and the
-    range, and so is JSON naming a queue not in known (default: queues)."""
-    starting = _offsets(options, "startingOffsets", "earliest")
-    times = _times(options)
-    _check_named(queues if known is None else known, "startingOffsets", starting)
-    out = {}
-    for q in queues:
-        if "startingTimestamp" in times:
-            if offset_by_time is None:
-                raise OptionError("timestamp options need the store's time lookup")
-            start = offset_by_time(q, times["startingTimestamp"])
-        elif starting == "latest":
-            start = q.max_offset
-        elif isinstance(starting, dict) and q.key in starting:
-            start = starting[q.key]
-            if start < q.min_offset:
-                raise OptionError(f"queue {q.key}: startingOffsets asks for offset {start}, but offsets "
-                                  f"[{start}, {q.min_offset}) are no longer stored (the earliest is {q.min_offset})")
-        else:
-            start = q.min_offset
-        out[q.key] = start
-    return out
+def _bounds(queues: list[QueueRange], options: Mapping[str, str], which: tuple[tuple[str, str], ...],
+            time_lookup: Callable[[QueueRange, int], int] | None, known: list[QueueRange],
+            *, streaming: bool) -> dict[str, int]:
+    """{queue key: offset} where each queue starts (which=_STARTS) or ends (_ENDS)."""
+    starting = which is _STARTS
+    given = _one_of(options, which)
+    fallback = {q.key: (q.min_offset if starting else q.max_offset) for q in queues}
+    if given is None:
+        return fallback
+    name, kind = given
+    if not starting and streaming:
+        raise OptionError(f"option {name} does not apply to streaming reads (a stream reads on as messages come; "
+                          "trigger(availableNow=True) reads what is there and stops)")
+    if kind == "offsets":
+        value = offsets_option(options, name, "earliest" if starting else "latest",
+                               allow=("earliest", "latest") if starting else ("latest",))
+        if value == "earliest":
+            return fallback
+        if value == "latest":
+            return {q.key: q.max_offset for q in queues}
+        _check_named(known, name, value)
+        out = {}
+        for q in queues:
+            at = value.get(q.key)
+            if at is None:
+                out[q.key] = fallback[q.key]
+            elif at == EARLIEST:
+                out[q.key] = q.min_offset
+            elif at == LATEST:
+                out[q.key] = q.max_offset
+            else:
+                if starting and at < q.min_offset:
+                    raise OptionError(f"queue {q.key}: {name} asks for offset {at}, but offsets [{at}, "
+                                      f"{q.min_offset}) are no longer stored (the earliest is {q.min_offset})")
+                out[q.key] = at if starting else min(at, q.max_offset)
+        return out
+    if time_lookup is None:
+        raise OptionError("timestamp options need the store's time lookup")
+    if kind == "time":
+        ms = int_option(options, name, 0, low=0)
+        return {q.key: time_lookup(q, ms) for q in queues}
+    times = per_queue_json(options, name, "1700000000000")
+    assert times is not None
+    _check_named(known, name, times)
+    return {q.key: time_lookup(q, times[q.key]) if q.key in times else fallback[q.key] for q in queues}
+
+
+def starting_offsets(queues: list[QueueRange], options: Mapping[str, str],
+                     time_lookup: Callable[[QueueRange, int], int] | None,
+                     known: list[QueueRange] | None = None, *, streaming: bool = False) -> dict[str, int]:
+    """{queue key: first offset to read} of queues by startingOffsets, startingTimestamp or
+    startingOffsetsByTimestamp (time_lookup(queue, ms): the first offset whose store time is
+    >= ms); an explicit offset below the earliest one still stored is an error naming the
+    queue and the range, and so is JSON naming a queue not in known (default: queues)."""
+    return _bounds(queues, options, _STARTS, time_lookup, queues if known is None else known, streaming=streaming)
 
 
 def slices(q: QueueRange, start: int, end: int, per_partition: int) -> list[QueueSlice]:
     return [QueueSlice(q.topic, q.queue_id, at, min(end, at + per_partition)) for at in range(start, end, per_partition)]
 
 
-def plan_queue_slices(queues: list[QueueRange], options: dict[str, str],
-                      offset_by_time: Callable[[QueueRange, int], int] | None = None) -> list[QueueSlice]:
-    """The partitions of a batch read in queue mode: the chosen queues, their [start, end) by
-    the offset (or timestamp: offset_by_time(queue, ms), the store's time lookup) options,
-    cut into maxRowsPerPartition pieces."""
-    chosen = select_queues(queues, options)
-    ending = _offsets(options, "endingOffsets", "latest")
-    _check_named(queues, "endingOffsets", ending)
-    times = _times(options)
+def split_for(total_rows: int, options: Mapping[str, str]) -> int:
+    """Queue offsets per partition: maxRowsPerPartition, made smaller when minPartitions asks
+    for more partitions than that gives (as Kafka splits offset ranges)."""
     per_partition = int_option(options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
-    starts = starting_offsets(chosen, options, offset_by_time, known=queues)
-    out = []
-    for q in chosen:
-        end = ending[q.key] if isinstance(ending, dict) and q.key in ending else q.max_offset
-        if "endingTimestamp" in times:
-            if offset_by_time is None:
-                raise OptionError("timestamp options need the store's time lookup")
-            end = offset_by_time(q, times["endingTimestamp"])
-        out += slices(q, starts[q.key], min(end, q.max_offset), per_partition)
-    return out
+    min_parts = int_option(options, "minPartitions", 1)
+    if min_parts > 1 and total_rows > 0:
+        per_partition = min(per_partition, max(1, -(-total_rows // min_parts)))
+    return per_partition
 
 
-def _columns(schema: StructType) -> list[str]:
+def plan_queue_ranges(queues: list[QueueRange], options: Mapping[str, str],
+                      time_lookup: Callable[[QueueRange, int], int] | None = None
+                      ) -> list[tuple[QueueRange, int, int]]:
+    """(queue, start, end) of a batch read in queue mode: the chosen queues and their
+    [start, end) by the offset or timestamp options (time_lookup(queue, ms): the first offset
+    whose store time is >= ms)."""
+    chosen = select_queues(queues, options)
+    starts = starting_offsets(chosen, options, time_lookup, known=queues)
+    ends = _bounds(chosen, options, _ENDS, time_lookup, queues, streaming=False)
+    return [(q, starts[q.key], min(ends[q.key], q.max_offset)) for q in chosen]
+
+
+def cut_ranges(ranges: list[tuple[QueueRange, int, int]], options: Mapping[str, str],
+               tag_codes: tuple[int, ...] | None = None) -> list[QueueSlice]:
+    """The ranges cut into maxRowsPerPartition pieces (smaller when minPartitions asks)."""
+    per_partition = split_for(sum(max(0, e - s) for _, s, e in ranges), options)
+    return [QueueSlice(q.topic, q.queue_id, at, min(e, at + per_partition), tag_codes)
+            for q, s, e in ranges for at in range(s, e, per_partition)]
+
+
+def plan_queue_slices(queues: list[QueueRange], options: Mapping[str, str],
+                      time_lookup: Callable[[QueueRange, int], int] | None = None) -> list[QueueSlice]:
+    """The partitions of a batch read in queue mode: plan_queue_ranges cut by cut_ranges."""
+    return cut_ranges(plan_queue_ranges(queues, options, time_lookup), options)
+
+
+def _columns(schema: StructType, *, include_headers: bool = False) -> list[str]:
     """The columns a (possibly narrower, user-given) schema asks for; each must be one of
-    SCHEMA's, with its type."""
+    SCHEMA's, with its type (``headers`` too with includeHeaders)."""
+    types = {**_TYPES, HEADERS.name: HEADERS.dataType} if include_headers else _TYPES
     names = []
     for field in schema.fields:
-        expected = _TYPES.get(field.name)
+        expected = types.get(field.name)
         if expected is None:
+            hint = " (headers needs option includeHeaders=true)" if field.name == HEADERS.name else ""
             raise OptionError(f"column {field.name!r} is not an mqstore column; the columns are "
-                              f"{', '.join(_TYPES)}")
+                              f"{', '.join(types)}{hint}")
         if field.dataType != expected:
             raise OptionError(f"column {field.name!r} is {expected.simpleString()}, not "
                               f"{field.dataType.simpleString()}")
@@ -252,15 +322,36 @@ def _columns(schema: StructType) -> list[str]:
     return names
 
 
+def read_schema(options: Mapping[str, str]) -> StructType:
+    """SCHEMA, with the headers column when option includeHeaders is true (Kafka's)."""
+    if bool_option({k.lower(): v for k, v in options.items()}, "includeHeaders", False):
+        return StructType(SCHEMA.fields + [HEADERS])
+    return SCHEMA
+
+
 # -- Arrow ----------------------------------------------------------------------------------
 def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
-    """The kernel's buffers as a record batch of arrow_schema (no copy of the buffers)."""
+    """The kernel's buffers as a record batch of arrow_schema (no copy of the buffers; the
+    headers column is made from the properties' arrays)."""
     n = cols.rows
     buffers = cols.buffers()
     arrays = []
+    maps: dict[str, pa.MapArray] = {}
+
+    def properties(map_type: pa.DataType) -> pa.MapArray:
+        if "map" not in maps:
+            list_offsets, key_offsets, key_data, value_offsets, value_data = buffers["properties"]
+            pairs = int.from_bytes(bytes(memoryview(list_offsets)[-4:]), "little")
+            keys = pa.Array.from_buffers(pa.string(), pairs, [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
+            values = pa.Array.from_buffers(pa.string(), pairs,
+                                           [None, pa.py_buffer(value_offsets), pa.py_buffer(value_data)])
+            offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(list_offsets)])
+            maps["map"] = pa.MapArray.from_arrays(offsets, keys, values, type=map_type)
+        return maps["map"]
+
     for field in arrow_schema:
-        bufs = buffers[field.name]
         name = field.name
+        bufs = buffers.get(name)
         if name in INT32_COLUMNS or name in INT64_COLUMNS:
             arrays.append(pa.Array.from_buffers(field.type, n, [None, pa.py_buffer(bufs[0])]))
         elif name in STRING_COLUMNS:
@@ -270,52 +361,86 @@ def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
             arrays.append(pa.Array.from_buffers(field.type, n, [None if validity is None else pa.py_buffer(validity),
                                                                 pa.py_buffer(offsets), pa.py_buffer(data)],
                                                 null_count=nulls))
-        else:  # properties
-            list_offsets, key_offsets, key_data, value_offsets, value_data = bufs
-            pairs = int.from_bytes(bytes(memoryview(list_offsets)[-4:]), "little")
-            keys = pa.Array.from_buffers(pa.string(), pairs, [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
-            values = pa.Array.from_buffers(pa.string(), pairs,
-                                           [None, pa.py_buffer(value_offsets), pa.py_buffer(value_data)])
-            offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(list_offsets)])
-            arrays.append(pa.MapArray.from_arrays(offsets, keys, values, type=field.type))
+        elif name == "properties":
+            arrays.append(properties(field.type))
+        else:  # headers: the properties as a list of (key, value bytes)
+            props = properties(pa.map_(pa.string(), pa.string()))
+            entry = field.type.value_type
+            pairs = pa.StructArray.from_arrays([props.keys, props.items.cast(pa.binary())], fields=list(entry))
+            arrays.append(pa.ListArray.from_arrays(props.offsets, pairs, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def units_with_tags(units: bytes, codes: tuple[int, ...]) -> bytes:
+    """The 20-byte ConsumeQueue units whose tag hash (the last 8 bytes) is one of codes (Arrow's
+    compute kernels: no Python loop over the units)."""
+    n = len(units) // UNIT
+    if n == 0:
+        return units
+    import pyarrow.compute as pc
+
+    arr = pa.Array.from_buffers(pa.binary(UNIT), n, [None, pa.py_buffer(units)])
+    wanted = pa.array([c.to_bytes(8, "big", signed=True) for c in codes], pa.binary(8))
+    kept = pc.filter(arr, pc.is_in(pc.binary_slice(arr, 12, 20), value_set=wanted))
+    return kept.buffers()[1].to_pybytes()[kept.offset * UNIT:(kept.offset + len(kept)) * UNIT] if len(kept) else b""
 
 
 class Reading:
     """What batch and stream readers share: the store, the columns and how a partition is read."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        self.options = {k.lower(): v for k, v in options.items()}
+    def __init__(self, options: Mapping[str, str], schema: StructType, kind: str = "read") -> None:
+        self.options = check_options(options, kind)
         root = self.options.get("path")
         if not root:
-            raise OptionError('no store directory: spark.read.format("mqstore").load("/path/to/store")')
+            raise OptionError('no store directory: spark.read.format("mqstore").load("/path/to/store") '
+                              '(or option("namesrv", "host:9876") to read a cluster over the network)')
         self.root: str = root
-        self.columns = _columns(schema)
+        self.columns = _columns(schema, include_headers=bool_option(self.options, "includeHeaders", False))
         self.schema = schema
         self.batch_rows = int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
         self.batch_bytes = int_option(self.options, "maxBatchBytes", DEFAULT_BATCH_BYTES, low=1024)
-        self.fail_on_data_loss = self.options.get("failondataloss", "true").lower() != "false"
+        self.fail_on_data_loss = bool_option(self.options, "failOnDataLoss", True)
+        self.raw_body = bool_option(self.options, "rawBody", False)
+
+    def _batch_columns(self) -> BatchColumns:
+        names = [c for c in self.columns if c != "headers"]
+        if "headers" in self.columns and "properties" not in names:
+            names.append("properties")
+        return BatchColumns(names)
 
     def read_slices(self, partition: InputPartition) -> Iterator[Any]:
+        with traceback_logged(f"reading {partition}"):
+            yield from self._read_slices(partition)
+
+    def _read_slices(self, partition: InputPartition) -> Iterator[Any]:
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         with StoreSnapshot(self.root) as snap:
             source = snap.record_source()
             if isinstance(partition, QueueSlice):
                 units = snap.units(partition.topic, partition.queue_id, partition.start, partition.end)
                 self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
+                if partition.tag_codes is not None:
+                    units = units_with_tags(units, partition.tag_codes)
                 at, n = 0, len(units) // UNIT
                 while at < n:
                     end = cut_units(units, at, self.batch_rows, self.batch_bytes)
-                    cols = BatchColumns(self.columns)
+                    cols = self._batch_columns()
                     cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
                     at = end
                     self._deleted(partition, cols.below_min)
                     if cols.rows:
                         yield record_batch(cols, arrow_schema)
+            elif isinstance(partition, PhySlice):
+                units = b"".join(struct.pack(">qiq", phy, size, 0) for phy, size in partition.records)
+                for at in range(0, len(partition.records), self.batch_rows):
+                    cols = self._batch_columns()
+                    cols.add_units(source, units[at * UNIT:(at + self.batch_rows) * UNIT], snap.min_phy)
+                    if cols.rows:
+                        yield record_batch(cols, arrow_schema)
             elif isinstance(partition, LogSlice):
                 at = partition.start
                 while at < partition.end:
-                    cols = BatchColumns(self.columns)
+                    cols = self._batch_columns()
                     added, at = cols.add_span(source, at, partition.end, self.batch_rows, self.batch_bytes)
                     if not added:
                         break
@@ -333,24 +458,72 @@ class Reading:
         log.warning("%s; skipped (failOnDataLoss=false)", what)
 
 
+def record_sizes(snap: StoreSnapshot, phys: list[int]) -> list[int]:
+    from mqstore._reads import LogMap, view_at
+
+    log_map = LogMap(snap._log.files, snap._log.file_size)  # type: ignore[union-attr]
+    return [view_at(log_map, phy).total_size for phy in phys]  # type: ignore[union-attr]
+
+
 class DataLossError(MQStoreError, RuntimeError):
     """Offsets a query must read were deleted by retention."""
 
     hint = "read from the queue's earliest offset, or set option failOnDataLoss=false to skip them (reported)"
 
 
+#: the options that mean nothing to mode=commitlog
+_QUEUE_MODE_ONLY = frozenset(o.lower() for o in SELECT_OPTIONS + RANGE_OPTIONS + ("maxRowsPerPartition", "minPartitions"))
+
+
 class MQStoreBatchReader(Reading, DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        super().__init__(options, schema)
+        super().__init__(options, schema, "read")
         self.mode = self.options.get("mode", "queues")
         if self.mode not in ("queues", "commitlog"):
             raise OptionError(f"option mode={self.mode!r}: expected queues or commitlog")
+        if self.mode == "commitlog":
+            moot = sorted(k for k in self.options if k in _QUEUE_MODE_ONLY)
+            if moot:
+                raise OptionError(f"option(s) {', '.join(moot)} pick queues or offsets, which mode=commitlog does not "
+                                  "read by (it reads every record of the CommitLog in log order)")
+
+    #: what pushFilters took (MQStorePushdownReader); None: nothing
+    pushed: Pushed | None = None
 
     def partitions(self) -> list[InputPartition]:
         with StoreSnapshot(self.root) as snap:
             if self.mode == "commitlog":
                 return [LogSlice(start, end) for start, end in snap.log_spans()]
-            return list(plan_queue_slices(snap.queues(), self.options, snap.offset_by_time))
+            ranges = plan_queue_ranges(snap.queues(), self.options, snap.first_offset_at)
+            pushed = self.pushed
+            if pushed is None:
+                return list(cut_ranges(ranges, self.options))
+            if pushed.empty:
+                return []
+            ranges = [(q, *narrow(snap, q, s, e, pushed)) for q, s, e in ranges
+                      if (pushed.topics is None or q.topic in pushed.topics)
+                      and (pushed.queue_ids is None or q.queue_id in pushed.queue_ids)]
+            if pushed.described:
+                log.info("mqstore read of %s: pushed %s", self.root, ", ".join(pushed.described))
+            if pushed.lookup:
+                spans = {q.key: (s, e) for q, s, e in ranges}
+                phys = lookup_phys(snap, self.root, spans, {q.topic for q, _, _ in ranges}, pushed)
+                sizes = record_sizes(snap, phys)
+                records = tuple(zip(phys, sizes))
+                return [PhySlice(records[at:at + self.batch_rows]) for at in range(0, len(records), self.batch_rows)]
+            codes = None if pushed.tag_codes is None else tuple(sorted(pushed.tag_codes))
+            return list(cut_ranges(ranges, self.options, codes))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.read_slices(partition)
+
+
+class MQStorePushdownReader(MQStoreBatchReader):
+    """The batch reader with pushFilters (mqstore.spark.pushdown): used when the session has
+    spark.sql.python.filterPushdown.enabled (mqstore.spark.session() and register() set it)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        if self.mode != "queues":
+            return filters
+        self.pushed, keep = push(list(filters))
+        return keep

@@ -24,7 +24,8 @@ Options, besides the batch reader's ``topics``, ``queues``, ``maxRowsPerPartitio
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -38,14 +39,22 @@ from pyspark.sql.types import StructType
 
 from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.source import (
-    DEFAULT_MAX_ROWS_PER_PARTITION,
     DataLossError,
-    int_option,
     Reading,
     select_queues,
     slices,
+    split_for,
     starting_offsets,
 )
+from mqstore.spark.options import OptionError, duration_ms_option, int_option
+
+
+def _bounds_for_stream(options: Mapping[str, str]) -> None:
+    """Kafka refuses the ending options in a stream, and so does this source."""
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+        if name.lower() in options:
+            raise OptionError(f"option {name} does not apply to streaming reads (a stream reads on as messages "
+                              "come; trigger(availableNow=True) reads what is there and stops)")
 
 log = logging.getLogger("mqstore.spark")
 
@@ -73,21 +82,32 @@ def share_rows(start: dict[str, int], latest: dict[str, int], max_rows: int) -> 
 
 class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        super().__init__(options, schema)
-        self.per_partition = int_option(self.options, "maxRowsPerPartition", DEFAULT_MAX_ROWS_PER_PARTITION)
+        super().__init__(options, schema, "stream")
         self.max_per_trigger = (int_option(self.options, "maxRecordsPerTrigger", 0)
                                 if "maxrecordspertrigger" in self.options else None)
+        self.min_per_trigger = (int_option(self.options, "minOffsetsPerTrigger", 1)
+                                if "minoffsetspertrigger" in self.options else None)
+        self.max_trigger_delay_ms = duration_ms_option(self.options, "maxTriggerDelay", 15 * 60_000)
+        if "maxtriggerdelay" in self.options and self.min_per_trigger is None:
+            raise OptionError("option maxTriggerDelay bounds how long minOffsetsPerTrigger waits; give that too")
+        if self.min_per_trigger is not None and self.max_per_trigger is not None \
+                and self.min_per_trigger > self.max_per_trigger:
+            raise OptionError(f"option minOffsetsPerTrigger={self.min_per_trigger} is more than "
+                              f"maxRecordsPerTrigger={self.max_per_trigger}")
+        _bounds_for_stream(self.options)
+        #: when the last micro-batch was let through (minOffsetsPerTrigger waits until maxTriggerDelay)
+        self._last_trigger = time.monotonic()
         self._target: dict[str, int] | None = None
         #: (queue key, first, end) of every range skipped because retention deleted it
         self.skipped: list[tuple[str, int, int]] = []
 
     # -- offsets (run in one long-lived process on the driver) -------------------------------
     def _queues(self, snap: StoreSnapshot) -> list[QueueRange]:
-        return select_queues(snap.queues(), self.options)
+        return select_queues(snap.queues(), self.options, streaming=True)
 
     def initialOffset(self) -> dict[str, int]:
         with StoreSnapshot(self.root) as snap:
-            return starting_offsets(self._queues(snap), self.options, snap.offset_by_time)
+            return starting_offsets(self._queues(snap), self.options, snap.first_offset_at, streaming=True)
 
     def _ranges(self) -> dict[str, QueueRange]:
         with StoreSnapshot(self.root) as snap:
@@ -98,6 +118,16 @@ class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvaila
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable() if self.max_per_trigger is None else ReadMaxRows(self.max_per_trigger)
+
+    def _too_few(self, base: dict[str, int], latest: dict[str, int]) -> bool:
+        """minOffsetsPerTrigger: fewer new messages than asked and maxTriggerDelay not yet past
+        since the last micro-batch (Kafka's rule); then the micro-batch waits."""
+        if self.min_per_trigger is None or self._target is not None:
+            return False
+        pending = sum(max(0, latest[k] - base[k]) for k in latest)
+        if pending >= self.min_per_trigger or time.monotonic() - self._last_trigger >= self.max_trigger_delay_ms / 1000:
+            return False
+        return True
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         ranges = self._ranges()
@@ -111,6 +141,9 @@ class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvaila
         for key, offset in start.items():
             latest.setdefault(key, offset)
             base.setdefault(key, offset)
+        if self._too_few(base, latest):
+            return dict(start)  # nothing new for Spark: no micro-batch yet
+        self._last_trigger = time.monotonic()
         if isinstance(limit, ReadMaxRows):
             return share_rows(base, latest, limit.max_rows)
         return latest
@@ -122,11 +155,11 @@ class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvaila
         self._target = self._latest()
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        out: list[InputPartition] = []
+        ranges: list[tuple[QueueRange, int, int]] = []
         with StoreSnapshot(self.root) as snap:
-            ranges = {q.key: q for q in snap.queues()}
+            by_key = {q.key: q for q in snap.queues()}
             for key, stop in sorted(end.items()):
-                q = ranges.get(key)
+                q = by_key.get(key)
                 if q is None:
                     continue
                 begin = start.get(key, q.min_offset)  # a queue new since the start: from its earliest
@@ -139,10 +172,10 @@ class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvaila
                     log.warning("queue %s: skipping offsets [%d, %d) that retention deleted (failOnDataLoss=false)",
                                 key, *lost)
                     begin = min(stop, q.min_offset)
-                if stop <= begin:
-                    continue
-                out += slices(q, begin, stop, self.per_partition)
-        return out
+                if stop > begin:
+                    ranges.append((q, begin, stop))
+        per_partition = split_for(sum(stop - begin for _, begin, stop in ranges), self.options)
+        return [piece for q, begin, stop in ranges for piece in slices(q, begin, stop, per_partition)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.read_slices(partition)
