@@ -227,3 +227,31 @@ def test_a_bad_option_reaches_the_user_as_one_line(spark, tagged):
         spark.read.format("mqstore").option("startingOffset", "latest").load(tagged).count()
     text = str(err.value)
     assert "did you mean 'startingOffsets'" in text and "Traceback" not in text
+
+
+STATIC_THEN_REGISTER = """
+import os, sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+found = spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("mqstore")
+from mqstore.spark import session
+spark = session("local[1]")
+print("STATIC", found, "ROWS", spark.read.format("mqstore").load(sys.argv[1]).count(), flush=True)
+"""
+
+
+@pytest.mark.spark
+def test_registering_over_the_source_pyspark_found_by_itself_warns_nobody(tagged):
+    """With pyspark_mqstore importable by the workers, PySpark registers the source by itself;
+    session()'s register() replaces it (for pushdown) without Spark's replacement warning."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+           "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([sys.executable, "-c", STATIC_THEN_REGISTER, tagged], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert "STATIC True ROWS 3000" in done.stdout, done.stdout + done.stderr
+    assert "replaced a statically registered" not in done.stderr, done.stderr
