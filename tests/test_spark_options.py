@@ -255,3 +255,21 @@ def test_registering_over_the_source_pyspark_found_by_itself_warns_nobody(tagged
                           text=True, timeout=300)
     assert "STATIC True ROWS 3000" in done.stdout, done.stdout + done.stderr
     assert "replaced a statically registered" not in done.stderr, done.stderr
+
+
+@pytest.mark.spark
+def test_bodies_come_as_sent_and_raw_when_asked(spark, tmp_path):
+    """A body stored zlib-compressed (sysFlag bit 0, as RocketMQ's producers store 4 KiB and up)
+    reads back as sent; option rawBody gives the stored bytes."""
+    import os
+    import zlib
+
+    root = str(tmp_path / "z")
+    sent = os.urandom(3000) * 3
+    with MessageStore(root) as s:
+        s.put_message(Message("Z", zlib.compress(sent), queue_id=0, sys_flag=1)).check()
+        s.put_message(Message("Z", b"plain", queue_id=0)).check()
+    rows = spark.read.format("mqstore").load(root).orderBy("queue_offset").select("body", "sys_flag").collect()
+    assert [bytes(r.body) for r in rows] == [sent, b"plain"] and rows[0].sys_flag & 1
+    raw = spark.read.format("mqstore").option("rawBody", "true").load(root).orderBy("queue_offset").collect()
+    assert bytes(raw[0].body) == zlib.compress(sent) and bytes(raw[1].body) == b"plain"

@@ -406,7 +406,7 @@ class Reading:
         names = [c for c in self.columns if c != "headers"]
         if "headers" in self.columns and "properties" not in names:
             names.append("properties")
-        return BatchColumns(names)
+        return BatchColumns(names, decompress=not self.raw_body)
 
     def read_slices(self, partition: InputPartition) -> Iterator[Any]:
         with traceback_logged(f"reading {partition}"):
