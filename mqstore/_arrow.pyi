@@ -51,5 +51,9 @@ class BatchColumns:
     def add_span(self, logs: RecordSource, phy: int, end: int, max_rows: int = 0,
                  max_bytes: int = 0) -> tuple[int, int]: ...
 
+def keep_freed_memory(max_bytes: int = ...) -> bool:
+    """Have this process's malloc keep and reuse the memory of freed batches (no fresh-page
+    faults per batch); whether glibc took the settings."""
+
 def cut_units(units: Buffer, start: int, max_rows: int = 0, max_bytes: int = 0) -> int:
     """Where a batch of ConsumeQueue units that starts at unit index start ends (exclusive)."""

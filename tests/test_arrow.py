@@ -261,3 +261,10 @@ def test_a_body_past_the_inflated_size_bound_is_refused(monkeypatch):
         monkeypatch.setattr(compression, "MAX_INFLATED_BYTES", len(payload) - 1)
         with pytest.raises(BodyDecompressError, match=f"inflate \\({kind}\\): it inflates past {len(payload) - 1} "):
             _arrow.BatchColumns(["body"]).add_span(source, 0, _end(files, phys))
+
+
+def test_keep_freed_memory_is_taken_by_glibc():
+    """The reader processes' malloc setting (no fresh-page faults per batch) is accepted here."""
+    from mqstore._arrow import keep_freed_memory
+
+    assert keep_freed_memory() is True

@@ -65,6 +65,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from mqstore._arrow import keep_freed_memory
 from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
@@ -413,6 +414,7 @@ class Reading:
             yield from self._read_slices(partition)
 
     def _read_slices(self, partition: InputPartition) -> Iterator[Any]:
+        keep_freed_memory()  # this Python worker decodes batch after batch into fresh buffers
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         with StoreSnapshot(self.root) as snap:
             source = snap.record_source()
