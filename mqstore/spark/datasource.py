@@ -13,8 +13,6 @@ from pyspark.sql.types import StructType
 from mqstore.spark.options import bool_option, check_options, traceback_logged
 from mqstore.spark.remote import wants_network
 from mqstore.spark.source import MQStoreBatchReader, MQStorePushdownReader, read_schema
-from mqstore.spark.stream import MQStoreStreamReader
-from mqstore.spark.write import MQStoreBatchWriter, MQStoreStreamWriter
 
 __all__ = ["MQStoreDataSource"]
 
@@ -49,6 +47,8 @@ class MQStoreDataSource(DataSource):
             if wants_network(self.options):
                 from mqstore.spark.remote.reader import NetworkStreamReader
                 return NetworkStreamReader(dict(self.options), schema)
+            from mqstore.spark.stream import MQStoreStreamReader  # each Python worker imports what it needs
+
             return MQStoreStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -57,6 +57,8 @@ class MQStoreDataSource(DataSource):
                 from mqstore.spark.remote.writer import NetworkBatchWriter
                 return NetworkBatchWriter(dict(self.options), schema, overwrite)
             check_options(dict(self.options), "write")
+            from mqstore.spark.write import MQStoreBatchWriter
+
             return MQStoreBatchWriter(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -65,6 +67,8 @@ class MQStoreDataSource(DataSource):
                 from mqstore.spark.remote.writer import NetworkStreamWriter
                 return NetworkStreamWriter(dict(self.options), schema, overwrite)
             check_options(dict(self.options), "stream-write")
+            from mqstore.spark.write import MQStoreStreamWriter
+
             return MQStoreStreamWriter(dict(self.options), schema, overwrite)
 
 
