@@ -26,6 +26,7 @@ from mqstore._remoting import RemotingCommand
 from mqstore.client import MessageQueue, MQClientError, PullConsumer, RemotingConnectionError, RemotingTimeoutError
 from mqstore.client.instance import parse_namesrv, response_int
 from mqstore.client.protocol import PullSysFlag, RequestCode, ResponseCode
+from mqstore.queue.snapshot import QueueRange
 from mqstore.spark.options import OptionError, bool_option, int_option
 
 __all__ = ["Cluster", "ClusterConfig", "Pulled", "RemoteQueue", "parse_key", "queue_key"]
@@ -35,9 +36,12 @@ log = logging.getLogger("mqstore.spark")
 T = TypeVar("T")
 #: the group the source pulls as and the sink sends as, unless consumerGroup / producerGroup say
 DEFAULT_GROUP = "MQSTORE_SPARK"
-#: messages a pull asks for (RocketMQ's broker gives at most 32 from memory, 8 from disk)
-DEFAULT_PULL_BATCH = 32
+#: messages a pull asks for: the broker's transfer limits decide (RocketMQ's defaults give at
+#: most 32 from memory and 8 from disk, 256 / 64 KiB)
+DEFAULT_PULL_BATCH = 1024
 DEFAULT_TIMEOUT_MS = 10_000
+#: offsets a time lookup steps back at a time
+BACK_STEP = 32
 #: a request that times out or loses its connection is sent again this many times
 RETRIES = 3
 _QUEUE_OFFSET = struct.Struct(">q")
@@ -62,15 +66,11 @@ def parse_key(key: str) -> tuple[str | None, str, int]:
 
 
 @dataclass(frozen=True)
-class RemoteQueue:
+class RemoteQueue(QueueRange):
     """A queue on one broker and its readable offsets [min_offset, max_offset) when it was
-    asked (what mqstore.queue.snapshot.QueueRange is for a store directory)."""
+    asked: a store's QueueRange (what the planning of mqstore.spark.source reads) on a broker."""
 
-    broker: str
-    topic: str
-    queue_id: int
-    min_offset: int
-    max_offset: int
+    broker: str = ""
 
     @property
     def key(self) -> str:
@@ -178,6 +178,14 @@ def record_times(body: bytes) -> list[tuple[int, int]]:
     return out
 
 
+def cut_records(body: bytes, n: int) -> bytes:
+    """The first n records of a pull body."""
+    at = 0
+    for _ in range(n):
+        at += _I32.unpack_from(body, at)[0]
+    return body[:at]
+
+
 class Cluster:
     """The queues and records of a cluster, by blocking calls (the class docstring of the module).
     Use as a context manager or call close()."""
@@ -227,17 +235,14 @@ class Cluster:
                 raise OptionError(f"topic {topic}: the NameServers {self.config.namesrv} know no broker that has it "
                                   f"({exc.remark})") from None
 
-        async def every() -> list[list[MessageQueue]]:
-            return await asyncio.gather(*(of(t) for t in sorted(set(topics))))
-
-        return sorted(mq for mqs in self._run(every()) for mq in mqs)
+        return sorted(mq for mqs in self._run(_gather(*(of(t) for t in sorted(set(topics))))) for mq in mqs)
 
     def queues(self, topics: Iterable[str], *, missing_ok: bool = False) -> list[RemoteQueue]:
         """message_queues with each queue's [min, max) offsets now."""
         mqs = self.message_queues(topics, missing_ok=missing_ok)
         mins = self.offsets(mqs, "min")
         maxes = self.offsets(mqs, "max")
-        return [RemoteQueue(mq.broker_name, mq.topic, mq.queue_id, lo, hi) for mq, lo, hi in zip(mqs, mins, maxes)]
+        return [RemoteQueue(mq.topic, mq.queue_id, lo, hi, mq.broker_name) for mq, lo, hi in zip(mqs, mins, maxes)]
 
     def offsets(self, mqs: list[MessageQueue], which: str, *, missing: int | None = None) -> list[int]:
         """GET_MIN_OFFSET ("min") or GET_MAX_OFFSET ("max") of each queue, asked at once; with
@@ -255,10 +260,11 @@ class Cluster:
         return list(self._run(_gather(*(one(mq) for mq in mqs))))
 
     # -- time ------------------------------------------------------------------------------------
-    def first_offset_at(self, q: RemoteQueue, ms: int) -> int:
-        """The first offset of q whose store time is >= ms (q.max_offset when none is): the
-        broker's SEARCH_OFFSET_BY_TIMESTAMP (getOffsetInQueueByTime: the nearest message), then
-        the neighbours pulled until the first one at or after ms is found."""
+    def first_offset_at(self, q: QueueRange, ms: int) -> int:
+        """The first offset of q (a RemoteQueue) whose store time is >= ms (q.max_offset when
+        none is): the broker's SEARCH_OFFSET_BY_TIMESTAMP (getOffsetInQueueByTime: the nearest
+        message), then the neighbours pulled until the first one at or after ms is found."""
+        assert isinstance(q, RemoteQueue)
         lo, hi = q.min_offset, q.max_offset
         if lo >= hi:
             return hi
@@ -276,8 +282,8 @@ class Cluster:
             at = got.next_offset
         # back over messages before at stored at or after ms
         while at > lo:
-            begin = max(lo, at - self.config.pull_batch)
-            times = [(o, ts) for o, ts in record_times(self.pull(q, begin, at - begin).body) if o < at]
+            begin = max(lo, at - BACK_STEP)
+            times = record_times(b"".join(self.bodies(q, begin, at)))
             earlier = [o for o, ts in times if ts < ms]
             if earlier:
                 return earlier[-1] + 1
@@ -293,6 +299,23 @@ class Cluster:
         present when the suggested one is not in the route), as RocketMQ's
         PullAPIWrapper.recalculatePullFromWhichNode does."""
         return self._run(self._retried(lambda: self._pull(q.mq, offset, max_nums)))
+
+    def bodies(self, q: RemoteQueue, start: int, end: int) -> list[bytes]:
+        """The pull bodies of q's offsets [start, end) (records cut at end; a broker answers
+        fewer messages than asked past its transfer limits, 8 from disk for RocketMQ's)."""
+        out, at = [], start
+        while at < end:
+            got = self.pull(q, at, min(self.config.pull_batch, end - at))
+            if got.code != ResponseCode.SUCCESS or got.next_offset <= at:
+                break
+            times = record_times(got.body)
+            keep = sum(o < end for o, _ in times)
+            if keep < len(times):
+                out.append(cut_records(got.body, keep))
+                break
+            out.append(got.body)
+            at = got.next_offset
+        return out
 
     async def _pull(self, mq: MessageQueue, offset: int, max_nums: int) -> Pulled:
         client = self.consumer.client
@@ -337,4 +360,10 @@ class Cluster:
 
 
 async def _gather(*coros: Coroutine[Any, Any, T]) -> list[T]:
-    return list(await asyncio.gather(*coros))
+    """Every result; the first failure raised once all have ended (none left running when the
+    caller closes the client)."""
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -138,8 +138,9 @@ class NetworkReading(Reading):
         self.options = check_options(options, kind)
         self.cluster_config = ClusterConfig.from_options(self.options)
         self.root = ""  # (no store directory)
-        if any(f.name == BROKER_COLUMN and f.dataType != StringType() for f in schema.fields):
-            raise OptionError(f"column {BROKER_COLUMN!r} is string, not something else")
+        for f in schema.fields:
+            if f.name == BROKER_COLUMN and f.dataType != StringType():
+                raise OptionError(f"column {BROKER_COLUMN!r} is string, not {f.dataType.simpleString()}")
         self.with_broker = any(f.name == BROKER_COLUMN for f in schema.fields)
         self.kernel_schema = StructType([f for f in schema.fields if f.name != BROKER_COLUMN])
         self.columns = _columns(self.kernel_schema, include_headers=bool_option(self.options, "includeHeaders", False))
@@ -164,7 +165,7 @@ class NetworkReading(Reading):
         part.end (a queue cut short, a slave far behind) is a RemoteReadError."""
         kernel = to_arrow_schema(self.kernel_schema, timezone="UTC")
         full = to_arrow_schema(self.schema, timezone="UTC")
-        q = RemoteQueue(part.broker, part.topic, part.queue_id, part.start, part.end)
+        q = RemoteQueue(part.topic, part.queue_id, part.start, part.end, part.broker)
         pull_batch = self.cluster_config.pull_batch
         with Cluster(self.cluster_config) as cluster:
             cols, taken, at, stalled = self._batch_columns(), 0, part.start, 0
@@ -173,10 +174,12 @@ class NetworkReading(Reading):
                 stop = min(got.next_offset, part.end)
                 if got.code == ResponseCode.SUCCESS and got.body and stop > at:
                     body = got.body
-                    # only records below part.end: more can come when the broker skipped entries
-                    keep = 0 if got.next_offset <= part.end else sum(o < part.end for o, _ in record_times(body))
-                    added = cols.add_span(RecordSource(0, len(body), [body]), 0, len(body), keep)[0] \
-                        if keep or got.next_offset <= part.end else 0
+                    source = RecordSource(0, len(body), [body])
+                    if got.next_offset <= part.end:
+                        added = cols.add_span(source, 0, len(body))[0]
+                    else:  # the broker skipped entries and answered records past part.end: not those
+                        keep = sum(o < part.end for o, _ in record_times(body))
+                        added = cols.add_span(source, 0, len(body), keep)[0] if keep else 0
                     self._lost(part, at, stop, (stop - at) - added, got.remark)
                     at, taken, stalled = stop, taken + len(body), 0
                     if cols.rows >= self.batch_rows or taken >= self.batch_bytes:
@@ -184,14 +187,14 @@ class NetworkReading(Reading):
                         cols, taken = self._batch_columns(), 0
                 elif got.code == ResponseCode.PULL_OFFSET_MOVED and at < got.min_offset:
                     stop = min(got.min_offset, part.end)  # OFFSET_TOO_SMALL: retention deleted them
-                    self._lost(part, at, stop, stop - at, "below the queue's earliest offset " f"{got.min_offset}")
+                    self._lost(part, at, stop, stop - at, f"below the queue's earliest offset {got.min_offset}")
                     at, stalled = stop, 0
                 elif got.code == ResponseCode.PULL_RETRY_IMMEDIATELY and stop > at:
                     self._lost(part, at, stop, stop - at, got.remark)  # MESSAGE_WAS_REMOVING
                     at, stalled = stop, 0
                 else:
-                    stalled += 1
-                    if got.suggest == got.broker_id and stalled >= STALLED_PULLS:  # (looked up here: tests lower it)
+                    stalled += 1  # (the next pull goes to the broker id the answer suggests)
+                    if stalled >= STALLED_PULLS:  # (looked up here: a test lowers it)
                         raise RemoteReadError(
                             f"queue {part.key}: broker id {got.broker_id} answers {got.remark or got.code} at offset "
                             f"{at} (it holds [{got.min_offset}, {got.max_offset})), but the query planned to read up "
@@ -227,9 +230,8 @@ class NetworkBatchReader(NetworkReading, DataSourceReader):
         with Cluster(self.cluster_config) as cluster:
             queues = cluster.queues(self.topics)
             options = with_broker_keys(self.options, queues)
-            # (a RemoteQueue has the fields of a QueueRange the planning reads, and its key)
-            ranges = plan_queue_ranges(queues, options, cluster.first_offset_at)  # type: ignore[arg-type]
-            return list(cut(ranges, options))  # type: ignore[arg-type]
+            ranges = plan_queue_ranges([*queues], options, cluster.first_offset_at)
+            return list(cut(cast(list[tuple[RemoteQueue, int, int]], ranges), options))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RemoteSlice)
@@ -260,12 +262,12 @@ class NetworkStreamReader(MQStoreStreamReader, NetworkReading):
 
     def _queues_now(self) -> list[RemoteQueue]:
         queues = self.cluster().queues(self.topics, missing_ok=True)
-        return select_queues(queues, self.options, streaming=True)  # type: ignore[arg-type,return-value]
+        return cast(list[RemoteQueue], select_queues([*queues], self.options, streaming=True))
 
     def initialOffset(self) -> dict[str, int]:
         queues = self._queues_now()
-        return starting_offsets(queues, with_broker_keys(self.options, queues),  # type: ignore[arg-type]
-                                self.cluster().first_offset_at, streaming=True)  # type: ignore[arg-type]
+        return starting_offsets([*queues], with_broker_keys(self.options, queues), self.cluster().first_offset_at,
+                                streaming=True)
 
     def _ranges(self) -> dict[str, RemoteQueue]:  # type: ignore[override]
         return {q.key: q for q in self._queues_now()}

@@ -58,9 +58,9 @@ from pyspark.sql.types import StringType, StructType
 
 from mqstore._arrow import BatchColumns, RecordSource
 from mqstore.client import ClientError, Message, MessageQueue, SyncProducer, decode_messages
-from mqstore.client.protocol import SYSTEM_PROPERTIES, ResponseCode
+from mqstore.client.protocol import SYSTEM_PROPERTIES
 from mqstore.spark.options import OptionError, check_options
-from mqstore.spark.remote.cluster import Cluster, ClusterConfig, RemoteQueue, queue_key
+from mqstore.spark.remote.cluster import BACK_STEP, Cluster, ClusterConfig, RemoteQueue, queue_key
 from mqstore.spark.remote.reader import BROKER_COLUMN
 from mqstore.spark.source import record_batch
 from mqstore.spark.write import (SINK_PROPERTY, QueueChooser, RowLimits, WriteError, WriteReport, check_rows, chunks,
@@ -291,11 +291,8 @@ class SinkRecords:
         found: list[dict[str, Any]] = []
         at = q.max_offset
         while at > q.min_offset:
-            begin = max(q.min_offset, at - self.config.pull_batch)
-            got = cluster.pull(q, begin, at - begin)
-            if got.code != ResponseCode.SUCCESS:
-                break
-            records = [json.loads(m.body) for m in decode_messages(got.body) if m.queue_offset < at]
+            begin = max(q.min_offset, at - BACK_STEP)
+            records = [json.loads(m.body) for body in cluster.bodies(q, begin, at) for m in decode_messages(body)]
             for record in reversed(records):
                 if record.get("query") != query:
                     return -1, found
@@ -315,17 +312,12 @@ class SinkRecords:
 
 def count_marked(cluster: Cluster, q: RemoteQueue, start: int, marker: str) -> int:
     """Messages of q from offset start up to its max offset now whose SINK_PROPERTY is marker."""
-    found, at = 0, start
-    while at < q.max_offset:
-        got = cluster.pull(q, at, cluster.config.pull_batch)
-        if got.next_offset <= at:
-            break
-        if got.code == ResponseCode.SUCCESS and got.body:
-            cols = BatchColumns(["properties"])
-            cols.add_span(RecordSource(0, len(got.body), [got.body]), 0, len(got.body))
-            props = record_batch(cols, _PROPERTIES_SCHEMA).column(0)
-            found += pc.sum(pc.equal(pc.map_lookup(props, SINK_PROPERTY, "first"), marker)).as_py() or 0
-        at = got.next_offset
+    found = 0
+    for body in cluster.bodies(q, start, q.max_offset):
+        cols = BatchColumns(["properties"])
+        cols.add_span(RecordSource(0, len(body), [body]), 0, len(body))
+        props = record_batch(cols, _PROPERTIES_SCHEMA).column(0)
+        found += pc.sum(pc.equal(pc.map_lookup(props, SINK_PROPERTY, "first"), marker)).as_py() or 0
     return found
 
 
@@ -395,9 +387,9 @@ class NetworkStreamWriter(DataSourceStreamArrowWriter):
                     self.records.fence(cluster, producer, broker)
                 ends = cluster.offsets([MessageQueue(topic, broker, qid) for broker, topic, qid in groups], "max",
                                        missing=0)
-                for target, end in zip(groups, ends):
-                    q = RemoteQueue(*target, 0, end)
-                    skip[target] = count_marked(cluster, q, begun.get(q.key, end), marker)
+                for (broker, topic, qid), end in zip(groups, ends):
+                    q = RemoteQueue(topic, qid, 0, end, broker)
+                    skip[(broker, topic, qid)] = count_marked(cluster, q, begun.get(q.key, end), marker)
                 log.warning("sink %s: micro-batch %d partition %d was begun before; %d of its message(s) are there, "
                             "sending the rest", self.records.sink_id, batch_id, part, sum(skip.values()))
             return SinkReport(part, send_groups(producer, groups, skip), query=query)
