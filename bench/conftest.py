@@ -124,6 +124,18 @@ def open_store(work_dir: Path) -> Any:
 
 # -- inputs ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
+def spark() -> Any:
+    """One local[2] Spark session (2 GiB driver) for the Spark benchmarks, mqstore registered."""
+    pytest.importorskip("pyspark")
+    from mqstore.spark import session
+
+    spark = session("local[2]", **{"spark.driver.memory": "2g"})
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="session")
 def bodies() -> dict[str, bytes]:
     """One random body per size, shared by every benchmark (mqstore and baselines)."""
     return {name: os.urandom(size) for name, size in BODY_SIZES.items()}

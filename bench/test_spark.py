@@ -24,16 +24,6 @@ GROUP = "spark: 1M x 100 B messages per round, local[2]"
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from mqstore.spark import session
-
-    spark = session("local[2]", **{"spark.driver.memory": "2g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    yield spark
-    spark.stop()
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory, spark):
     """(store dir, Parquet dir) holding the same 1M messages."""
     from mqstore import Message, MessageStore

@@ -29,16 +29,6 @@ SECONDS = float(os.environ.get("LIVE_SECONDS", "30"))
 WARMUP_S = float(os.environ.get("LIVE_WARMUP_SECONDS", "15"))
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from mqstore.spark import session
-
-    spark = session("local[2]", **{"spark.driver.memory": "2g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    yield spark
-    spark.stop()
-
-
 def test_live_stream_latency(benchmark, spark, tmp_path):
     from mqstore import Message, MessageStore
 

@@ -29,7 +29,6 @@ import pytest
 
 from bench._broker import ENV, BrokerProc, children, cpu_s, percentiles, self_cpu_s
 from bench._common import record_rate
-from bench.test_spark import spark  # noqa: F401  (the local[2] session fixture, driver memory 2g)
 
 pytest.importorskip("pyspark")
 

@@ -64,16 +64,6 @@ def _tree_cpu_s() -> float:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from mqstore.spark import session
-
-    spark = session("local[2]", **{"spark.driver.memory": "2g"})
-    spark.sparkContext.setLogLevel("ERROR")
-    yield spark
-    spark.stop()
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory, spark):
     """(store dir, Parquet dir, a key, a time range (ms)) over the same messages."""
     from mqstore import Message, MessageStore

@@ -273,3 +273,18 @@ def test_bodies_come_as_sent_and_raw_when_asked(spark, tmp_path):
     assert [bytes(r.body) for r in rows] == [sent, b"plain"] and rows[0].sys_flag & 1
     raw = spark.read.format("mqstore").option("rawBody", "true").load(root).orderBy("queue_offset").collect()
     assert bytes(raw[0].body) == zlib.compress(sent) and bytes(raw[1].body) == b"plain"
+
+
+def test_timestamp_filter_bounds_in_store_milliseconds():
+    """A store time of ms milliseconds is Spark's ms * 1000 µs: each comparison with a µs value
+    becomes a [low, high) of store ms that holds exactly the rows Spark would keep."""
+    from mqstore.spark.pushdown import (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual,
+                                        _ms_bounds)
+
+    checks = {GreaterThan: lambda ms, us: ms * 1000 > us, GreaterThanOrEqual: lambda ms, us: ms * 1000 >= us,
+              LessThan: lambda ms, us: ms * 1000 < us, LessThanOrEqual: lambda ms, us: ms * 1000 <= us,
+              EqualTo: lambda ms, us: ms * 1000 == us}
+    for op, keeps in checks.items():
+        for us in (5000, 5001, 4999, -1, 0):
+            lo, hi = _ms_bounds(op, us)
+            assert [ms for ms in range(-3, 12) if lo <= ms < hi] == [ms for ms in range(-3, 12) if keeps(ms, us)]

@@ -17,6 +17,7 @@ opened. A file that retention deletes later stays readable through the mapping.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,18 @@ class StoreNotReadableError(MQStoreError):
     """The store cannot be read consistently as it is (it crashed and was not recovered)."""
 
     hint = "open it once (MessageStore(dir), or `mqstore node dir`) so it recovers, or read it while a node serves it"
+
+
+def first_where(lo: int, hi: int, passes: Callable[[int], bool]) -> int:
+    """The first offset in [lo, hi) for which passes holds (False then True along the range);
+    hi when there is none."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 @dataclass(frozen=True)
@@ -213,13 +226,7 @@ class StoreSnapshot:
                 lo, step = probe + 1, step * 2
                 probe = hint + step
             hi = min(probe, q.max_offset)
-        while lo < hi:  # the first offset in [lo, hi] at or after timestamp: hi is, or is max_offset
-            mid = (lo + hi) // 2
-            if at_or_after(mid):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return first_where(lo, hi, at_or_after)  # hi is at or after timestamp, or is max_offset
 
     def units(self, topic: str, queue_id: int, start: int, end: int) -> bytes:
         """The 20-byte units of queue offsets [start, end) (a unit no file holds any more is

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (EqualNullSafe, EqualTo, Filter, GreaterThan,
                                     LessThanOrEqual)
 
 from mqstore._codec import tags_code
+from mqstore.queue.snapshot import first_where
 
 log = logging.getLogger("mqstore.spark")
 
@@ -93,17 +94,12 @@ def _micros(value: Any) -> int | None:
 
 def _ms_bounds(op: type, micros: int) -> tuple[int, int]:
     """[low, high) in store ms of the rows whose store_timestamp (ms * 1000 µs) passes op micros."""
-    floor_ms = micros // 1000
-    ceil_ms = -(-micros // 1000)
-    if op is GreaterThanOrEqual:
-        return ceil_ms, _HIGH
-    if op is GreaterThan:
-        return floor_ms + 1, _HIGH
-    if op is LessThan:
-        return -_HIGH, ceil_ms
-    if op is LessThanOrEqual:
-        return -_HIGH, floor_ms + 1
-    return ceil_ms, floor_ms + 1  # equality: ms * 1000 == micros
+    floor_ms, ceil_ms = micros // 1000, -(-micros // 1000)
+    if op in (GreaterThan, LessThanOrEqual):  # ms * 1000 > micros is ms > floor; <= is ms <= floor
+        return _int_bounds(op, floor_ms)
+    if op in (GreaterThanOrEqual, LessThan):  # >= is ms >= ceil; < is ms < ceil
+        return _int_bounds(op, ceil_ms)
+    return ceil_ms, floor_ms + 1  # equality: empty unless micros is whole ms
 
 
 def _int_bounds(op: type, value: int) -> tuple[int, int]:
@@ -164,17 +160,6 @@ def push(filters: list[Filter]) -> tuple[Pushed, list[Filter]]:
 
 
 # -- planning ---------------------------------------------------------------------------------
-def first_where(lo: int, hi: int, passes: Any) -> int:
-    """The first offset in [lo, hi) for which passes (monotone: False then True) holds; hi if none."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if passes(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def narrow(snap: Any, q: Any, start: int, end: int, pushed: Pushed) -> tuple[int, int]:
     """[start, end) of queue q cut by the pushed queue_offset, commitlog_offset and store_timestamp
     ranges."""
