@@ -29,10 +29,42 @@ RocketMQ's defaultTopicQueueNums); streaming only: ``sinkId`` (required, ``[A-Za
 
 Only ``append`` is supported: the store is append-only, ``overwrite`` is refused.
 
-Delivery: the batch writer is at-least-once (a task Spark retries puts its rows again). The
-streaming writer is exactly-once per micro-batch: tasks stage their rows as Arrow IPC files;
-the driver's ``commit(batchId)`` appends them, every message marked with the property
-``MQSTORE_SINK_BATCH=<sinkId>:<batchId>``, and records the batch in
+Every row is checked before anything of its task is put, with the put path's own rules
+(``check_rows``): a bad row fails the task with a ``WriteError`` naming the Spark partition,
+the row's place in it, its topic and keys, and what is wrong (with the status a put would
+answer).
+
+Delivery of the batch writer: each task puts all its rows or none, once, however often Spark
+runs it. The writer made on the driver at planning draws a ``writeId`` (pickled to the tasks)
+and makes ``config/spark_writes/<writeId>/``. A task stages its rows there as an Arrow IPC
+file, checked and already encoded into the put_messages calls to come (client batch bodies,
+spec §1.10, a row per call), then makes those calls in order, the property
+``MQSTORE_WRITE_TASK=<writeId>:<partition>`` in each call's batch properties, so on every
+message. Its state file there, changed under an flock the attempt at work holds, records the
+staged file, the CommitLog position before its first put, and the end. Another attempt of the
+task (Spark's retry, or a duplicate) waits for the lock (the kernel frees it when an attempt
+dies), then does nothing if the task is done; if an attempt died while putting, it counts the
+marked messages from the recorded position and puts the rest of *that attempt's* staged calls,
+so a retry is exact even when recomputing the partition gives other rows. The driver's
+``commit`` and ``abort`` end the job (no attempt puts after that) and complete any task an
+attempt died in while putting. So a failed job leaves the store as it was plus the rows of
+whole tasks. A task stays half written only when its attempt dies while putting and neither a
+retry nor the abort can complete it: the store refuses puts (disk full, its owner gone) or the
+driver dies too; its messages carry the marker, and ``config/spark_writes/<writeId>/`` is left
+behind (it can be deleted).
+
+Why this and not the streaming sink's append on the driver: the tasks put in parallel
+(encoding runs outside the put lock, in each task's process), the driver holds no rows, and a
+staged file lives only until its task has put it, so the extra disk is what the running tasks
+write, not the job. Checking and encoding while staging keeps a task's Python work running
+while Spark still feeds it rows (the old writer got the same overlap by putting as rows came),
+and leaves the put phase little more than the store's own put. Staging a batch that would fill
+the disk past ``disk_space_warning_level_ratio`` (where the store refuses puts) fails the task
+saying so.
+
+The streaming writer is exactly-once per micro-batch: tasks stage their rows (checked and
+encoded, as above) as Arrow IPC files; the driver's ``commit(batchId)`` makes their puts, every
+message marked with the property ``MQSTORE_SINK_BATCH=<sinkId>:<batchId>``, and records the batch in
 ``config/spark_sinks/<sinkId>/state.json``. A replayed batch at or below the recorded one is
 skipped; a batch whose append a crash interrupted (the state file says it was begun) counts the
 marked messages already in the log and appends only the rest (rows are appended in a fixed
@@ -41,16 +73,18 @@ order: by task partition, then row order, so a replay that yields the same rows 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 import re
 import shutil
+import struct
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,20 +92,26 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructType
 
 from mqstore._arrow import BatchColumns
-from mqstore._codec import java_string_hash
-from mqstore._commitlog import Message
+from mqstore._codec import java_string_hash, record_length
+from mqstore._commitlog import MessageBatch, properties_problem_of, topic_problem_of
+from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError
-from mqstore.queue.snapshot import StoreSnapshot
-from mqstore.spark.source import SCHEMA, OptionError, int_option, record_batch
 from mqstore.log.directory import lock_state, require_store
+from mqstore.node.settings import read_config
+from mqstore.queue.snapshot import StoreSnapshot
+from mqstore.spark.options import OptionError, int_option
+from mqstore.spark.source import SCHEMA, record_batch
 from mqstore.store import AttachedStore, StoreBase
 
 log = logging.getLogger("mqstore.spark")
+T = TypeVar("T")
 
 #: RocketMQ BrokerConfig.defaultTopicQueueNums
 DEFAULT_QUEUE_COUNT = 4
 #: the property that marks a message a streaming micro-batch wrote: "<sinkId>:<batchId>"
 SINK_PROPERTY = "MQSTORE_SINK_BATCH"
+#: the property that marks a message a batch write's task put: "<writeId>:<partition>"
+TASK_PROPERTY = "MQSTORE_WRITE_TASK"
 _STRING, _MAP = StringType(), MapType(StringType(), StringType())
 WRITE_TYPES: dict[str, tuple[DataType, ...]] = {
     "topic": (_STRING,),
@@ -82,15 +122,19 @@ WRITE_TYPES: dict[str, tuple[DataType, ...]] = {
     "properties": (_MAP,),
 }
 _SINK_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-#: bytes of message bodies per put_messages call (well below max_message_size's 4 MiB default)
+#: record bytes per put_messages call (and never more than max_message_size or a CommitLog file)
 CHUNK_BYTES = 1 << 20
 CHUNK_MESSAGES = 1024
+#: the put path's limit on a message's properties (UTF-8 bytes)
+MAX_PROPERTIES_BYTES = 32767
+#: a record's bytes besides its body, topic and properties with IPv4 hosts, plus 24 for IPv6 ones
+_RECORD_FIXED = record_length(0, 0, 0) + 24
 
 
 class WriteError(MQStoreError, RuntimeError):
     """A row could not be written (the message names the row and the cause)."""
 
-    hint = "fix the DataFrame's rows; messages put before the failing one stay in the store"
+    hint = "fix the DataFrame's rows; nothing of the failing task was written (docs/spark.md, Writes)"
 
 
 class NoOwnerError(MQStoreError, RuntimeError):
@@ -127,6 +171,37 @@ def write_columns(schema: StructType) -> list[str]:
     return names
 
 
+_DEFAULTS = StoreConfig()
+
+
+@dataclass(frozen=True)
+class RowLimits:
+    """What the store's put path accepts (from its owner's configuration), and how full
+    staging may make the disk."""
+
+    max_message_size: int = _DEFAULTS.max_message_size
+    file_size: int = _DEFAULTS.mapped_file_size_commit_log
+    max_topic_length: int = _DEFAULTS.max_topic_length
+    disk_ratio: float = _DEFAULTS.disk_space_warning_level_ratio / 100
+
+    @classmethod
+    def of(cls, config: StoreConfig) -> RowLimits:
+        return cls(config.max_message_size, config.mapped_file_size_commit_log, config.max_topic_length,
+                   config.disk_space_warning_level_ratio / 100)
+
+    @classmethod
+    def of_store(cls, root: str) -> RowLimits:
+        """The limits of the store at root (RocketMQ's defaults when mqstore never opened it)."""
+        try:
+            return cls.of(read_config(root))
+        except FileNotFoundError:
+            return cls()
+
+    @property
+    def chunk_bytes(self) -> int:
+        return min(CHUNK_BYTES, self.max_message_size, self.file_size - 8)
+
+
 @dataclass
 class QueueChooser:
     """Which queue a message without a queue_id goes to: the hash of its keys, else round-robin
@@ -144,73 +219,253 @@ class QueueChooser:
         return at % self.queue_count
 
 
-def batch_messages(batch: pa.RecordBatch, chooser: QueueChooser, marker: dict[str, str] | None = None,
-                   row_base: int = 0) -> dict[tuple[str, int], list[Message]]:
-    """The rows of batch as messages grouped by (topic, queue), each group in row order; marker
-    properties are added to every message. Errors name the row (row_base + index)."""
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    i = batch.schema.get_field_index(name)
+    return None if i < 0 else batch.column(i)
+
+
+def _n(value: int) -> pa.Scalar:
+    """value as an Arrow int64 scalar (a Python int given to a compute function costs a failed
+    import of numpy every call)."""
+    return pa.scalar(value, pa.int64())
+
+
+_ZERO, _FALSE = _n(0), pa.scalar(False)
+
+
+def _strings_bad(arr: pa.Array | None) -> pa.Array | pa.Scalar:
+    """Per row: set and empty, or holding a property separator (\\x01, \\x02)."""
+    if arr is None or len(arr) == 0:
+        return _FALSE
+    bad = pc.or_(pc.equal(pc.binary_length(arr), _ZERO),
+                 pc.or_(pc.match_substring(arr, "\x01"), pc.match_substring(arr, "\x02")))
+    return pc.fill_null(bad, _FALSE)
+
+
+def _bytes(arr: pa.Array, plus: int = 0) -> pa.Array:
+    """Per row: the UTF-8 (or binary) bytes of arr plus plus, 0 where null."""
+    return pc.fill_null(pc.add(pc.binary_length(arr).cast(pa.int64()), _n(plus)), _ZERO)
+
+
+def _map_sums(props: pa.MapArray) -> tuple[pa.Array, pa.Array]:
+    """Per row of a map column: the bytes of its pairs as name\\x01value\\x02, and how many of
+    its pairs cannot be stored (a null or empty name or value, a separator in either)."""
+    keys, items = props.keys, props.items  # the whole children; offsets index into them
+    pair_bytes = pc.add(_bytes(keys, 2), _bytes(items))
+    bad = pc.or_(pc.is_null(items), pc.or_(_strings_bad(keys), _strings_bad(items))).cast(pa.int64())
+    offsets = props.offsets
+    sums = []
+    for per_pair in (pair_bytes, bad):
+        ends = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(per_pair)])
+        per_row = pc.subtract(pc.take(ends, offsets[1:]), pc.take(ends, offsets[:-1]))
+        sums.append(pc.if_else(pc.is_null(props), _ZERO, per_row))
+    return sums[0], sums[1]
+
+
+def _sizes(batch: pa.RecordBatch, marker: dict[str, str]) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array | None]:
+    """Per row: upper bounds of its properties' bytes (user properties, TAGS, KEYS and marker,
+    each as name\\x01value\\x02) and of its record's bytes, its body's bytes, and (with a
+    properties column) how many of its properties cannot be stored."""
+    tags, keys, props = _column(batch, "tags"), _column(batch, "keys"), _column(batch, "properties")
+    prop_bytes = _n(sum(len(k.encode()) + len(v.encode()) + 2 for k, v in marker.items()))
+    for arr, name in ((tags, "TAGS"), (keys, "KEYS")):
+        if arr is not None:
+            prop_bytes = pc.add(prop_bytes, _bytes(arr, len(name) + 2))
+    bad_pairs = None
+    if props is not None:
+        pair_bytes, bad_pairs = _map_sums(props)
+        prop_bytes = pc.add(prop_bytes, pair_bytes)
+    body_bytes = _bytes(batch.column(batch.schema.get_field_index("body")))
+    topic_bytes = _bytes(batch.column(batch.schema.get_field_index("topic")), _RECORD_FIXED)
+    return prop_bytes, pc.add(pc.add(body_bytes, prop_bytes), topic_bytes), body_bytes, bad_pairs
+
+
+def check_rows(batch: pa.RecordBatch, limits: RowLimits, marker: dict[str, str], partition: int,
+               row_base: int = 0) -> list[int]:
+    """Check every row of batch against the put path's rules before anything is put; return
+    each row's record bytes (an upper bound, for cutting puts into chunks). A bad row raises
+    WriteError naming the Spark partition, the row (row_base + its index), its topic and keys,
+    and what is wrong. Vectorized: rows that might break a rule are picked with Arrow
+    kernels, and only those are judged one by one with the put path's own checks."""
+    topic, body, queue_id = _column(batch, "topic"), _column(batch, "body"), _column(batch, "queue_id")
+    assert topic is not None and body is not None
+    prop_bytes, record, body_bytes, bad_pairs = _sizes(batch, marker)
+    suspect = pc.or_(pc.is_null(topic), pc.is_null(body))
+    if bad_pairs is not None:
+        suspect = pc.or_(suspect, pc.greater(bad_pairs, _ZERO))
+    bad_topics = [t for t in pc.unique(topic).to_pylist()
+                  if t is not None and topic_problem_of(t, limits.max_topic_length) is not None]
+    if bad_topics:
+        suspect = pc.or_(suspect, pc.fill_null(pc.is_in(topic, pa.array(bad_topics, pa.string())), _FALSE))
+    if queue_id is not None:
+        qid = queue_id.cast(pa.int64())
+        suspect = pc.or_(suspect, pc.fill_null(pc.or_(pc.less(qid, _ZERO), pc.greater(qid, _n(2**31 - 1))), _FALSE))
+    suspect = pc.or_(suspect, pc.or_(_strings_bad(_column(batch, "tags")), _strings_bad(_column(batch, "keys"))))
+    suspect = pc.or_(suspect, pc.or_(
+        pc.greater(prop_bytes, _n(MAX_PROPERTIES_BYTES)),
+        pc.or_(pc.greater(pc.add(body_bytes, prop_bytes), _n(limits.max_message_size - 22)),
+               pc.greater(record, _n(limits.file_size - 8)))))
+    for i in pc.indices_nonzero(suspect).to_pylist():
+        row = batch.slice(i, 1)
+        problem = row_problem(row, limits, marker)
+        if problem is not None:
+            values = row.to_pylist()[0]
+            named = [f"{name} {values[name]!r}" if values.get(name) is not None else f"no {name}"
+                     for name in ("topic", "keys")]
+            raise WriteError(f"Spark partition {partition}, row {row_base + i} of the partition ({', '.join(named)}): "
+                             f"{problem}")
+    weights: list[int] = record.to_pylist()
+    return weights
+
+
+def _properties(tags: str | None, keys: str | None, pairs: list[tuple[str, str]] | None) -> str:
+    """The properties string (spec §1.4) of a row's message before the write's marker: TAGS,
+    KEYS and its user properties (one named TAGS or KEYS gives way to the column, as in
+    Message)."""
+    parts = []
+    if tags is not None:
+        parts.append("TAGS\x01" + tags)
+    if keys is not None:
+        parts.append("KEYS\x01" + keys)
+    if pairs:
+        parts.extend(f"{k}\x01{v}" for k, v in pairs
+                     if not (k == "TAGS" and tags is not None or k == "KEYS" and keys is not None))
+    return "\x02".join(parts)
+
+
+def _marker_string(marker: dict[str, str]) -> str:
+    return "\x02".join(f"{k}\x01{v}" for k, v in marker.items())
+
+
+def row_problem(row: pa.RecordBatch, limits: RowLimits, marker: dict[str, str]) -> str | None:
+    """Why the put path would refuse the message of the one-row batch row (put as staged,
+    marker added), with the status a put would answer, or None."""
+    values = row.to_pylist()[0]
+    topic, body, queue_id = values["topic"], values["body"], values.get("queue_id")
+    tags, keys, pairs = values.get("tags"), values.get("keys"), values.get("properties")
+    if topic is None:
+        return "topic is null"
+    if body is None:
+        return "body is null"
+    if pairs and any(v is None for _, v in pairs):
+        return f"property value of {next(k for k, v in pairs if v is None)!r} is null"
+    illegal = "(a put would answer MESSAGE_ILLEGAL)"
+    if queue_id is not None and not 0 <= queue_id < 1 << 31:
+        return f"queue_id {queue_id} is negative or too large {illegal}"
+    problem = topic_problem_of(topic, limits.max_topic_length)
+    if problem is not None:
+        return f"{problem} {illegal}"
+    properties = {**dict(pairs or ()), **({"TAGS": tags} if tags is not None else {}),
+                  **({"KEYS": keys} if keys is not None else {}), **marker}
+    problem = properties_problem_of(properties)
+    if problem is not None:
+        return f"{problem} {illegal}"
+    inner = len(_properties(tags, keys, pairs).encode())
+    stored = inner + len(_marker_string(marker).encode()) + (1 if inner and marker else 0)
+    if stored > MAX_PROPERTIES_BYTES:  # a client batch item holds at most 32767 bytes of its own
+        return (f"properties (user properties, TAGS, KEYS and the write's marker) are {stored} UTF-8 bytes, "
+                f"more than {MAX_PROPERTIES_BYTES} " + (illegal if inner > MAX_PROPERTIES_BYTES else
+                                                        "(a put would answer PROPERTIES_SIZE_EXCEEDED)"))
+    body_len = len(body.encode() if isinstance(body, str) else body)
+    if 22 + body_len + inner > limits.max_message_size:
+        return (f"body is {body_len} bytes: with its properties more than the store's "
+                f"max_message_size={limits.max_message_size} {illegal}")
+    size = record_length(body_len, len(topic.encode()), stored) + 24
+    if size + 8 > limits.file_size:
+        return (f"the record of about {size} bytes does not fit in a CommitLog file of the store "
+                f"(mapped_file_size_commit_log={limits.file_size}) {illegal}")
+    return None
+
+
+#: a client batch item's head (spec §1.10): TOTALSIZE, MAGIC, BODYCRC, FLAG (all 0), BODYLEN
+_ITEM_HEAD = struct.Struct(">I12xI")
+_ITEM_PROPS_LEN = struct.Struct(">H")
+Groups = dict[tuple[str, int], tuple[list[bytes], list[int]]]
+
+
+def encode_rows(batch: pa.RecordBatch, chooser: QueueChooser, weights: list[int]) -> Groups:
+    """The rows of batch (checked by check_rows, which gave weights) as client batch items
+    (spec §1.10, what put_messages takes in a MessageBatch) grouped by (topic, queue), each
+    group in row order with each item's record bytes."""
     n = batch.num_rows
     names = batch.schema.names
 
     def col(name: str) -> list[Any]:
-        return batch.column(names.index(name)).to_pylist() if name in names else [None] * n
+        if name not in names:
+            return [None] * n
+        arr = batch.column(names.index(name))
+        return (arr.cast(pa.binary()) if name == "body" else arr).to_pylist()  # a string body as its UTF-8
 
     topics, bodies, queue_ids = col("topic"), col("body"), col("queue_id")
-    tags, keys, props = col("tags"), col("keys"), col("properties")
-    groups: dict[tuple[str, int], list[Message]] = {}
+    tags, keys, pairs = col("tags"), col("keys"), col("properties")
+    head, props_len = _ITEM_HEAD.pack, _ITEM_PROPS_LEN.pack
+    groups: Groups = {}
     for i in range(n):
-        topic, body = topics[i], bodies[i]
-        if topic is None:
-            raise WriteError(f"row {row_base + i}: topic is null")
-        if body is None:
-            raise WriteError(f"row {row_base + i} (topic {topic}): body is null")
-        if isinstance(body, str):
-            body = body.encode()
-        qid = queue_ids[i]
+        topic, qid, body = topics[i], queue_ids[i], bodies[i]
         if qid is None:
             qid = chooser.choose(topic, keys[i])
-        elif not 0 <= qid < 1 << 31:
-            raise WriteError(f"row {row_base + i} (topic {topic}): queue_id {qid} is negative or too large")
-        properties = dict(props[i]) if props[i] else None
-        if properties and None in properties.values():
-            raise WriteError(f"row {row_base + i} (topic {topic}): property value of "
-                             f"{next(k for k, v in properties.items() if v is None)!r} is null")
-        if marker:
-            properties = {**properties, **marker} if properties else marker
-        groups.setdefault((topic, qid), []).append(
-            Message(topic, body, queue_id=qid, tags=tags[i], keys=keys[i], properties=properties))
+        props = _properties(tags[i], keys[i], pairs[i]).encode()
+        items, sizes = groups.setdefault((topic, qid), ([], []))
+        items.append(b"".join((head(22 + len(body) + len(props), len(body)), body, props_len(len(props)), props)))
+        sizes.append(weights[i])
     return groups
 
 
-def chunks(messages: list[Message]) -> Iterator[list[Message]]:
-    """messages cut into put_messages calls of at most CHUNK_MESSAGES / about CHUNK_BYTES."""
-    at, n = 0, len(messages)
+def chunks(items: list[T], sizes: list[int], max_bytes: int) -> Iterator[list[T]]:
+    """items cut into put_messages calls of at most CHUNK_MESSAGES items and max_bytes record
+    bytes (an item bigger than that alone)."""
+    at, n = 0, len(items)
     while at < n:
         size, end = 0, at
-        while end < n and end - at < CHUNK_MESSAGES and (size == 0 or size + len(messages[end].body) <= CHUNK_BYTES):
-            size += len(messages[end].body)
+        while end < n and end - at < CHUNK_MESSAGES and (size == 0 or size + sizes[end] <= max_bytes):
+            size += sizes[end]
             end += 1
-        yield messages[at:end]
+        yield items[at:end]
         at = end
 
 
-def put_groups(store: Any, groups: dict[tuple[str, int], list[Message]], skip: int = 0,
+#: what is staged: a row per put_messages call to come
+STAGED = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("messages", pa.int32()), ("body", pa.binary())])
+
+
+def staged_batch(groups: Groups, max_bytes: int) -> pa.RecordBatch:
+    """groups cut into put_messages calls, a row each: topic, queue_id, messages, and the
+    client batch body."""
+    calls = [(topic, qid, len(chunk), b"".join(chunk))
+             for (topic, qid), (items, sizes) in groups.items() for chunk in chunks(items, sizes, max_bytes)]
+    return pa.record_batch([pa.array([c[i] for c in calls], f.type) for i, f in enumerate(STAGED)], schema=STAGED)
+
+
+def _skip_items(body: bytes, count: int) -> bytes:
+    """body without its first count items (each starts with its TOTALSIZE)."""
+    at = 0
+    for _ in range(count):
+        at += int.from_bytes(body[at:at + 4], "big")
+    return body[at:]
+
+
+def put_staged(store: Any, staged: pa.RecordBatch, marker: dict[str, str], skip: int = 0,
                on_chunk: Callable[[int], None] | None = None) -> int:
-    """Put every group (in order) with put_messages; the first skip messages (in that order) are
-    left out. Returns how many were put. A failed put raises WriteError naming the status."""
+    """Make the put_messages calls of a staged batch in order, marker the batch properties of
+    each (so every message carries it), leaving out the first skip messages. Returns how many
+    were put; on_chunk(n) is called after each put with the messages put so far. A failed put
+    raises WriteError naming the status."""
     put = 0
-    for (topic, qid), messages in groups.items():
-        for chunk in chunks(messages):
-            if skip >= len(chunk):
-                skip -= len(chunk)
-                continue
-            chunk, skip = chunk[skip:], 0
-            result = store.put_messages(chunk)
-            if not result.status.is_stored:
-                raise WriteError(f"putting {len(chunk)} message(s) into {topic}/{qid} failed: "
-                                 f"{result.status.name}" + (f" ({result.detail})" if result.detail else ""))
-            put += len(chunk)
-            if on_chunk is not None:
-                on_chunk(put)
+    for topic, qid, count, body in zip(*(staged.column(i).to_pylist() for i in range(len(STAGED)))):
+        if skip >= count:
+            skip -= count
+            continue
+        if skip:
+            body, count, skip = _skip_items(body, skip), count - skip, 0
+        result = store.put_messages(MessageBatch(topic, body, queue_id=qid, properties=marker))
+        if not result.status.is_stored:
+            raise WriteError(f"putting {count} message(s) into {topic}/{qid} failed: "
+                             f"{result.status.name}" + (f" ({result.detail})" if result.detail else ""),
+                             hint="the store refused the put; once it takes puts again, a retry of the "
+                                  "task puts only what is missing")
+        put += count
+        if on_chunk is not None:
+            on_chunk(put)
     return put
 
 
@@ -240,56 +495,94 @@ def _refuse_overwrite(overwrite: bool) -> None:
                           "(outputMode append for streams)")
 
 
-def _partition_id() -> int:
+def _task() -> tuple[int, int]:
+    """(partition id, attempt number) of the running Spark task; (0, 0) outside one."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return ctx.partitionId() if ctx is not None else 0
+    return (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
 
 
-# -- batch writes ---------------------------------------------------------------------------
+# -- staging ------------------------------------------------------------------------------------
+def _check_room(directory: str, need: int, limits: RowLimits) -> None:
+    st = os.statvfs(directory)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire > 0 and (used + need) / entire > limits.disk_ratio:
+        raise WriteError(f"staging {need} more bytes under {directory} would fill its disk past "
+                         f"{limits.disk_ratio:.0%} (disk_space_warning_level_ratio, where the store refuses puts); "
+                         "nothing of this task was written",
+                         hint="free disk space, or write in more, smaller partitions (df.repartition(n))")
+
+
 @dataclass
-class WriteReport(WriterCommitMessage):
-    """What one task wrote (batch) or staged (streaming)."""
+class RowStager:
+    """What a task does to each batch of its rows before staging it: keep the write's columns,
+    check every row (check_rows, naming bad ones by partition and row), and encode them into
+    the put_messages calls to come, with the task's queue choice."""
 
+    columns: list[str]
+    limits: RowLimits
+    marker: dict[str, str]  # the write's marker (or one as long), for the size checks
     partition: int
-    messages: int
-    path: str | None = None
+    queue_count: int
+    rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.chooser = QueueChooser(self.queue_count, self.partition)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        batch = batch.select(self.columns)
+        weights = check_rows(batch, self.limits, self.marker, self.partition, self.rows)
+        self.rows += batch.num_rows
+        return staged_batch(encode_rows(batch, self.chooser, weights), self.limits.chunk_bytes)
 
 
-class MQStoreBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("mqstore").mode("append").save(dir)``: each task puts its rows."""
+def stage_rows(batches: Iterable[pa.RecordBatch], path: str, stager: RowStager) -> int:
+    """Stage batches into the Arrow IPC file path, each made by stager into the put_messages
+    calls to come (so no row is put before every row is checked, and the encoding runs while
+    Spark still feeds the task); returns the rows. On any failure the file is removed."""
+    writer = None
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            staged = stager(batch)
+            _check_room(os.path.dirname(path), staged.nbytes, stager.limits)
+            if writer is None:
+                writer = pa.ipc.new_file(path, STAGED)
+            writer.write_batch(staged)
+        if writer is not None:
+            writer.close()
+    except BaseException as exc:
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        if isinstance(exc, OSError):
+            raise WriteError(f"staging the task's rows in {path} failed: {exc}; nothing of this task was "
+                             "written") from exc
+        raise
+    return stager.rows
 
-    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
-        _refuse_overwrite(overwrite)
-        self.options = {k.lower(): v for k, v in options.items()}
-        write_columns(schema)  # refuses a missing, unknown or mistyped column
-        self.queue_count = int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
-        self.root = require_owner(_root(self.options))  # fail at planning, not in every task
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        part = _partition_id()
-        chooser = QueueChooser(self.queue_count, part)
-        written = rows = 0
-        with attach(self.root) as store:
-            for batch in iterator:
-                written += put_groups(store, batch_messages(batch, chooser, row_base=rows))
-                rows += batch.num_rows
-        return WriteReport(part, written)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.messages for m in messages if isinstance(m, WriteReport))
-        log.info("mqstore write into %s: %d message(s) from %d task(s)", self.root, total, len(messages))
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        done = sum(m.messages for m in messages if isinstance(m, WriteReport))
-        log.warning("mqstore write into %s failed; the %d message(s) successful tasks put stay in the store "
-                    "(it is append-only)", self.root, done)
-
-
-# -- streaming writes -----------------------------------------------------------------------
-def sink_dir(root: str, sink_id: str) -> str:
-    return os.path.join(root, "config", "spark_sinks", sink_id)
+def append_staged(store: StoreBase, paths: list[str], marker: dict[str, str], done: int = 0,
+                  on_chunk: Callable[[int], None] | None = None) -> int:
+    """Put what the staged files hold, in order, every message marked with marker, leaving out
+    the first done messages (in that order: what an interrupted append put). Returns how many
+    were put; on_chunk(n) is called after each put with the messages put so far."""
+    put = 0
+    for path in paths:
+        with pa.memory_map(path) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                staged = reader.get_batch(i)
+                skip = min(done, pc.sum(staged.column("messages")).as_py() or 0)
+                done -= skip
+                base = put
+                put += put_staged(store, staged, marker, skip, None if on_chunk is None else lambda n: on_chunk(base + n))
+    return put
 
 
 def _write_json(path: str, value: dict[str, Any]) -> None:
@@ -306,13 +599,22 @@ def _write_json(path: str, value: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def count_marked(store: StoreBase, start: int, marker: str, wait_s: float = 30.0) -> int:
-    """Messages at CommitLog offsets >= start whose SINK_PROPERTY is marker, once the store has
+def _read_json(path: str, default: dict[str, Any]) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            value: dict[str, Any] = json.load(f)
+    except FileNotFoundError:
+        return dict(default)
+    return value
+
+
+def count_marked(store: StoreBase, start: int, prop: str, marker: str, wait_s: float = 30.0) -> int:
+    """Messages at CommitLog offsets >= start whose property prop is marker, once the store has
     dispatched everything written when this is called (so none is missed)."""
     target = store.max_phy_offset
     if not store.wait_dispatched(target, wait_s * 1000):
         raise WriteError(f"{store.root}: the store did not dispatch up to {target} within {wait_s:.0f} s; "
-                         "cannot tell how much of an interrupted micro-batch was written")
+                         "cannot tell how much of an interrupted append was written")
     schema = pa.schema([pa.field("properties", pa.map_(pa.string(), pa.string()))])
     found = 0
     with StoreSnapshot(store.root) as snap:
@@ -325,8 +627,192 @@ def count_marked(store: StoreBase, start: int, marker: str, wait_s: float = 30.0
                 if not added:
                     break
                 props = record_batch(cols, schema).column(0)
-                found += pc.sum(pc.equal(pc.map_lookup(props, SINK_PROPERTY, "first"), marker)).as_py() or 0
+                found += pc.sum(pc.equal(pc.map_lookup(props, prop, "first"), marker)).as_py() or 0
     return found
+
+
+def _drain(iterator: Iterator[Any]) -> None:
+    """Read the task's input to its end (the Python worker expects it read) without using it."""
+    for _ in iterator:
+        pass
+
+
+# -- batch writes ---------------------------------------------------------------------------
+@dataclass
+class WriteReport(WriterCommitMessage):
+    """What one task wrote (batch) or staged (streaming)."""
+
+    partition: int
+    messages: int
+    path: str | None = None
+
+
+def write_dir(root: str, write_id: str) -> str:
+    return os.path.join(root, "config", "spark_writes", write_id)
+
+
+@dataclass
+class TaskState:
+    """One task of a batch write (a Spark partition), read and changed under its lock:
+    ``staged`` (the staged file once its rows are all staged), ``rows``, ``start`` (the
+    CommitLog position before its first put, once putting began) and ``done``."""
+
+    path: str
+    marker: str
+    staged: str | None = None
+    rows: int = 0
+    start: int | None = None
+    done: bool = False
+
+    def load(self) -> TaskState:
+        for key, value in _read_json(self.path, {}).items():
+            setattr(self, key, value)
+        return self
+
+    def save(self) -> None:
+        _write_json(self.path, {"staged": self.staged, "rows": self.rows, "start": self.start, "done": self.done})
+
+    def put(self, root: str, on_chunk: Callable[[int], None] | None = None) -> int:
+        """Put the staged rows, or what an interrupted attempt did not put of them; then done.
+        Returns the messages put now."""
+        put = 0
+        if self.rows:
+            assert self.staged is not None
+            with attach(root) as store:
+                done = 0
+                if self.start is None:
+                    self.start = store.max_phy_offset
+                    self.save()
+                else:
+                    done = count_marked(store, self.start, TASK_PROPERTY, self.marker)
+                    log.warning("mqstore write task %s was interrupted after %d of its %d message(s); putting the "
+                                "rest", self.marker, done, self.rows)
+                put = append_staged(store, [self.staged], {TASK_PROPERTY: self.marker}, done, on_chunk)
+        self.done = True
+        self.save()
+        if self.staged is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.staged)
+        return put
+
+
+class WriteJob:
+    """The state of one batch write, under ``config/spark_writes/<writeId>/``: ``active`` while
+    the job runs (made on the driver at planning, removed when commit or abort ends the job),
+    and per Spark partition p ``part-<p>.lock`` (flocked by the attempt at work on it),
+    ``part-<p>.json`` (its TaskState) and ``part-<p>-a<attempt>.arrow`` (its staged rows)."""
+
+    def __init__(self, root: str, write_id: str) -> None:
+        self.root = root
+        self.write_id = write_id
+        self.dir = write_dir(root, write_id)
+        self.active = os.path.join(self.dir, "active")
+
+    def begin(self) -> None:
+        os.makedirs(self.dir)
+        _write_json(self.active, {"write_id": self.write_id})
+
+    def staged_path(self, partition: int, attempt: int) -> str:
+        return os.path.join(self.dir, f"part-{partition:05d}-a{attempt}.arrow")
+
+    def require_active(self) -> None:
+        if not os.path.exists(self.active):
+            raise WriteError(f"write {self.write_id} into {self.root} has ended (committed or aborted) before this "
+                             "task attempt put its rows; it puts nothing")
+
+    @contextlib.contextmanager
+    def task(self, partition: int) -> Iterator[TaskState]:
+        """The task's state, under its lock (waits while another attempt works on it)."""
+        try:
+            lock = open(os.path.join(self.dir, f"part-{partition:05d}.lock"), "a")
+        except FileNotFoundError:
+            raise WriteError(f"write {self.write_id} into {self.root} has ended: {self.dir} is gone") from None
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield TaskState(os.path.join(self.dir, f"part-{partition:05d}.json"),
+                            f"{self.write_id}:{partition}").load()
+
+    def finish(self) -> tuple[int, int]:
+        """End the job: no task attempt puts after this. A task an attempt died in while putting
+        is completed from its staged rows. Returns (tasks done, messages put now)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.active)
+        done = completed = 0
+        try:
+            names = sorted(os.listdir(self.dir))
+        except FileNotFoundError:
+            return 0, 0
+        for name in names:
+            if name.startswith("part-") and name.endswith(".lock"):
+                with self.task(int(name[5:-5])) as task:
+                    if task.start is not None and not task.done:
+                        completed += task.put(self.root)
+                    done += task.done
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return done, completed
+
+
+class MQStoreBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("mqstore").mode("append").save(dir)``: each task puts all its rows or
+    none, once (see the module docstring)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        _refuse_overwrite(overwrite)
+        self.options = {k.lower(): v for k, v in options.items()}
+        self.columns = write_columns(schema)  # refuses a missing, unknown or mistyped column
+        self.queue_count = int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
+        self.root = require_owner(_root(self.options))  # fail at planning, not in every task
+        self.limits = RowLimits.of_store(self.root)
+        self.write_id = uuid.uuid4().hex[:16]
+        WriteJob(self.root, self.write_id).begin()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
+        part, attempt = _task()
+        job = WriteJob(self.root, self.write_id)
+        with job.task(part) as task:
+            if task.done:
+                _drain(iterator)
+                log.info("mqstore write task %s was done by an earlier attempt", task.marker)
+                return WriteReport(part, task.rows)
+            job.require_active()  # no use staging for a job that ended
+            if task.staged is None:
+                path = job.staged_path(part, attempt)
+                task.rows = stage_rows(iterator, path, RowStager(self.columns, self.limits, {TASK_PROPERTY: task.marker},
+                                                                 part, self.queue_count))
+                task.staged = path
+                task.save()
+            else:  # an earlier attempt staged every row: those are put, whatever this input holds
+                _drain(iterator)
+            job.require_active()  # abort, if it runs now, waits for this lock: then nothing is put
+            task.put(self.root, lambda n: self.on_put(part, attempt, n))
+        return WriteReport(part, task.rows)
+
+    def on_put(self, partition: int, attempt: int, put: int) -> None:
+        """Called in the task after each put with the task's messages put so far (a point for
+        fault-injection tests to kill a task at)."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        WriteJob(self.root, self.write_id).finish()
+        total = sum(m.messages for m in messages if isinstance(m, WriteReport))
+        log.info("mqstore write %s into %s: %d message(s) from %d task(s)", self.write_id, self.root, total,
+                 len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            done, completed = WriteJob(self.root, self.write_id).finish()
+        except Exception as exc:
+            log.error("mqstore write %s into %s failed, and completing the tasks it interrupted failed too (%s); "
+                      "messages marked %s=%s:<partition> of an unfinished task are in the store",
+                      self.write_id, self.root, exc, TASK_PROPERTY, self.write_id)
+            raise
+        log.warning("mqstore write %s into %s failed: %d task(s) put all their rows (%d message(s) put now to "
+                    "complete interrupted ones), the other tasks put nothing", self.write_id, self.root, done,
+                    completed)
+
+
+# -- streaming writes -----------------------------------------------------------------------
+def sink_dir(root: str, sink_id: str) -> str:
+    return os.path.join(root, "config", "spark_sinks", sink_id)
 
 
 class SinkLog:
@@ -344,12 +830,7 @@ class SinkLog:
         self.state_path = os.path.join(self.dir, "state.json")
 
     def state(self) -> dict[str, Any]:
-        try:
-            with open(self.state_path) as f:
-                state: dict[str, Any] = json.load(f)
-        except FileNotFoundError:
-            return {"last_batch": -1, "pending": None}
-        return state
+        return _read_json(self.state_path, {"last_batch": -1, "pending": None})
 
     def apply(self, batch_id: int, files: list[str], on_chunk: Callable[[int], None] | None = None) -> int:
         """Append the rows of the staged files (in order) as micro-batch batch_id, once: a batch
@@ -369,7 +850,7 @@ class SinkLog:
             done = 0
             with attach(self.root) as store:
                 if pending and pending["batch"] == batch_id:
-                    done = count_marked(store, pending["start"], marker)
+                    done = count_marked(store, pending["start"], SINK_PROPERTY, marker)
                     log.warning("sink %s: micro-batch %d was interrupted after %d message(s); appending the rest",
                                 self.sink_id, batch_id, done)
                 else:
@@ -378,20 +859,7 @@ class SinkLog:
                                     self.sink_id, pending["batch"], batch_id)
                     state["pending"] = {"batch": batch_id, "start": store.max_phy_offset}
                     _write_json(self.state_path, state)
-                put = 0
-                for path in files:
-                    with pa.memory_map(path) as source:
-                        reader = pa.ipc.open_file(source)
-                        chooser = QueueChooser(int(reader.schema.metadata[b"queue_count"]),
-                                               int(reader.schema.metadata[b"partition"]))
-                        for i in range(reader.num_record_batches):
-                            groups = batch_messages(reader.get_batch(i), chooser, {SINK_PROPERTY: marker})
-                            n = sum(len(g) for g in groups.values())
-                            skip = min(done, n)
-                            done -= skip
-                            base = put
-                            put += put_groups(store, groups, skip,
-                                              None if on_chunk is None else lambda n: on_chunk(base + n))
+                put = append_staged(store, files, {SINK_PROPERTY: marker}, done, on_chunk)
             _write_json(self.state_path, {"last_batch": batch_id, "pending": None})
             self._clear_staging()
             return put
@@ -409,32 +877,23 @@ class MQStoreStreamWriter(DataSourceStreamArrowWriter):
         _refuse_overwrite(overwrite)
         self.options = {k.lower(): v for k, v in options.items()}
         self.root = _root(self.options)
-        write_columns(schema)  # refuses a missing, unknown or mistyped column
+        self.columns = write_columns(schema)  # refuses a missing, unknown or mistyped column
         self.queue_count = int_option(self.options, "queueCount", DEFAULT_QUEUE_COUNT)
         sink_id = self.options.get("sinkid")
         if not sink_id:
             raise OptionError("a streaming write needs option sinkId: a name for the sink, under which the store "
                               "records the micro-batches it applied (so a replayed one is not written twice)")
         self.sink = SinkLog(require_store(self.root), sink_id)
+        self.limits = RowLimits.of_store(self.sink.root)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        """Stage the task's rows as an Arrow IPC file; commit appends them."""
-        part = _partition_id()
+        """Stage the task's rows (checked) as an Arrow IPC file; commit appends them."""
+        part, _ = _task()
         os.makedirs(self.sink.staging, exist_ok=True)
         path = os.path.join(self.sink.staging, f"part-{part:05d}-{uuid.uuid4().hex}.arrow")
-        rows = 0
-        writer = None
-        try:
-            for batch in iterator:
-                if writer is None:
-                    meta = {b"partition": str(part).encode(), b"queue_count": str(self.queue_count).encode()}
-                    writer = pa.ipc.new_file(path, batch.schema.with_metadata(meta))
-                writer.write_batch(batch)
-                rows += batch.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        return WriteReport(part, rows, path if writer is not None else None)
+        marker = {SINK_PROPERTY: f"{self.sink.sink_id}:{2**63 - 1}"}  # the longest the batch id makes it
+        rows = stage_rows(iterator, path, RowStager(self.columns, self.limits, marker, part, self.queue_count))
+        return WriteReport(part, rows, path if rows else None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         reports = sorted((m for m in messages if isinstance(m, WriteReport) and m.path), key=lambda m: m.partition)
@@ -443,8 +902,6 @@ class MQStoreStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         for m in messages:
             if isinstance(m, WriteReport) and m.path:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(m.path)
-                except FileNotFoundError:
-                    pass
         log.warning("sink %s: micro-batch %d aborted; nothing of it was written", self.sink.sink_id, batchId)
