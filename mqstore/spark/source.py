@@ -453,8 +453,13 @@ class Reading:
         (failOnDataLoss, the default) or log them."""
         if count <= 0:
             return
-        what = (f"queue {partition.topic}/{partition.queue_id}: {count} message(s) of offsets "
-                f"[{partition.start}, {partition.end}) were deleted by retention after the query planned to read them")
+        self.data_lost(f"queue {partition.topic}/{partition.queue_id}: {count} message(s) of offsets "
+                       f"[{partition.start}, {partition.end}) were deleted by retention after the query planned to "
+                       "read them")
+
+    def data_lost(self, what: str) -> None:
+        """Messages a partition was planned to read are gone: fail (failOnDataLoss, the
+        default) or log what and read on."""
         if self.fail_on_data_loss:
             raise DataLossError(what)
         log.warning("%s; skipped (failOnDataLoss=false)", what)

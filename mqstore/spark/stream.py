@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -57,6 +57,8 @@ def _bounds_for_stream(options: Mapping[str, str]) -> None:
                               "come; trigger(availableNow=True) reads what is there and stops)")
 
 log = logging.getLogger("mqstore.spark")
+#: a queue with its readable offsets (QueueRange, or the network reader's RemoteQueue)
+Q = TypeVar("Q", bound=QueueRange)
 
 
 def share_rows(start: dict[str, int], latest: dict[str, int], max_rows: int) -> dict[str, int]:
@@ -155,27 +157,33 @@ class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvaila
         self._target = self._latest()
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        ranges: list[tuple[QueueRange, int, int]] = []
         with StoreSnapshot(self.root) as snap:
-            by_key = {q.key: q for q in snap.queues()}
-            for key, stop in sorted(end.items()):
-                q = by_key.get(key)
-                if q is None:
-                    continue
-                begin = start.get(key, q.min_offset)  # a queue new since the start: from its earliest
-                if begin < q.min_offset:
-                    lost = (begin, min(stop, q.min_offset))
-                    if self.fail_on_data_loss:
-                        raise DataLossError(f"queue {key}: offsets [{lost[0]}, {lost[1]}) are no longer stored "
-                                            f"(retention deleted them; the earliest is {q.min_offset})")
-                    self.skipped.append((key, *lost))
-                    log.warning("queue %s: skipping offsets [%d, %d) that retention deleted (failOnDataLoss=false)",
-                                key, *lost)
-                    begin = min(stop, q.min_offset)
-                if stop > begin:
-                    ranges.append((q, begin, stop))
+            ranges = self.planned(start, end, {q.key: q for q in snap.queues()})
         per_partition = split_for(sum(stop - begin for _, begin, stop in ranges), self.options)
         return [piece for q, begin, stop in ranges for piece in slices(q, begin, stop, per_partition)]
+
+    def planned(self, start: dict[str, int], end: dict[str, int], by_key: Mapping[str, Q]) -> list[tuple[Q, int, int]]:
+        """(queue, begin, stop) of each queue of end that by_key still has and a micro-batch
+        [start, end) reads; offsets retention deleted fail the batch (failOnDataLoss) or are
+        skipped, logged and kept in ``skipped``. The network stream reader plans with it too."""
+        ranges: list[tuple[Q, int, int]] = []
+        for key, stop in sorted(end.items()):
+            q = by_key.get(key)
+            if q is None:
+                continue
+            begin = start.get(key, q.min_offset)  # a queue new since the start: from its earliest
+            if begin < q.min_offset:
+                lost = (begin, min(stop, q.min_offset))
+                if self.fail_on_data_loss:
+                    raise DataLossError(f"queue {key}: offsets [{lost[0]}, {lost[1]}) are no longer stored "
+                                        f"(retention deleted them; the earliest is {q.min_offset})")
+                self.skipped.append((key, *lost))
+                log.warning("queue %s: skipping offsets [%d, %d) that retention deleted (failOnDataLoss=false)",
+                            key, *lost)
+                begin = lost[1]
+            if stop > begin:
+                ranges.append((q, begin, stop))
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.read_slices(partition)

@@ -15,7 +15,6 @@ queues; its offsets are keyed ``"broker/topic/queueId"`` (mqstore.spark.remote.c
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,13 +30,12 @@ from mqstore.client.protocol import ResponseCode
 from mqstore.errors import MQStoreError
 from mqstore.spark.remote.cluster import Cluster, ClusterConfig, RemoteQueue, parse_key, queue_key, record_times
 from mqstore.spark.options import OptionError, bool_option, check_options, int_option, list_option, per_queue_json
-from mqstore.spark.source import (DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS, DataLossError, Reading, _columns,
+from mqstore.spark.source import (DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS, Reading, _columns,
                                   plan_queue_ranges, record_batch, select_queues, split_for, starting_offsets)
 from mqstore.spark.stream import MQStoreStreamReader
 
 __all__ = ["NetworkBatchReader", "NetworkStreamReader", "RemoteSlice", "RemoteReadError"]
 
-log = logging.getLogger("mqstore.spark")
 
 #: the column a narrower user schema may add: the name of the broker a row was pulled from
 BROKER_COLUMN = "broker"
@@ -206,14 +204,11 @@ class NetworkReading(Reading):
 
     def _lost(self, part: RemoteSlice, start: int, end: int, count: int, why: str) -> None:
         """count messages of [start, end) of part are not there: fail (failOnDataLoss, the
-        default) or log them."""
+        default) or log them (Reading.data_lost)."""
         if count <= 0:
             return
-        what = (f"queue {part.key}: {count} message(s) of offsets [{start}, {end}) are no longer stored "
-                f"({why or 'the broker skipped them'}); the query planned to read [{part.start}, {part.end})")
-        if self.fail_on_data_loss:
-            raise DataLossError(what)
-        log.warning("%s; skipped (failOnDataLoss=false)", what)
+        self.data_lost(f"queue {part.key}: {count} message(s) of offsets [{start}, {end}) are no longer stored "
+                       f"({why or 'the broker skipped them'}); the query planned to read [{part.start}, {part.end})")
 
 
 class NetworkBatchReader(NetworkReading, DataSourceReader):
@@ -273,25 +268,7 @@ class NetworkStreamReader(MQStoreStreamReader, NetworkReading):
         return {q.key: q for q in self._queues_now()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        ranges = self._ranges()
-        planned: list[tuple[RemoteQueue, int, int]] = []
-        for key, stop in sorted(end.items()):
-            q = ranges.get(key)
-            if q is None:
-                continue
-            begin = start.get(key, q.min_offset)  # a queue new since the start: from its earliest
-            if begin < q.min_offset:
-                lost = (begin, min(stop, q.min_offset))
-                if self.fail_on_data_loss:
-                    raise DataLossError(f"queue {key}: offsets [{lost[0]}, {lost[1]}) are no longer stored "
-                                        f"(retention deleted them; the earliest is {q.min_offset})")
-                self.skipped.append((key, *lost))
-                log.warning("queue %s: skipping offsets [%d, %d) that retention deleted (failOnDataLoss=false)",
-                            key, *lost)
-                begin = lost[1]
-            if stop > begin:
-                planned.append((q, begin, stop))
-        return list(cut(planned, self.options))
+        return list(cut(self.planned(start, end, self._ranges()), self.options))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RemoteSlice)
