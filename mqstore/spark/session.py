@@ -26,7 +26,9 @@ def register(spark: SparkSession) -> None:
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:  # the replacement is the point here: its warning is not for the user (log4j 2, Spark's own)
-        log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None  # a running session's gateway
+        log4j = jvm.org.apache.logging.log4j
         log4j.core.config.Configurator.setLevel(_MANAGER_LOGGER, log4j.Level.ERROR)
     except Exception:  # pragma: no cover - another logging backend: the warning stays
         pass

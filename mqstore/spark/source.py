@@ -228,6 +228,7 @@ def _bounds(queues: list[QueueRange], options: Mapping[str, str], which: tuple[t
             return fallback
         if value == "latest":
             return {q.key: q.max_offset for q in queues}
+        assert isinstance(value, dict)  # offsets_option gives earliest, latest or the JSON's offsets
         _check_named(known, name, value)
         out = {}
         for q in queues:
@@ -352,7 +353,7 @@ def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
 
     for field in arrow_schema:
         name = field.name
-        bufs = buffers.get(name)
+        bufs = buffers.get(name, ())  # headers has none of its own: it is made from the properties
         if name in INT32_COLUMNS or name in INT64_COLUMNS:
             arrays.append(pa.Array.from_buffers(field.type, n, [None, pa.py_buffer(bufs[0])]))
         elif name in STRING_COLUMNS:
