@@ -31,7 +31,7 @@ from typing import Any
 from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.procs import alive
 from mqstore.tools.checker import check_store
-from mqstore.tools.soak import QUEUES, WRITER, drive, launch_node, node_services, read_acks, wait_gone
+from mqstore.tools.soak import QUEUES, WRITER, drive, launch_node, node_services, read_acks, wait_for_new_ack, wait_gone
 
 #: small files, so the kills land on rolls and new files too
 FILE_SETTINGS: dict[str, Any] = {"mapped_file_size_commit_log": 256 * 1024,
@@ -149,11 +149,13 @@ class HASoak:
                 node.proc.wait()
 
     def finish(self, catch_up_s: float = 60.0) -> dict[str, int]:
-        """Stop the writers, let the slave catch up, stop both nodes cleanly, and check every
-        acknowledged message on the slave and the two logs byte for byte."""
+        """Let the pair acknowledge a put after the last kill, stop the writers, let the slave
+        catch up, stop both nodes cleanly, and check every acknowledged message on the slave and
+        the two logs byte for byte."""
         from mqstore import MessageStore
         from mqstore._shm import ControlBlock
 
+        wait_for_new_ack(self, f"see {self.master.root}.log and {self.slave.root}.log")
         for p in self.procs.values():
             p.kill()
             p.wait()

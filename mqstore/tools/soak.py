@@ -117,6 +117,26 @@ def read_acks(ack_dir: str) -> list[Any]:
     return acked
 
 
+def wait_for_new_ack(soak: Any, where: str, timeout_s: float = 180.0) -> None:
+    """Keep a soak's writers running (the ones its last kill took replaced) until a put made
+    after that kill is acknowledged: the store takes puts again after all the kills. The kills
+    come every few tenths of a second, so on a loaded machine the writers may have had none
+    acknowledged before (starting one alone can take seconds); the bound is generous for that."""
+    os.makedirs(soak.ack_dir, exist_ok=True)
+    before = len(read_acks(soak.ack_dir))
+    deadline = time.monotonic() + timeout_s
+    while len(read_acks(soak.ack_dir)) <= before:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no put was acknowledged within {timeout_s} s of the last kill "
+                                 f"({before} were before it); {where}")
+        for name, p in list(soak.procs.items()):
+            if p.poll() is not None:  # killed by the last step, or gave up on a put while a service restarted
+                del soak.procs[name]
+        while len(soak.procs) < soak.writers:
+            soak.start_writer()
+        time.sleep(0.1)
+
+
 def freeze(pid: int, timeout_s: float = 10.0) -> None:
     """SIGSTOP pid and wait until all its threads are stopped. kill() only queues the signal:
     a thread of the process can go on running (e.g. a commit thread woken by a futex) until
@@ -254,6 +274,7 @@ class Soak:
     def finish(self) -> dict[str, int]:
         """Stop writers and the node cleanly; verify every acknowledged message. Returns the
         counts (acks, messages read)."""
+        wait_for_new_ack(self, f"see {self.root}")
         for p in self.procs.values():
             p.kill()
             p.wait()
