@@ -162,8 +162,10 @@ def test_a_queue_on_one_broker_may_be_named_as_locally(brokers):
     ns, _ = brokers
     topic = f"Solo{next(_topics)}"
     _send(ns, "broker-b", topic, 40)
+    # the route, and every message in the broker's queues (it answers a send before dispatching it)
     with Cluster(ClusterConfig(ns), route_ttl=0.1) as cluster:
-        wait_until(lambda: cluster.message_queues([topic], missing_ok=True), 30, "the topic's route")
+        wait_until(lambda: sum(q.max_offset for q in cluster.queues([topic], missing_ok=True)) == 40, 30,
+                   "the topic's route and its 40 messages in the queues")
     reader = NetworkBatchReader({"namesrv": ns, "topics": topic, "startingOffsets": json.dumps({f"{topic}/2": 8})},
                                 SCHEMA)
     rows = _network_rows(reader)
