@@ -35,10 +35,12 @@ from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_
 from mqstore.broker.groups import SubscriptionGroups
 from mqstore.broker.namesrv import NameServerLink, NameServerThread
 from mqstore.broker.limits import LogLimiter
-from mqstore.broker.requests import BadField, field, int_field, parse_number, response, route, wall_ms
+from mqstore.broker.requests import (BadField, Handler, field, handlers_for, int_field, parse_number, response, route,
+                                     wall_ms)
 from mqstore.broker.offsets import ConsumerOffsets, decode_offset_table
 from mqstore.broker.retry import max_reconsume_times, retry_topic, send_back_message
 from mqstore.broker.schedule import ScheduleMessageService, decode_delay_offsets
+from mqstore.broker.table import Server
 from mqstore.broker.topics import PERM_READ, PERM_WRITE, TopicConfigs, topic_config, topic_problem
 from mqstore.ha import read_ha_master, write_ha_master
 from mqstore.ha.master import read_ha_status
@@ -648,21 +650,9 @@ class BrokerController:
                 "subscriptionTable": {t: {"topic": t, "subString": sd.sub_string} for t, sd in info.subscriptions.items()}}
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
-    #: the controller's column of the request table (mqstore.broker.table)
-    _handlers: dict[int, Any] = {
-        link.HELLO: _hello, link.TOPIC_FOR_SEND: _topic_for_send, link.GROUP: _group,
-        link.SUBSCRIPTION: _subscription, link.CLOSED: _link_closed,
-        RequestCode.HEART_BEAT: _heartbeat, RequestCode.UNREGISTER_CLIENT: _unregister_client,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP: _consumer_list, RequestCode.QUERY_CONSUMER_OFFSET: _query_offset,
-        RequestCode.UPDATE_CONSUMER_OFFSET: _update_offset, RequestCode.CONSUMER_SEND_MSG_BACK: _send_back,
-        RequestCode.LOCK_BATCH_MQ: _lock, RequestCode.UNLOCK_BATCH_MQ: _unlock,
-        RequestCode.UPDATE_AND_CREATE_TOPIC: _update_topic, RequestCode.GET_ALL_TOPIC_CONFIG: _all_topics,
-        RequestCode.GET_ALL_CONSUMER_OFFSET: _all_offsets,
-        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _all_groups,
-        RequestCode.GET_ALL_DELAY_OFFSET: _all_delay_offsets,
-        RequestCode.GET_BROKER_RUNTIME_INFO: _runtime_info,
-        RequestCode.GET_CONSUMER_CONNECTION_LIST: _consumer_connections,
-    }
+    #: the controller's column of the request table (mqstore.broker.table): the clients' requests
+    #: its fronts forward and the link's own, each served by the method its row names (defined above)
+    _handlers: dict[int, Handler] = handlers_for(locals(), Server.CONTROLLER, Server.LINK)
 
     # -- periodic work -------------------------------------------------------------------------
     async def _register_loop(self) -> None:

@@ -46,9 +46,9 @@ from mqstore.acl.validator import SendVerdicts
 from mqstore.broker import link
 from mqstore.broker.limits import FRAME_TIMEOUT_S, ConnectionCounter, LogLimiter
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
-from mqstore.broker.requests import (BadBody, BadField, Guard, Handler, check_header, field, int_field, not_supported,
-                                     response, route)
-from mqstore.broker.table import REQUESTS, Access, RequestSpec, Server
+from mqstore.broker.requests import (BadBody, BadField, Guard, Handler, check_header, field, handlers_for, int_field,
+                                     not_supported, response, route)
+from mqstore.broker.table import Access, RequestSpec, Server
 from mqstore.broker.topics import NOT_ALLOWED_SEND, PERM_READ, PERM_WRITE, topic_problem
 from mqstore.protocol import VERSION
 from mqstore.status import GetMessageStatus, PutMessageStatus
@@ -66,10 +66,6 @@ _TRUE = frozenset({"true", "1"})
 SENDABLE_CACHE = 100_000
 #: MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
 SYSFLAG_COMPRESSED = 0x1
-_SEND_CODES = frozenset({RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE})
-_READ_CODES = frozenset({RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-                         RequestCode.GET_EARLIEST_MSG_STORETIME, RequestCode.VIEW_MESSAGE_BY_ID,
-                         RequestCode.QUERY_MESSAGE})
 #: PULL answer code by GetMessageStatus (§2.4.2): FOUND is SUCCESS, the three "moved" ones
 #: PULL_OFFSET_MOVED unless the request offset is 0 on an empty queue
 _PULL_CODES = {
@@ -408,21 +404,11 @@ class Front:
 
     # -- requests ------------------------------------------------------------------------------
     def _handlers(self) -> dict[int, Handler]:
-        """The front's column of the request table: what it serves, what it forwards to the
-        controller, what it refuses (a NameServer's requests); the link's own codes are not here,
-        so a client's is refused."""
-        handlers: dict[int, Handler] = {}
-        for code, spec in REQUESTS.items():
-            if spec.server is Server.CONTROLLER:
-                handlers[code] = self._forward
-            elif spec.server is Server.NAMESRV:
-                handlers[code] = _not_a_namesrv
-        for code in _SEND_CODES:
-            handlers[code] = self.send
-        for code in _READ_CODES:
-            handlers[code] = self._read
-        handlers[RequestCode.PULL_MESSAGE] = self._pull
-        return handlers
+        """The front's column of the request table: what it serves (each code by the method its
+        row names), what it forwards to the controller, what it refuses (a NameServer's
+        requests); the link's own codes are not here, so a client's is refused."""
+        return handlers_for(self, Server.FRONT, passed={Server.CONTROLLER: self._forward,
+                                                        Server.NAMESRV: _not_a_namesrv})
 
     def _acl_guard(self, spec: RequestSpec, cmd: RemotingCommand, conn: Connection) -> str | None:
         """The request table's ACL column (docs/security.md): a client's request is checked by its

@@ -37,12 +37,12 @@ from typing import Any, TypeAlias
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.acl.signature import ACCESS_KEY, signature_matches
-from mqstore.broker.codes import FAQ, RequestCode, ResponseCode
+from mqstore.broker.codes import FAQ, ResponseCode
 from mqstore.broker.limits import LogLimiter
-from mqstore.broker.requests import Handler, int_field, response, route, wall_ms
+from mqstore.broker.requests import Handler, handlers_for, int_field, response, route, wall_ms
 from mqstore.broker.routes import (BROKER_CHANNEL_EXPIRED_MS, RouteRefused, RouteTable, parse_register_body,
                                    route_json)
-from mqstore.broker.table import Access, RequestSpec
+from mqstore.broker.table import Access, RequestSpec, Server
 from mqstore.errors import PortInUseError
 from mqstore.protocol import VERSION  # the MQVersion ordinal a 4.9.7 NameServer sends (V4_9_7)
 from mqstore.tls import DISABLED, ENFORCING, PERMISSIVE, accept_loop
@@ -168,10 +168,9 @@ class NameServer:
     ``enforcing`` (the default with a context: TLS only) or ``permissive`` (TLS and plain on one
     port); without a context the port is plain (``disabled``)."""
 
-    #: the NameServer's column of the request table (mqstore.broker.table)
-    _handlers: dict[int, Handler] = {RequestCode.GET_ROUTEINFO_BY_TOPIC: _route,
-                                     RequestCode.REGISTER_BROKER: _register,
-                                     RequestCode.UNREGISTER_BROKER: _unregister}
+    #: the NameServer's column of the request table (mqstore.broker.table): each code served by the
+    #: function of this module its row names
+    _handlers: dict[int, Handler] = handlers_for(globals(), Server.NAMESRV)
 
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, *, accounts: Accounts | None = None,
                  setting: str = "listen_port", clock_ms: Callable[[], int] = wall_ms,

@@ -13,11 +13,11 @@ from typing import Any
 
 from mqstore._remoting import RemotingCommand
 from mqstore.broker.limits import LogLimiter
-from mqstore.broker.table import REQUESTS, RequestSpec
+from mqstore.broker.table import REQUESTS, RequestSpec, Server
 from mqstore.protocol import VERSION, ResponseCode
 
-__all__ = ["BadBody", "BadField", "Guard", "Handler", "check_header", "field", "int_field", "not_supported",
-           "parse_number", "response", "route", "wall_ms"]
+__all__ = ["BadBody", "BadField", "Guard", "Handler", "check_header", "field", "handlers_for", "int_field",
+           "not_supported", "parse_number", "response", "route", "wall_ms"]
 
 log = logging.getLogger("mqstore.broker")
 
@@ -92,6 +92,28 @@ def check_header(code: int, fields: dict[str, str]) -> None:
 Handler = Callable[[Any, RemotingCommand], "RemotingCommand | None"]
 #: the ACL's column: (the request's entry, the request, the context) -> why it is refused, or None
 Guard = Callable[[RequestSpec, RemotingCommand, Any], "str | None"]
+
+
+def handlers_for(owner: Any, *served: Server, passed: Mapping[Server, Handler] | None = None) -> dict[int, Handler]:
+    """A server's map of handlers, built from the request table once, when it starts: every code
+    whose row says one of ``served`` serves it, with the handler the row names, looked up on
+    ``owner`` (an object or a class by attribute, a namespace such as ``globals()`` by key); and
+    every code of a server in ``passed`` with the one handler given for that server (a front
+    forwards the controller's codes and refuses the NameServer's). A row whose handler ``owner``
+    lacks is a LookupError naming the row, so a map cannot drift from the table."""
+    out: dict[int, Handler] = {}
+    for code, spec in REQUESTS.items():
+        if spec.server in served:
+            try:
+                out[code] = owner[spec.handler] if isinstance(owner, Mapping) else getattr(owner, spec.handler)
+            except (KeyError, AttributeError):
+                name = (owner.get("__qualname__") or owner.get("__name__") if isinstance(owner, Mapping)
+                        else getattr(owner, "__name__", None))  # a class body's namespace, a module's
+                raise LookupError(f"the request table serves {spec.name} ({code}) on the {spec.server.value} with "
+                                  f"{spec.handler!r}, which {name or type(owner).__name__} does not have") from None
+        elif passed is not None and spec.server in passed:
+            out[code] = passed[spec.server]
+    return out
 
 
 def not_supported(cmd: RemotingCommand, why: str = "") -> RemotingCommand:

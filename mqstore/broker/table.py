@@ -1,9 +1,10 @@
 """Every request code the broker's fronts, its controller and the NameServer serve, declared once
-(docs/rocketmq-remoting-spec.md §2.4, docs/security.md): who serves it, the header fields it
-cannot do without, its numeric fields with their Java type's width, and what the ACL asks of the
-caller. ``mqstore.broker.requests.route`` reads this table to route a request, check its header
-and its permission, and turn every error into a response code; the servers only say which
-handler serves which code.
+(docs/rocketmq-remoting-spec.md §2.4, docs/security.md): who serves it, the handler that serves
+it there, the header fields it cannot do without, its numeric fields with their Java type's
+width, and what the ACL asks of the caller. ``mqstore.broker.requests.route`` reads this table
+to route a request, check its header and its permission, and turn every error into a response
+code; each server builds its map of handlers from this table once
+(``mqstore.broker.requests.handlers_for``), so a server serves exactly its rows.
 
 Field names are SendMessageRequestHeader's for the three send codes (a V2 or batch send's
 one-letter names are read under them, ``codes.send_fields``).
@@ -28,7 +29,8 @@ class Server(enum.Enum):
     FRONT = "front"  # a front process, from the store it is attached to
     CONTROLLER = "controller"  # the broker's controller (a front forwards it over the link)
     NAMESRV = "namesrv"  # a NameServer
-    LINK = "link"  # the link between fronts and controller: never a client's
+    LINK = "link"  # the controller, asked by its fronts over the link: never a client's
+    PUSH = "push"  # a front, told by the controller over the link (Front._pushed): never a client's
 
 
 class Access(enum.Enum):
@@ -46,11 +48,14 @@ _I, _L = 32, 64  # Java's Integer and Long
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One request code: who serves it, what its header must hold, who may send it."""
+    """One request code: who serves it and with what, what its header must hold, who may send it."""
 
     code: int
     server: Server
     access: Access
+    #: the name of its handler on its server: a method of Front or of BrokerController, a
+    #: function of mqstore.broker.namesrv; called as handler(context, request)
+    handler: str
     required: tuple[str, ...] = ()  # checked in this order: the first missing one is named
     numbers: Mapping[str, int] = field(default_factory=dict)  # field -> bits (32 Integer, 64 Long)
     #: the handler checks the header itself (the sends: their fast path is the check)
@@ -69,20 +74,20 @@ _SEND_NUMBERS = {"defaultTopicQueueNums": _I, "queueId": _I, "sysFlag": _I, "bor
 
 
 def _send(code: int) -> RequestSpec:
-    return RequestSpec(code, Server.FRONT, Access.CLIENT, ("producerGroup", "topic", "queueId"), _SEND_NUMBERS,
+    return RequestSpec(code, Server.FRONT, Access.CLIENT, "send", ("producerGroup", "topic", "queueId"), _SEND_NUMBERS,
                        checked_by_handler=True)
 
 
 def _queue(code: int) -> RequestSpec:
-    return RequestSpec(code, Server.FRONT, Access.CLIENT, ("topic", "queueId"), {"queueId": _I})
+    return RequestSpec(code, Server.FRONT, Access.CLIENT, "_read", ("topic", "queueId"), {"queueId": _I})
 
 
-def _broker(code: int) -> RequestSpec:
-    return RequestSpec(code, Server.NAMESRV, Access.BROKER, ("clusterName", "brokerAddr", "brokerName", "brokerId"),
-                       {"brokerId": _L})
+def _broker(code: int, handler: str) -> RequestSpec:
+    return RequestSpec(code, Server.NAMESRV, Access.BROKER, handler,
+                       ("clusterName", "brokerAddr", "brokerName", "brokerId"), {"brokerId": _L})
 
 
-_F, _C, _N, _K = Server.FRONT, Server.CONTROLLER, Server.NAMESRV, Server.LINK
+_F, _C, _N, _K, _P = Server.FRONT, Server.CONTROLLER, Server.NAMESRV, Server.LINK, Server.PUSH
 _CLIENT, _ADMIN = Access.CLIENT, Access.ADMIN
 
 _TABLE = (
@@ -90,51 +95,53 @@ _TABLE = (
     _send(R.SEND_MESSAGE),
     _send(R.SEND_MESSAGE_V2),
     _send(R.SEND_BATCH_MESSAGE),
-    RequestSpec(R.PULL_MESSAGE, _F, _CLIENT,
+    RequestSpec(R.PULL_MESSAGE, _F, _CLIENT, "_pull",
                 required=("consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag"),
                 numbers={"queueId": _I, "queueOffset": _L, "maxMsgNums": _I, "sysFlag": _I, "commitOffset": _L,
                          "suspendTimeoutMillis": _L, "subVersion": _L}),
-    RequestSpec(R.QUERY_MESSAGE, _F, _CLIENT, required=("topic", "key", "maxNum"),
+    RequestSpec(R.QUERY_MESSAGE, _F, _CLIENT, "_read", required=("topic", "key", "maxNum"),
                 numbers={"maxNum": _I, "beginTimestamp": _L, "endTimestamp": _L}),
     _queue(R.GET_MAX_OFFSET),
     _queue(R.GET_MIN_OFFSET),
     _queue(R.GET_EARLIEST_MSG_STORETIME),
-    RequestSpec(R.SEARCH_OFFSET_BY_TIMESTAMP, _F, _CLIENT, required=("topic", "queueId", "timestamp"),
+    RequestSpec(R.SEARCH_OFFSET_BY_TIMESTAMP, _F, _CLIENT, "_read", required=("topic", "queueId", "timestamp"),
                 numbers={"queueId": _I, "timestamp": _L}),
-    RequestSpec(R.VIEW_MESSAGE_BY_ID, _F, _CLIENT, required=("offset",), numbers={"offset": _L}),
+    RequestSpec(R.VIEW_MESSAGE_BY_ID, _F, _CLIENT, "_read", required=("offset",), numbers={"offset": _L}),
     # -- the controller serves these (forwarded by a front) -----------------------------------------
-    RequestSpec(R.HEART_BEAT, _C, _CLIENT),
-    RequestSpec(R.UNREGISTER_CLIENT, _C, _CLIENT),
-    RequestSpec(R.GET_CONSUMER_LIST_BY_GROUP, _C, _CLIENT, required=("consumerGroup",)),
-    RequestSpec(R.QUERY_CONSUMER_OFFSET, _C, _CLIENT, required=("consumerGroup", "topic", "queueId"),
+    RequestSpec(R.HEART_BEAT, _C, _CLIENT, "_heartbeat"),
+    RequestSpec(R.UNREGISTER_CLIENT, _C, _CLIENT, "_unregister_client"),
+    RequestSpec(R.GET_CONSUMER_LIST_BY_GROUP, _C, _CLIENT, "_consumer_list", required=("consumerGroup",)),
+    RequestSpec(R.QUERY_CONSUMER_OFFSET, _C, _CLIENT, "_query_offset", required=("consumerGroup", "topic", "queueId"),
                 numbers={"queueId": _I}),
-    RequestSpec(R.UPDATE_CONSUMER_OFFSET, _C, _CLIENT, required=("consumerGroup", "topic", "queueId", "commitOffset"),
+    RequestSpec(R.UPDATE_CONSUMER_OFFSET, _C, _CLIENT, "_update_offset",
+                required=("consumerGroup", "topic", "queueId", "commitOffset"),
                 numbers={"queueId": _I, "commitOffset": _L}),
-    RequestSpec(R.CONSUMER_SEND_MSG_BACK, _C, _CLIENT, required=("group", "offset"),
+    RequestSpec(R.CONSUMER_SEND_MSG_BACK, _C, _CLIENT, "_send_back", required=("group", "offset"),
                 numbers={"offset": _L, "delayLevel": _I, "maxReconsumeTimes": _I}),
-    RequestSpec(R.LOCK_BATCH_MQ, _C, _CLIENT),
-    RequestSpec(R.UNLOCK_BATCH_MQ, _C, _CLIENT),
-    RequestSpec(R.UPDATE_AND_CREATE_TOPIC, _C, _ADMIN, required=("topic",),
+    RequestSpec(R.LOCK_BATCH_MQ, _C, _CLIENT, "_lock"),
+    RequestSpec(R.UNLOCK_BATCH_MQ, _C, _CLIENT, "_unlock"),
+    RequestSpec(R.UPDATE_AND_CREATE_TOPIC, _C, _ADMIN, "_update_topic", required=("topic",),
                 numbers={"readQueueNums": _I, "writeQueueNums": _I, "perm": _I, "topicSysFlag": _I}),
-    RequestSpec(R.GET_ALL_TOPIC_CONFIG, _C, _ADMIN),
-    RequestSpec(R.GET_ALL_CONSUMER_OFFSET, _C, _ADMIN),
-    RequestSpec(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, _C, _ADMIN),
-    RequestSpec(R.GET_ALL_DELAY_OFFSET, _C, _ADMIN),
-    RequestSpec(R.GET_BROKER_RUNTIME_INFO, _C, _ADMIN),
-    RequestSpec(R.GET_CONSUMER_CONNECTION_LIST, _C, _ADMIN, required=("consumerGroup",)),
+    RequestSpec(R.GET_ALL_TOPIC_CONFIG, _C, _ADMIN, "_all_topics"),
+    RequestSpec(R.GET_ALL_CONSUMER_OFFSET, _C, _ADMIN, "_all_offsets"),
+    RequestSpec(R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, _C, _ADMIN, "_all_groups"),
+    RequestSpec(R.GET_ALL_DELAY_OFFSET, _C, _ADMIN, "_all_delay_offsets"),
+    RequestSpec(R.GET_BROKER_RUNTIME_INFO, _C, _ADMIN, "_runtime_info"),
+    RequestSpec(R.GET_CONSUMER_CONNECTION_LIST, _C, _ADMIN, "_consumer_connections", required=("consumerGroup",)),
     # -- a NameServer ---------------------------------------------------------------------------------
-    RequestSpec(R.GET_ROUTEINFO_BY_TOPIC, _N, Access.ANY, required=("topic",)),
-    _broker(R.REGISTER_BROKER),
-    _broker(R.UNREGISTER_BROKER),
-    # -- the link's own (link.py) ---------------------------------------------------------------------
-    RequestSpec(link.HELLO, _K, Access.INTERNAL),
-    RequestSpec(link.TOPIC_FOR_SEND, _K, Access.INTERNAL, required=("topic",),
+    RequestSpec(R.GET_ROUTEINFO_BY_TOPIC, _N, Access.ANY, "_route", required=("topic",)),
+    _broker(R.REGISTER_BROKER, "_register"),
+    _broker(R.UNREGISTER_BROKER, "_unregister"),
+    # -- the link's own (link.py): a front asks the controller --------------------------------------
+    RequestSpec(link.HELLO, _K, Access.INTERNAL, "_hello"),
+    RequestSpec(link.TOPIC_FOR_SEND, _K, Access.INTERNAL, "_topic_for_send", required=("topic",),
                 numbers={"defaultTopicQueueNums": _I, "sysFlag": _I}),
-    RequestSpec(link.GROUP, _K, Access.INTERNAL, required=("group",)),
-    RequestSpec(link.CLOSED, _K, Access.INTERNAL, required=("conn",)),
-    RequestSpec(link.SUBSCRIPTION, _K, Access.INTERNAL, required=("group", "topic")),
-    RequestSpec(link.TOPIC_CHANGED, _K, Access.INTERNAL),
-    RequestSpec(link.NOTIFY, _K, Access.INTERNAL),
+    RequestSpec(link.GROUP, _K, Access.INTERNAL, "_group", required=("group",)),
+    RequestSpec(link.CLOSED, _K, Access.INTERNAL, "_link_closed", required=("conn",)),
+    RequestSpec(link.SUBSCRIPTION, _K, Access.INTERNAL, "_subscription", required=("group", "topic")),
+    # -- ... and the controller tells a front (taken by the front's link client, not routed) ---------
+    RequestSpec(link.TOPIC_CHANGED, _P, Access.INTERNAL, "_pushed"),
+    RequestSpec(link.NOTIFY, _P, Access.INTERNAL, "_pushed"),
 )
 
 REQUESTS: Mapping[int, RequestSpec] = MappingProxyType({int(s.code): s for s in _TABLE})
