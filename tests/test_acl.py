@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from mqstore import _acl
 from mqstore.acl import (ADMIN_CODES_4_9_7, CLIENT_CODES, DENY, PUB, SUB, AclConfigError, AclHolder, PlainAcl,
-                         SessionCredentials, as_credentials, check, load_acl, needs_admin, parse_acl, parse_perm,
-                         remote_address, resources)
+                         SessionCredentials, as_credentials, check, load_acl, needs_admin, offset_group, parse_acl,
+                         parse_perm, remote_address, resources)
 from mqstore.acl import signature as twin
 from mqstore.acl.address import AnyAddress, NoAddress, OneAddress, RangeAddress, SomeAddresses, normalize_ip
 from mqstore.acl.plain import check_permission
@@ -359,6 +359,78 @@ def test_group_resources_use_the_default_group_perm(acl):
     # defaultGroupPerm SUB: any group not listed may pull; a DENY-listed one may not
     assert check(acl, 38, signed({"consumerGroup": "unlisted"}), None, "10.0.0.1") is None
     assert "group:groupA is DENY" in check(acl, 38, signed({"consumerGroup": "groupA"}), None, "10.0.0.1")
+
+
+# == moving a group's offsets: admin or the group in groupPerms (mqstore's rule, docs/security.md) ===
+
+_UPDATE = {"topic": "topicB", "queueId": "0", "commitOffset": "5"}
+_PULL = {"topic": "topicB", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32", "suspendTimeoutMillis": "0",
+         "subscription": "*", "subVersion": "0"}
+
+
+@pytest.mark.parametrize("code, fields, group", [
+    (15, {"consumerGroup": "CG", **_UPDATE}, "CG"),
+    (15, {"consumerGroup": "", **_UPDATE}, None),
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1", "commitOffset": "7"}, "CG"),  # the commit bit
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "7", "commitOffset": "0"}, "CG"),
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "6", "commitOffset": "7"}, None),  # no commit bit
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1", "commitOffset": "-1"}, None),  # nothing to commit
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1"}, None),
+    (14, {"consumerGroup": "CG", "topic": "T", "queueId": "0"}, None),  # a query moves nothing
+    (38, {"consumerGroup": "CG"}, None),
+])
+def test_the_group_whose_offsets_a_request_moves(code, fields, group):
+    assert offset_group(code, fields) == group
+
+
+def test_an_offset_update_needs_the_group_in_group_perms_not_the_default(acl):
+    """Regression: with defaultGroupPerm SUB, one account could move every group's offsets (RocketMQ
+    4.9.7 lets it). The group listed with SUB (or PUB|SUB) passes; by the default it is refused,
+    naming the group and the rule; listed DENY is refused as before."""
+    def update(group: str, ak: str = "RocketMQ") -> str | None:
+        fields = signed({"consumerGroup": group, **_UPDATE}, ak=ak)
+        return check(acl, 15, fields, None, "10.0.0.1")
+
+    assert update("groupB") is None and update("groupC") is None
+    refused = update("unlisted")
+    assert refused is not None
+    assert "moving the offsets of group:unlisted (request code 15) needs admin or unlisted in groupPerms" in refused
+    assert "accessKey=RocketMQ has SUB on it only by its defaultGroupPerm" in refused
+    assert "group:groupA is DENY" in (update("groupA") or "")
+    assert update("anything", ak="rocketmq2") is None  # an admin account
+    # what the group needs otherwise is unchanged: reads of it by the default still pass
+    assert check(acl, 38, signed({"consumerGroup": "unlisted"}), None, "10.0.0.1") is None
+
+
+def test_a_pull_that_commits_is_an_offset_update(acl):
+    def pull(group: str, sys_flag: int, ak: str = "RocketMQ") -> str | None:
+        fields = signed({"consumerGroup": group, **_PULL, "sysFlag": str(sys_flag), "commitOffset": "3"}, ak=ak)
+        return check(acl, 11, fields, None, "10.0.0.1")
+
+    assert pull("unlisted", 0x2 | 0x4) is None  # pulls without the commit bit: the default is enough
+    assert "moving the offsets of group:unlisted (request code 11)" in (pull("unlisted", 0x1 | 0x2 | 0x4) or "")
+    assert pull("groupC", 0x1 | 0x2 | 0x4) is None
+    assert pull("anyone", 0x1, ak="rocketmq2") is None
+
+
+def test_an_admin_with_lists_moves_offsets_by_its_default_group_perm():
+    """Admin or a listed group: an admin's default group permission is enough, its DENY is not."""
+    import yaml
+    listed = parse_acl(yaml.safe_load("""
+        accounts:
+          - {accessKey: admin-with-list, secretKey: 12345678, admin: true, defaultGroupPerm: SUB,
+             topicPerms: [topicB=SUB], groupPerms: [gone=DENY]}
+    """))
+
+    def update(group: str) -> str | None:
+        return check(listed, 15, signed({"consumerGroup": group, **_UPDATE}, ak="admin-with-list"), None, "10.0.0.1")
+
+    assert update("unlisted") is None
+    assert "group:gone is DENY" in (update("gone") or "")
+
+
+def test_white_addresses_still_pass_offset_updates(acl):
+    assert check(acl, 15, {"consumerGroup": "unlisted", **_UPDATE}, None, "192.168.0.7") is None
 
 
 # == signatures ======================================================================================

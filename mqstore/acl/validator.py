@@ -14,7 +14,10 @@ what.
 6. a request code that needs admin (``needs_admin``) from an account that is not admin is refused;
 7. every resource the request uses (``resources``) needs the account's permission: the one
    listed in topicPerms / groupPerms, else defaultTopicPerm / defaultGroupPerm; an admin account
-   with neither list may use every resource.
+   with neither list may use every resource;
+8. a request that moves a group's committed offsets (``offset_group``) needs an admin account or
+   the group listed in groupPerms with SUB: defaultGroupPerm is not enough (mqstore's rule, not
+   4.9.7's, where SUB by default lets any account move any group's offsets).
 
 Which codes need admin. RocketMQ 4.9.7 (Permission.ADMIN_CODE) asks it only for topic and group
 creation, change and deletion and broker config changes (``ADMIN_CODES_4_9_7``). Here every request
@@ -41,7 +44,7 @@ from mqstore.acl.plain import PUB, SUB, Account, PlainAcl, check_permission, gro
 from mqstore.acl.signature import ACCESS_KEY
 
 __all__ = ["ADMIN_CODES_4_9_7", "CLIENT_CODES", "RMQ_SYS_TRACE_TOPIC", "SendVerdicts", "check", "describe",
-           "needs_admin", "resources"]
+           "needs_admin", "offset_group", "resources"]
 
 #: TopicValidator.RMQ_SYS_TRACE_TOPIC: sends to it pass once the signature is checked
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -65,6 +68,8 @@ _CLIENT = frozenset(CLIENT_CODES)
 SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, UPDATE_CONSUMER_OFFSET = 10, 11, 12, 15
 HEART_BEAT, UNREGISTER_CLIENT, CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP = 34, 35, 36, 38
 SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 310, 320
+#: PullSysFlag's bit asking the broker to store the pull's commitOffset as the group's offset
+PULL_COMMIT_OFFSET_FLAG = 0x1
 
 
 def needs_admin(code: int) -> bool:
@@ -144,6 +149,36 @@ def resources(code: int, fields: Mapping[str, str], body: bytes | None = None) -
     return out
 
 
+def offset_group(code: int, fields: Mapping[str, str]) -> str | None:
+    """The consumer group whose committed offsets request code moves, or None: an
+    UPDATE_CONSUMER_OFFSET's, and a PULL_MESSAGE's that carries a commit (PullSysFlag's commit bit
+    and a commitOffset of 0 or more, which the master stores as UPDATE_CONSUMER_OFFSET does)."""
+    group = fields.get("consumerGroup")
+    if not group:
+        return None
+    if code == UPDATE_CONSUMER_OFFSET:
+        return group
+    if code == PULL_MESSAGE:
+        try:
+            commits = bool(int(fields.get("sysFlag", "0")) & PULL_COMMIT_OFFSET_FLAG) and int(fields["commitOffset"]) >= 0
+        except (KeyError, ValueError):
+            return None
+        return group if commits else None
+    return None
+
+
+def _offset_refusal(account: Account, code: int, group: str) -> str | None:
+    """Step 8: moving a group's offsets needs admin or the group listed in groupPerms with SUB."""
+    if account.admin:
+        return None
+    perm, listed = account.perm_of(retry_topic(group))
+    if listed and check_permission(SUB, perm):
+        return None
+    return (f"moving the offsets of group:{group} (request code {code}) needs admin or {group} in groupPerms with "
+            f"SUB: accessKey={account.access_key} has SUB on it only by its defaultGroupPerm (mqstore asks more "
+            "than RocketMQ 4.9.7 here: docs/security.md)")
+
+
 def describe(resource: str) -> str:
     """PlainAccessResource.printStr: 'topic:T' or 'group:G'."""
     return f"group:{group_of(resource)}" if is_retry_topic(resource) else f"topic:{resource}"
@@ -203,7 +238,10 @@ def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes |
         return f"cannot check the permissions of accessKey={ak}: {exc}"
     if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:
         return None
-    return _check_perms(account, code, needed, needs_admin(code) if admin is None else admin)
+    refused = _check_perms(account, code, needed, needs_admin(code) if admin is None else admin)
+    if refused is None and (group := offset_group(code, ext_fields)) is not None:
+        return _offset_refusal(account, code, group)
+    return refused
 
 
 class SendVerdicts:
