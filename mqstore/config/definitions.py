@@ -432,8 +432,9 @@ _TABLE: tuple[Definition, ...] = (
          java="haMasterAddress"),
     # --- broker front (BrokerConfig, NettyServerConfig) ----------------------------------------------
     _key("listen_port", int, 10911, "-", _int_range(0, 65535),
-         "TCP port the broker's front processes accept clients on (SO_REUSEPORT, every front "
-         "process on the same port); 0 = a free port picked at start (tests).",
+         "TCP port the broker's front processes accept clients on: the owner process listens on it "
+         "once, without SO_REUSEPORT, and every front accepts on that one socket (a second broker "
+         "cannot share the port); 0 = a free port picked at start (tests).",
          java="listenPort", origin="NettyServerConfig"),
     _key("bind_address", str, "", "-", _BIND_RULE,
          "Address the front processes, the HA port and the embedded NameServer listen on. \"\" = "
@@ -534,10 +535,13 @@ _TABLE: tuple[Definition, ...] = (
          java="serverChannelMaxIdleTimeSeconds", origin="NettyServerConfig"),
     _key("write_buffer_high_water_mark", int, 4 * 1024 * 1024, "bytes", _POSITIVE,
          "Answers not yet taken by a client above which its connection is not read any more "
-         "(its requests wait; memory does not grow); read again below write_buffer_low_water_mark.",
+         "(its requests wait; memory does not grow); read again below write_buffer_low_water_mark. "
+         "Not RocketMQ 4.9.7's default: there 0 leaves Netty's marks (64 KiB high, 32 KiB low), "
+         "which only mark the channel unwritable and never stop reading, so a client that does "
+         "not read grows the broker's memory.",
          java="writeBufferHighWaterMark", origin="NettyServerConfig"),
     _key("write_buffer_low_water_mark", int, 1024 * 1024, "bytes", _POSITIVE,
-         "See write_buffer_high_water_mark (at most it).",
+         "See write_buffer_high_water_mark (at most it); RocketMQ 4.9.7's 0 is Netty's 32 KiB.",
          java="writeBufferLowWaterMark", origin="NettyServerConfig"),
     _key("max_connections", int, 10_000, "count", _POSITIVE,
          "Client connections a front process holds at most; past it a new one is closed at once.",
