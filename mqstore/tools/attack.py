@@ -11,8 +11,10 @@ the attacker. The attacks:
 - ``hold``: as many idle connections as it can open (up to ``--hold``);
 - ``pipeline``: requests pipelined on one connection whose answers are never read;
 - ``slowloris``: connections trickling a frame a byte at a time;
-- ``admin``: anonymous topic changes and offset resets and consumer lists;
-- ``topics``: sends to new topic names (``--topics`` of them);
+- ``admin``: anonymous topic changes and offset resets and consumer lists, then (``creations``)
+  anonymous UPDATE_AND_CREATE_TOPIC of new names;
+- ``topics``: sends to new topic names (``count`` of them), on a new connection each time the
+  broker caps the one it is on (up to ``connections``);
 - ``hijack``: a REGISTER_BROKER for the broker's own name from another address, then an
   UNREGISTER_BROKER of it, at the NameServer (``--namesrv``);
 - ``ha``: a connection to the HA port posing as a slave (8-byte offset reports).
@@ -38,9 +40,16 @@ from mqstore._remoting import FrameReader, RemotingCommand
 from mqstore.ha.auth import CHALLENGE_SIZE, is_handshake
 from mqstore.protocol import RequestCode
 
-__all__ = ["ATTACKS", "AttackReport", "Control", "Target", "main", "run_attacks"]
+__all__ = ["ATTACKS", "AttackReport", "Control", "TOPIC_CAPS", "Target", "main", "run_attacks"]
 
 CONTROL_TOPIC = "AttackControl"
+#: the broker's caps on topic creation, as its refusals name them (the first named is counted)
+TOPIC_CAPS = ("auto_create_topic_max_per_connection", "auto_create_topic_max_per_second", "max_topic_count")
+
+
+def _cap(remark: str | None) -> str:
+    """Which topic cap a refusal names ("other" when none)."""
+    return next((cap for cap in TOPIC_CAPS if cap in (remark or "")), "other")
 
 
 def _loopback(host: str) -> str:
@@ -298,11 +307,19 @@ def attack_slowloris(t: Target, until: float, rng: random.Random, *, count: int 
     return {"opened": opened, "closed_by_broker": closed, "bytes_trickled": pos}
 
 
-def attack_admin(t: Target, until: float, rng: random.Random) -> dict[str, Any]:
+def _update_topic(topic: str, perm: int, opaque: int = 1) -> bytes:
+    return _request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": str(perm),
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, opaque=opaque)
+
+
+def attack_admin(t: Target, until: float, rng: random.Random, *, topic: str = CONTROL_TOPIC,
+                 creations: int = 0) -> dict[str, Any]:
+    """The admin requests a plain client never sends: ``topic`` made read-only (the control
+    client's own by default), an offset reset, the consumer list and runtime info; then up to
+    ``creations`` new topics by UPDATE_AND_CREATE_TOPIC (answer codes, and the caps refusals name)."""
     asks = {
-        "topic_read_only": _request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": CONTROL_TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
-            "perm": "4", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}),
+        "topic_read_only": _update_topic(topic, 4),
         "offset_reset": _request(RequestCode.UPDATE_CONSUMER_OFFSET, {
             "consumerGroup": "CID_ATTACK_VICTIM", "topic": CONTROL_TOPIC, "queueId": "0",
             "commitOffset": str(2**63 - 1)}),
@@ -315,24 +332,52 @@ def attack_admin(t: Target, until: float, rng: random.Random) -> dict[str, Any]:
             sock.sendall(frame)
             got = _answers(sock, 1)
             codes[name] = got[0].code if got else -1
-    return {"answer_codes": codes}
+    out: dict[str, Any] = {"answer_codes": codes}
+    if creations:
+        made: dict[int, int] = {}
+        refused_by: dict[str, int] = {}
+        with _conn(t.addr()) as sock:
+            for i in range(creations):
+                if time.monotonic() >= until:
+                    break
+                sock.sendall(_update_topic(f"AttackAdminTopic{rng.getrandbits(48):x}", 6, opaque=i + 1))
+                got = _answers(sock, 1)
+                if not got:
+                    break
+                made[got[0].code] = made.get(got[0].code, 0) + 1
+                if got[0].code != 0:
+                    refused_by[_cap(got[0].remark)] = refused_by.get(_cap(got[0].remark), 0) + 1
+        out.update(creation_codes=made, creations_refused_by=refused_by)
+    return out
 
 
-def attack_topics(t: Target, until: float, rng: random.Random, *, count: int = 500) -> dict[str, Any]:
+def attack_topics(t: Target, until: float, rng: random.Random, *, count: int = 500,
+                  connections: int = 1) -> dict[str, Any]:
+    """Sends to new topic names; when the broker refuses the connection more creations
+    (auto_create_topic_max_per_connection), the next of up to ``connections`` connections goes on."""
     codes: dict[int, int] = {}
-    made = 0
-    with _conn(t.addr()) as sock:
-        while time.monotonic() < until and made < count:
-            topic = f"AttackTopic{rng.getrandbits(48):x}"
-            sock.sendall(_request(RequestCode.SEND_MESSAGE, {
-                "producerGroup": "PID_ATTACK", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-                "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0"}, b"x", opaque=made + 1))
-            got = _answers(sock, 1)
-            if not got:
-                break
-            codes[got[0].code] = codes.get(got[0].code, 0) + 1
-            made += 1
-    return {"sends": made, "answer_codes": codes}
+    refused_by: dict[str, int] = {}
+    made = used = 0
+    while used < connections and time.monotonic() < until and made < count:
+        used += 1
+        with _conn(t.addr()) as sock:
+            while time.monotonic() < until and made < count:
+                topic = f"AttackTopic{rng.getrandbits(48):x}"
+                sock.sendall(_request(RequestCode.SEND_MESSAGE, {
+                    "producerGroup": "PID_ATTACK", "topic": topic, "defaultTopic": "TBW102",
+                    "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0"},
+                    b"x", opaque=made + 1))
+                got = _answers(sock, 1)
+                if not got:
+                    return {"sends": made, "connections": used, "answer_codes": codes, "refused_by": refused_by}
+                codes[got[0].code] = codes.get(got[0].code, 0) + 1
+                made += 1
+                if got[0].code != 0:
+                    cap = _cap(got[0].remark)
+                    refused_by[cap] = refused_by.get(cap, 0) + 1
+                    if cap == "auto_create_topic_max_per_connection":
+                        break
+    return {"sends": made, "connections": used, "answer_codes": codes, "refused_by": refused_by}
 
 
 def attack_hijack(t: Target, until: float, rng: random.Random, *, broker_name: str = "broker-a") -> dict[str, Any]:
