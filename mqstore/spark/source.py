@@ -391,14 +391,19 @@ class Reading:
     """What batch and stream readers share: the store, the columns and how a partition is read."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, kind: str = "read") -> None:
-        self.options = check_options(options, kind)
+        self.take_options(options, kind, schema)
         root = self.options.get("path")
         if not root:
             raise OptionError('no store directory: spark.read.format("mqstore").load("/path/to/store") '
                               '(or option("namesrv", "host:9876") to read a cluster over the network)')
         self.root: str = root
-        self.columns = _columns(schema, include_headers=bool_option(self.options, "includeHeaders", False))
         self.schema = schema
+
+    def take_options(self, options: Mapping[str, str], kind: str, kernel_schema: StructType) -> None:
+        """The options every reader checks and keeps (the network reader's too), and the columns
+        the kernel fills for kernel_schema."""
+        self.options = check_options(options, kind)
+        self.columns = _columns(kernel_schema, include_headers=bool_option(self.options, "includeHeaders", False))
         self.batch_rows = int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
         self.batch_bytes = int_option(self.options, "maxBatchBytes", DEFAULT_BATCH_BYTES, low=1024)
         self.fail_on_data_loss = bool_option(self.options, "failOnDataLoss", True)

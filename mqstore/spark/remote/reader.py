@@ -29,9 +29,8 @@ from mqstore._arrow import RecordSource
 from mqstore.client.protocol import ResponseCode
 from mqstore.errors import MQStoreError
 from mqstore.spark.remote.cluster import Cluster, ClusterConfig, RemoteQueue, parse_key, queue_key, record_times
-from mqstore.spark.options import OptionError, bool_option, check_options, int_option, list_option, per_queue_json
-from mqstore.spark.source import (DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS, Reading, _columns,
-                                  plan_queue_ranges, record_batch, select_queues, split_for, starting_offsets)
+from mqstore.spark.options import OptionError, list_option, per_queue_json
+from mqstore.spark.source import Reading, plan_queue_ranges, record_batch, select_queues, split_for, starting_offsets
 from mqstore.spark.stream import MQStoreStreamReader
 
 __all__ = ["NetworkBatchReader", "NetworkStreamReader", "RemoteSlice", "RemoteReadError"]
@@ -129,24 +128,19 @@ def with_broker_keys(options: Mapping[str, str], queues: list[RemoteQueue]) -> d
 class NetworkReading(Reading):
     """What the network batch and stream readers share: the options, the columns (those of
     mqstore.spark.source.Reading, and ``broker``) and how a partition is pulled. There is no
-    store directory: Reading's own __init__ is not run."""
+    store directory: Reading's own __init__ is not run, its take_options is."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType, kind: str | None = None) -> None:
         kind = kind or ("stream" if isinstance(self, DataSourceStreamReader) else "read")
-        self.options = check_options(options, kind)
+        self.kernel_schema = StructType([f for f in schema.fields if f.name != BROKER_COLUMN])
+        self.take_options(options, kind, self.kernel_schema)
         self.cluster_config = ClusterConfig.from_options(self.options)
         self.root = ""  # (no store directory)
         for f in schema.fields:
             if f.name == BROKER_COLUMN and f.dataType != StringType():
                 raise OptionError(f"column {BROKER_COLUMN!r} is string, not {f.dataType.simpleString()}")
         self.with_broker = any(f.name == BROKER_COLUMN for f in schema.fields)
-        self.kernel_schema = StructType([f for f in schema.fields if f.name != BROKER_COLUMN])
-        self.columns = _columns(self.kernel_schema, include_headers=bool_option(self.options, "includeHeaders", False))
         self.schema = schema
-        self.batch_rows = int_option(self.options, "batchRows", DEFAULT_BATCH_ROWS)
-        self.batch_bytes = int_option(self.options, "maxBatchBytes", DEFAULT_BATCH_BYTES, low=1024)
-        self.fail_on_data_loss = bool_option(self.options, "failOnDataLoss", True)
-        self.raw_body = bool_option(self.options, "rawBody", False)
 
     def _batch(self, cols: Any, broker: str, kernel: pa.Schema, full: pa.Schema) -> pa.RecordBatch:
         batch = record_batch(cols, kernel)
