@@ -1,12 +1,15 @@
 """A broker on a network: one broker per port, loopback by default, and the limits on every
 connection (docs/security.md): idle and frame timeouts, a client that does not read its answers,
-connections per address, requests in flight, half-close, and a bounded log."""
+connections per address and in total over every front of the broker (a front killed gives back
+what it held), requests in flight, half-close, and a bounded log."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,8 +19,9 @@ import pytest
 from helpers_broker import LOOPBACK, ROOT, BrokerProcess, broker_settings, free_port, running_broker
 from helpers_proc import wait_until
 
+from mqstore._conns import address_slot
 from mqstore._remoting import FrameReader, RemotingCommand
-from mqstore.broker.limits import ConnectionCounter, LogLimiter
+from mqstore.broker.limits import IP_SLOTS, ConnectionCounter, LogLimiter
 from mqstore.broker.server import Broker
 from mqstore.config import StoreConfig
 from mqstore.errors import PortInUseError
@@ -287,6 +291,135 @@ def test_refused_connections_are_logged_within_a_budget(tmp_path):
         text = broker.log_text()
     refusals = sum(1 for line in text.splitlines() if "refusing a connection" in line or "closing the connection" in line)
     assert refusals <= 40, f"{refusals} lines for 400 refused connections"
+
+
+# -- connections over every front of a broker --------------------------------------------------------
+
+def _fronts(broker_pid: int) -> dict[int, int]:
+    """index -> pid of the broker's front processes (python -c ...front.main ROOT INDEX ...)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if int(state[1]) == broker_pid and state[0] != "Z" and len(argv) > 4 and "broker.front" in argv[2]:
+            out[int(argv[4])] = int(entry)
+    return out
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+@contextlib.contextmanager
+def _only(front: int, fronts: dict[int, int]):
+    """Every front process but `front` stopped (SIGSTOP) for the block: `front` accepts every
+    connection opened in it."""
+    others = [pid for pid in fronts.values() if pid != front]
+    try:
+        for pid in others:
+            os.kill(pid, signal.SIGSTOP)
+            wait_until(lambda: _state(pid) == "T", 10, f"front {pid} stopped", every_s=0.01)  # noqa: B023
+        yield
+    finally:
+        for pid in others:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def _open(address: str, source: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0))
+
+
+def _admitted(address: str, source: str = LOOPBACK) -> socket.socket | None:
+    """A connection from source the broker serves (it answers a request), or None when refused."""
+    sock = _open(address, source)
+    try:
+        sock.sendall(_max_offset(11))
+        answered = bool(_read_answers(sock, 1, timeout_s=15))
+    except ConnectionError:
+        answered = False
+    if not answered:
+        sock.close()
+        return None
+    return sock
+
+
+def _refused(address: str, source: str = LOOPBACK) -> bool:
+    with _open(address, source) as sock:
+        return bool(wait_until(lambda: _closed_by_peer(sock), 10, f"a connection from {source} refused", every_s=0.02))
+
+
+def _serve(address: str, source: str = LOOPBACK) -> socket.socket:
+    sock = _admitted(address, source)
+    assert sock is not None, f"a connection from {source} was refused"
+    return sock
+
+
+def test_the_connection_caps_are_the_brokers_not_each_fronts(tmp_path):
+    """Regression: each front counted its own connections, so a broker of N fronts held N times
+    max_connections and max_connections_per_ip. Fronts are stopped in turn (SIGSTOP) so that each
+    holds some of the connections."""
+    assert address_slot("127.0.0.1", IP_SLOTS) != address_slot("127.0.0.2", IP_SLOTS)
+    held: list[socket.socket] = []
+    with BrokerProcess(str(tmp_path / "s"), front_processes=2, max_connections=4, max_connections_per_ip=3) as broker:
+        fronts = _fronts(broker.pid)
+        assert len(fronts) == 2, fronts
+        try:
+            with _only(fronts[0], fronts):
+                held += [_serve(broker.address) for _ in range(2)]
+            with _only(fronts[1], fronts):
+                held.append(_serve(broker.address))
+                # front 1 holds one connection from 127.0.0.1, the broker three: max_connections_per_ip
+                assert _refused(broker.address)
+                held.append(_serve(broker.address, "127.0.0.2"))
+                # front 1 holds two connections, the broker four: max_connections
+                assert _refused(broker.address, "127.0.0.3")
+            with _only(fronts[0], fronts):
+                assert _refused(broker.address, "127.0.0.3")
+            held.pop(0).close()  # one of front 0's: once front 0 saw it close, a place on either front
+            held.append(wait_until(lambda: _admitted(broker.address, "127.0.0.3"), 20, "a place given back",
+                                   every_s=0.2))
+        finally:
+            for sock in held:
+                sock.close()
+        log = broker.log_text()
+    assert "4 connections open to the broker (max_connections 4)" in log
+    assert "3 connections open to the broker from 127.0.0.1 (max_connections_per_ip 3)" in log
+
+
+def test_a_killed_front_gives_back_the_connections_it_held(tmp_path):
+    """A front killed with SIGKILL never releases its connections: the front the broker starts
+    in its place zeroes its counts, so the broker admits again as many as the killed one held."""
+    held: list[socket.socket] = []
+    with BrokerProcess(str(tmp_path / "s"), front_processes=2, max_connections=4) as broker:
+        fronts = _fronts(broker.pid)
+        try:
+            with _only(fronts[0], fronts):
+                on_front0 = [_serve(broker.address) for _ in range(3)]
+            with _only(fronts[1], fronts):
+                held.append(_serve(broker.address))
+            held += on_front0
+            assert _refused(broker.address)
+            os.kill(fronts[0], signal.SIGKILL)
+            for sock in on_front0:
+                assert wait_until(lambda: _closed_by_peer(sock), 20, "a killed front's connection closed")  # noqa: B023
+            wait_until(lambda: _fronts(broker.pid).get(0) not in (None, fronts[0]), 60, "front 0 restarted")
+            for _ in range(3):
+                held.append(wait_until(lambda: _admitted(broker.address), 60, "a connection admitted again",
+                                       every_s=0.2))
+            assert _refused(broker.address)
+        finally:
+            for sock in held:
+                sock.close()
 
 
 # -- the pieces -------------------------------------------------------------------------------------

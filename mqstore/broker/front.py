@@ -13,7 +13,7 @@ holds that state once for every front.
 
 Run by the broker's supervisor as::
 
-    python -c "...mqstore.broker.front.main..." STORE_DIR INDEX PORT LINK_ADDRESS LISTEN_FD
+    python -c "...mqstore.broker.front.main..." STORE_DIR INDEX PORT LINK_ADDRESS LISTEN_FD CONNECTIONS_FD
 
 It prints ``READY`` once it listens, and exits when its parent dies or the link closes.
 """
@@ -44,7 +44,7 @@ from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.acl.holder import AclHolder
 from mqstore.acl.validator import SendVerdicts
 from mqstore.broker import link
-from mqstore.broker.limits import FRAME_TIMEOUT_S, ConnectionCounter, LogLimiter
+from mqstore.broker.limits import BrokerConnectionCounter, LogLimiter, housekeeping, next_frame_started
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, send_fields, topic_not_exist
 from mqstore.broker.requests import (BadBody, BadField, Guard, Handler, check_header, field, handlers_for, int_field,
                                      not_supported, response, route)
@@ -93,8 +93,9 @@ class Connection(asyncio.Protocol):
     ``max_requests_in_flight_per_connection`` of its requests wait for the controller, a held pull
     or a put; its requests then wait in the socket, and the front's memory does not grow. A
     connection silent for ``server_channel_max_idle_time_seconds``, or whose frame does not
-    arrive whole within FRAME_TIMEOUT_S (or the idle time when shorter), is closed by the front's housekeeping. A request followed
-    by a half-close (SHUT_WR) is answered before the connection closes.
+    arrive whole within FRAME_TIMEOUT_S (or the idle time when shorter), is closed by the front's
+    housekeeping (``mqstore.broker.limits``). A request followed by a half-close (SHUT_WR) is
+    answered before the connection closes.
     """
 
     def __init__(self, front: Front) -> None:
@@ -105,7 +106,7 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[str, int] = ("0.0.0.0", 0)
         self.peer_addr = "0.0.0.0:0"  # ip:port, as the link carries it
         self.closed = False
-        self.counted = False  # admitted by the front's ConnectionCounter
+        self.counted = False  # admitted by the broker's connection counter
         self.in_flight = 0
         self._paused: set[str] = set()  # why reading stopped: "write", "in_flight"
         self._eof = False
@@ -150,10 +151,7 @@ class Connection(asyncio.Protocol):
             self.front.log_refusal("closing the connection from %s:%d: %s", *self.peer, exc)
             self.close()
             return
-        if not self.frames.buffered:
-            self.frame_started = 0.0
-        elif took or not self.frame_started:  # the bytes left begin a new frame
-            self.frame_started = time.monotonic()
+        self.frame_started = next_frame_started(self.frame_started, self.frames.buffered, took, time.monotonic())
         if self._eof and not self.in_flight and not self._paused:
             self.close()  # half-closed and every request answered: close() sends what is buffered first
 
@@ -178,6 +176,16 @@ class Connection(asyncio.Protocol):
     def paused(self) -> bool:
         """Reading stopped (the client does not take its answers, or too many requests wait)."""
         return bool(self._paused)
+
+    @property
+    def busy(self) -> bool:
+        """Requests of it wait for the controller, a held pull or a put: not idle."""
+        return self.in_flight > 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of its frame not yet whole."""
+        return self.frames.buffered
 
     def _pause(self, why: str) -> None:
         if not self._paused and self.transport is not None and not self.closed:
@@ -241,6 +249,11 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def abort(self) -> None:
+        """Close at once, dropping answers not yet sent (the housekeeping's close)."""
+        if self.transport is not None:
+            self.transport.abort()
+
 
 @dataclass
 class Held:
@@ -255,7 +268,8 @@ class Held:
 class Front:
     """One front process's server: its store attachment, connections, held pulls and the link."""
 
-    def __init__(self, store: StoreBase, port: int, link_address: str, listen_fd: int) -> None:
+    def __init__(self, store: StoreBase, port: int, link_address: str, listen_fd: int,
+                 counter: BrokerConnectionCounter) -> None:
         self.store = store
         self.listen_fd = listen_fd
         self.cfg = store.config
@@ -273,7 +287,7 @@ class Front:
         self.groups: dict[str, dict[str, Any]] = {}
         self.conns: dict[str, Connection] = {}
         self._ids = 0
-        self.counter = ConnectionCounter(self.cfg.max_connections, self.cfg.max_connections_per_ip)
+        self.counter = counter  # max_connections and max_connections_per_ip, over every front of the broker
         self.refusals = LogLimiter(log)
         self.handlers = self._handlers()
         #: the ACL (acl_enable): the plain_acl.yml in force, reloaded when it changes
@@ -313,7 +327,8 @@ class Front:
                 on_refused=lambda why: self.log_refusal("refusing a connection from %s", why)))
         threading.Thread(target=self._watch_dispatch, name="mqstore-hold", daemon=True).start()
         self.loop.create_task(self._expire_held())
-        self.loop.create_task(self._housekeeping())
+        self.loop.create_task(housekeeping(self.conns.values, self.cfg.server_channel_max_idle_time_seconds,
+                                           self.refusals, self._stop.is_set))
 
     def stop(self) -> None:
         self._stop.set()
@@ -346,26 +361,6 @@ class Front:
     def log_refusal(self, msg: str, *args: object) -> None:
         """A refused connection or frame, logged within the front's log budget (LogLimiter)."""
         self.refusals.warning(msg, *args)
-
-    async def _housekeeping(self) -> None:
-        """Close connections idle for server_channel_max_idle_time_seconds (NettyServerConfig's
-        IdleStateHandler) or holding a frame not whole after FRAME_TIMEOUT_S."""
-        idle_s = self.cfg.server_channel_max_idle_time_seconds
-        frame_s = min(FRAME_TIMEOUT_S, idle_s)
-        while not self._stop.is_set():
-            await asyncio.sleep(min(1.0, idle_s / 4))
-            now = time.monotonic()
-            for conn in list(self.conns.values()):
-                if conn.in_flight:  # a held pull or a forwarded request: the broker is the one busy
-                    continue
-                if now - conn.last_active >= idle_s:
-                    self.log_refusal("closing the connection from %s:%d: idle for %d s "
-                                     "(server_channel_max_idle_time_seconds)", *conn.peer, idle_s)
-                    conn.close()
-                elif conn.frame_started and not conn.paused and now - conn.frame_started >= frame_s:
-                    self.log_refusal("closing the connection from %s:%d: a frame not whole after %d s (%d bytes)",
-                                     *conn.peer, frame_s, conn.frames.buffered)
-                    conn.close()
 
     def register(self, conn: Connection) -> str:
         self._ids += 1
@@ -872,14 +867,17 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def main(argv: list[str]) -> int:
-    """python -c "...front.main..." STORE_DIR INDEX PORT LINK_ADDRESS LISTEN_FD (the broker's
-    supervisor runs it, LISTEN_FD inherited)."""
+    """python -c "...front.main..." STORE_DIR INDEX PORT LINK_ADDRESS LISTEN_FD CONNECTIONS_FD (the
+    broker's supervisor runs it, LISTEN_FD and the connection table's CONNECTIONS_FD inherited)."""
     root, index, port, address, listen_fd = argv[0], int(argv[1]), int(argv[2]), argv[3], int(argv[4])
+    connections_fd = int(argv[5])
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s front{index}[%(process)d] %(levelname)s %(message)s")
     parent = os.getppid()
     store = MessageStore.attach(root)
-    front = Front(store, port, address.replace("\\0", "\0"), listen_fd)
+    counter = BrokerConnectionCounter(connections_fd, index, store.config.max_connections,
+                                      store.config.max_connections_per_ip)  # this front's counts zeroed
+    front = Front(store, port, address.replace("\\0", "\0"), listen_fd, counter)
 
     async def run() -> None:
         await front.start()

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from mqstore.broker.controller import BrokerController
+from mqstore.broker.limits import connection_table
 from mqstore.broker.link import link_address
 from mqstore.config import StoreConfig
 from mqstore.acl.plain import AclConfigError, load_acl
@@ -53,21 +54,24 @@ def front_count(setting: int) -> int:
 
 class FrontSupervisor(Supervisor):
     """The node's supervisor, running front processes (``front0``, ``front1``, ...), each given
-    the broker's listening socket (``listener``: its file descriptor, inherited)."""
+    the broker's listening socket (``listener``: its file descriptor, inherited) and its
+    connection table (``connections_fd``: ``mqstore.broker.limits.connection_table``, where the
+    fronts count their connections against the broker's caps; front i owns array i)."""
 
-    def __init__(self, root: str, count: int, listener: socket.socket, address: str, *,
+    def __init__(self, root: str, count: int, listener: socket.socket, address: str, connections_fd: int, *,
                  log_dir: str | None = None) -> None:
         super().__init__(root, tuple(f"front{i}" for i in range(count)), log_dir=log_dir)
         self.listener = listener
         self.port = listener.getsockname()[1]
         self.address = address
+        self.connections_fd = connections_fd
 
     def argv(self, kind: str) -> list[str]:
         return [sys.executable, "-c", _FRONT_ENTRY, self.root, kind.removeprefix("front"), str(self.port),
-                self.address.replace("\0", "\\0"), str(self.listener.fileno())]
+                self.address.replace("\0", "\\0"), str(self.listener.fileno()), str(self.connections_fd)]
 
     def pass_fds(self, kind: str) -> tuple[int, ...]:
-        return (self.listener.fileno(),)
+        return (self.listener.fileno(), self.connections_fd)
 
 
 async def _cancel_other_tasks() -> None:
@@ -147,10 +151,13 @@ class Broker:
         self._thread.start()
         self.controller = BrokerController(self.store, self.port, self.link_address)
         self.fronts: FrontSupervisor | None = None
+        self._connections_fd = -1
         try:
             self._call(self.controller.start())
-            self.fronts = FrontSupervisor(self.root, front_count(self.config.front_processes), self._listener,
-                                          self.link_address, log_dir=None)
+            count = front_count(self.config.front_processes)
+            self._connections_fd = connection_table(count)  # max_connections(_per_ip) hold for the broker
+            self.fronts = FrontSupervisor(self.root, count, self._listener, self.link_address, self._connections_fd,
+                                          log_dir=None)
             self.fronts.start()
             self._call(self.controller.register_all())
         except BaseException:
@@ -217,6 +224,9 @@ class Broker:
         self._loop.close()
         self.store.shutdown()
         self._listener.close()
+        if self._connections_fd >= 0:
+            os.close(self._connections_fd)
+            self._connections_fd = -1
 
     def __enter__(self) -> Broker:
         return self

@@ -531,7 +531,8 @@ _TABLE: tuple[Definition, ...] = (
          "The secret of inner_access_key.",
          java="innerSecretKey", origin="5.x"),
     _key("server_channel_max_idle_time_seconds", int, 120, "s", _POSITIVE,
-         "A client connection that sends nothing for this long is closed.",
+         "A client connection (to a front or the embedded NameServer) that sends nothing for this "
+         "long is closed.",
          java="serverChannelMaxIdleTimeSeconds", origin="NettyServerConfig"),
     _key("write_buffer_high_water_mark", int, 4 * 1024 * 1024, "bytes", _POSITIVE,
          "Answers not yet taken by a client above which its connection is not read any more "
@@ -544,10 +545,12 @@ _TABLE: tuple[Definition, ...] = (
          "See write_buffer_high_water_mark (at most it); RocketMQ 4.9.7's 0 is Netty's 32 KiB.",
          java="writeBufferLowWaterMark", origin="NettyServerConfig"),
     _key("max_connections", int, 10_000, "count", _POSITIVE,
-         "Client connections a front process holds at most; past it a new one is closed at once.",
+         "Client connections the broker holds at most, its front processes together (the embedded "
+         "NameServer counts its own); past it a new one is closed at once.",
          java=None, origin=_OWN),
     _key("max_connections_per_ip", int, 1000, "count", _POSITIVE,
-         "Client connections from one source address a front process holds at most.",
+         "Client connections from one source address the broker holds at most, its front processes "
+         "together (the embedded NameServer counts its own).",
          java=None, origin=_OWN),
     _key("max_requests_in_flight_per_connection", int, 1024, "count", _POSITIVE,
          "Requests of one connection being served at once (held pulls, forwarded requests); past it "

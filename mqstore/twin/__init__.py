@@ -10,4 +10,5 @@ exception types). They are not meant to be fast and are not used by the store.
 - :mod:`mqstore.twin.codec` -- the CommitLog record codec (spec §1, §5.3, Appendix B).
 - :mod:`mqstore.twin.consume_queue` -- the ConsumeQueue unit order check of recovery.
 - :mod:`mqstore.twin.reput` -- the batch cut and parse of the concurrent dispatch (spec §10.2).
+- :mod:`mqstore.twin.conns` -- a broker's connection table (its fronts' counts and caps).
 """
