@@ -165,9 +165,11 @@ class BrokerController:
             # on a loop of its own thread: the controller's work cannot starve it; it trusts the
             # broker's own account (docs/security.md); a taken port is PortInUseError
             # with the ACL on, its accounts with admin: true too (re-read when the file changes)
-            self.namesrv = NameServerThread(self.cfg.effective_bind_address, self.cfg.namesrv_listen_port,
-                                            tls=config_server_context(self.cfg), tls_mode=self.cfg.tls_server_mode,
-                                            accounts=self._trusted_brokers(), setting="namesrv_listen_port")
+            self.namesrv = NameServerThread(
+                self.cfg.effective_bind_address, self.cfg.namesrv_listen_port, tls=config_server_context(self.cfg),
+                tls_mode=self.cfg.tls_server_mode, accounts=self._trusted_brokers(), setting="namesrv_listen_port",
+                server_channel_max_idle_time_seconds=self.cfg.server_channel_max_idle_time_seconds,
+                max_connections=self.cfg.max_connections, max_connections_per_ip=self.cfg.max_connections_per_ip)
             self.namesrv.start()
             bind = self.cfg.effective_bind_address
             host = "127.0.0.1" if bind == "0.0.0.0" else bind

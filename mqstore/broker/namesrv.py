@@ -21,6 +21,13 @@ NameServer's log budget. A ``NameServerLink`` given a client context (the broker
 connects with TLS and checks the NameServer's certificate as the context says; a broker's link to
 the NameServer it embeds is a socket pair (``NameServerThread.connect_local``), so no TLS setting
 can keep the broker from registering with it.
+
+Limits on every connection, as the broker's fronts have them (``mqstore.broker.limits``): one
+silent for ``server_channel_max_idle_time_seconds`` or whose frame does not arrive whole within
+FRAME_TIMEOUT_S (or the idle time when shorter) is closed, and at most ``max_connections`` are
+open, ``max_connections_per_ip`` from one source address (counted by this NameServer alone);
+past them a new connection is closed at once. A socket pair from inside the process (``adopt``)
+is none of the network's and meets none of them.
 """
 
 from __future__ import annotations
@@ -32,13 +39,14 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.acl.signature import ACCESS_KEY, signature_matches
 from mqstore.broker.codes import FAQ, ResponseCode
-from mqstore.broker.limits import LogLimiter
+from mqstore.broker.limits import ConnectionCounter, LogLimiter, housekeeping, next_frame_started
 from mqstore.broker.requests import Handler, handlers_for, int_field, response, route, wall_ms
 from mqstore.broker.routes import (BROKER_CHANNEL_EXPIRED_MS, RouteRefused, RouteTable, parse_register_body,
                                    route_json)
@@ -89,13 +97,34 @@ def _is_loopback(host: str) -> bool:
 
 class _Channel:
     """One connection to the NameServer, the context its requests are served in: registrations
-    made on it are tied to it (``RouteTable``'s channel) and go when it closes."""
+    made on it are tied to it (``RouteTable``'s channel) and go when it closes. What the
+    housekeeping reads of it (``mqstore.broker.limits.Watched``) is kept by ``NameServer._serve``."""
 
-    __slots__ = ("ns", "peer")
+    __slots__ = ("ns", "peer", "writer", "frames", "last_active", "frame_started", "paused")
 
-    def __init__(self, ns: NameServer, peer: str) -> None:
+    def __init__(self, ns: NameServer, peer: str, writer: asyncio.StreamWriter) -> None:
         self.ns = ns
         self.peer = peer
+        self.writer = writer
+        self.frames = FrameReader()
+        self.last_active = time.monotonic()
+        self.frame_started = 0.0  # when the bytes of a frame not yet whole began (0: none)
+        self.paused = False  # its answers wait for it to read them: it is not read meanwhile
+
+    @property
+    def peer_addr(self) -> str:
+        return self.peer
+
+    @property
+    def busy(self) -> bool:
+        return False  # a request is answered before the next is read
+
+    @property
+    def buffered(self) -> int:
+        return self.frames.buffered
+
+    def abort(self) -> None:
+        self.writer.transport.abort()
 
 
 def _guard(spec: RequestSpec, cmd: RemotingCommand, conn: _Channel) -> str | None:
@@ -166,7 +195,10 @@ class NameServer:
 
     ``tls``: the server context (``mqstore.tls.server_context``) and ``tls_mode`` how it is used:
     ``enforcing`` (the default with a context: TLS only) or ``permissive`` (TLS and plain on one
-    port); without a context the port is plain (``disabled``)."""
+    port); without a context the port is plain (``disabled``).
+
+    ``server_channel_max_idle_time_seconds``, ``max_connections``, ``max_connections_per_ip``:
+    the limits on its connections, the broker's settings of those names (defaults as theirs)."""
 
     #: the NameServer's column of the request table (mqstore.broker.table): each code served by the
     #: function of this module its row names
@@ -175,7 +207,8 @@ class NameServer:
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, *, accounts: Accounts | None = None,
                  setting: str = "listen_port", clock_ms: Callable[[], int] = wall_ms,
                  scan_interval_ms: int = SCAN_INTERVAL_MS, tls: ssl.SSLContext | None = None,
-                 tls_mode: str | None = None) -> None:
+                 tls_mode: str | None = None, server_channel_max_idle_time_seconds: int = 120,
+                 max_connections: int = 10_000, max_connections_per_ip: int = 1000) -> None:
         mode = tls_mode or (ENFORCING if tls is not None else DISABLED)
         if mode not in (DISABLED, PERMISSIVE, ENFORCING) or (tls is None) != (mode == DISABLED):
             raise ValueError(f"tls_mode {mode!r} with {'a' if tls is not None else 'no'} TLS context: "
@@ -190,11 +223,16 @@ class NameServer:
         self.clock_ms = clock_ms
         self.scan_interval_ms = scan_interval_ms
         self.log_budget = LogLimiter(log)  # refusals, bad frames, failed requests, failed handshakes
+        self.idle_s = server_channel_max_idle_time_seconds
+        self.counter = ConnectionCounter(max_connections, max_connections_per_ip)
         self._server: asyncio.Server | None = None
         self._listener: socket.socket | None = None  # TLS: the socket the accept loop serves
         self._accepting: asyncio.Task[None] | None = None
         self._scan: asyncio.Task[None] | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
         self._conns: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
+        self._watched: dict[asyncio.StreamWriter, _Channel] = {}  # the network's connections (not adopted)
+        self._closing = False
 
     def trusted(self) -> Mapping[str, str]:
         """The broker accounts trusted now."""
@@ -211,6 +249,8 @@ class NameServer:
             self._accepting = asyncio.create_task(accept_loop(
                 sock, self._protocol, self.tls_mode, self.tls, max_pending=BACKLOG, on_refused=self._refused))
         self._scan = asyncio.create_task(self._scan_loop())
+        self._housekeeping = asyncio.create_task(housekeeping(self._watched.values, self.idle_s, self.log_budget,
+                                                              lambda: self._closing))
         log.info("NameServer listening on %s:%d%s", self.host, self.port,
                  "" if self.tls_mode == DISABLED else f" (TLS {self.tls_mode})")
         if self.accounts is None and not _is_loopback(self.host):
@@ -222,7 +262,7 @@ class NameServer:
         """Serve ``sock``, a connected socket from inside this process (one end of a socket pair),
         as a connection to this NameServer: plain, whatever the port's TLS."""
         sock.setblocking(False)
-        await asyncio.get_running_loop().connect_accepted_socket(self._protocol, sock)
+        await asyncio.get_running_loop().connect_accepted_socket(self._local_protocol, sock)
 
     def _refused(self, why: str) -> None:
         """A connection closed before it was served (a failed TLS handshake): one line, in the budget."""
@@ -233,9 +273,17 @@ class NameServer:
         loop = asyncio.get_running_loop()
         return asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), self._serve, loop=loop)
 
+    def _local_protocol(self) -> asyncio.StreamReaderProtocol:
+        """An adopted socket pair's protocol: served without the network's limits."""
+        loop = asyncio.get_running_loop()
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), self._serve_local, loop=loop)
+
     async def close(self) -> None:
+        self._closing = True
         if self._scan is not None:
             self._scan.cancel()
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
         if self._accepting is not None:
             self._accepting.cancel()
             await asyncio.gather(self._accepting, return_exceptions=True)
@@ -255,21 +303,39 @@ class NameServer:
             for addr in self.routes.expire(self.clock_ms()):
                 log.warning("broker %s dropped: no registration for %d s", addr, BROKER_CHANNEL_EXPIRED_MS // 1000)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_local(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._serve(reader, writer, local=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, local: bool = False) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) else ""
+        conn = _Channel(self, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer) or "this process",
+                        writer)
+        if not local:
+            refused = self.counter.admit(ip)
+            if refused is not None:
+                self.log_budget.warning("refusing a connection from %s: %s", conn.peer, refused)
+                writer.transport.abort()
+                return
+            self._watched[writer] = conn
         task = asyncio.current_task()
         assert task is not None
         self._conns[writer] = task
-        peer = writer.get_extra_info("peername")
-        conn = _Channel(self, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer) or "this process")
-        frames = FrameReader()
+        frames = conn.frames
         try:
             while data := await reader.read(65536):
+                conn.last_active = time.monotonic()
                 frames.feed(data)
+                took = False
                 while (cmd := frames.next()) is not None:
+                    took = True
                     answer = self.handle(cmd, conn)
                     if answer is not None and not cmd.is_oneway:
                         writer.write(answer.encode())
+                conn.frame_started = next_frame_started(conn.frame_started, frames.buffered, took, time.monotonic())
+                conn.paused = True
                 await writer.drain()
+                conn.paused = False
         except (FrameError, ssl.SSLError) as exc:  # a frame, or a TLS record, that does not decode
             self.log_budget.warning("closing the connection from %s: %s", conn.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -277,6 +343,8 @@ class NameServer:
         finally:
             writer.close()
             del self._conns[writer]
+            if self._watched.pop(writer, None) is not None:
+                self.counter.release(ip)
             for addr in self.routes.channel_closed(conn):
                 log.info("broker %s dropped: the connection it registered on (from %s) closed", addr, conn.peer)
 

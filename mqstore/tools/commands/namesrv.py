@@ -3,7 +3,9 @@
 With ``--acl FILE`` (a RocketMQ plain_acl.yml) it takes registrations signed by the file's
 accounts marked ``admin: true`` only (docs/security.md), re-reading the file when it
 changes; a taken port is one line naming it (exit 2). ``--tls-mode permissive|enforcing`` with
-``--tls-cert`` and ``--tls-key`` serves TLS as a broker's port does (RocketMQ's tls.server.*)."""
+``--tls-cert`` and ``--tls-key`` serves TLS as a broker's port does (RocketMQ's tls.server.*).
+``--server-channel-max-idle-time-seconds``, ``--max-connections`` and ``--max-connections-per-ip``
+limit its connections as the broker's settings of those names limit the broker's."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ import ssl
 import sys
 from collections.abc import Callable, Mapping
 
+from mqstore.config import DEFINITIONS
 from mqstore.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from mqstore.tools.commands.common import positive_int
 from mqstore.tls import DISABLED, ENFORCING, PERMISSIVE
 
 
@@ -27,6 +31,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a RocketMQ plain_acl.yml: only brokers signing with one of its accounts with admin: true "
                         "(the brokers' inner_access_key / inner_secret_key) may register or unregister; read again "
                         "when it changes (default: no accounts, registrations need no signature)")
+    limits = p.add_argument_group("limits on every connection (the broker's settings of these names, "
+                                  "counted by this NameServer)")
+    for key, what in (("server_channel_max_idle_time_seconds", "a connection that sends nothing for this many "
+                                                              "seconds is closed"),
+                      ("max_connections", "connections it holds at most; past them a new one is closed at once"),
+                      ("max_connections_per_ip", "connections from one source address it holds at most")):
+        default = DEFINITIONS[key].default
+        limits.add_argument("--" + key.replace("_", "-"), type=positive_int, default=default, metavar="N",
+                            help=f"{what} (default {default})")
     tls = p.add_argument_group("TLS (RocketMQ's tls.server.* settings, the broker's tls_server_* keys)")
     tls.add_argument("--tls-mode", choices=(DISABLED, PERMISSIVE, ENFORCING), default=DISABLED,
                      help="tls.server.mode: disabled (plain, the default), permissive (TLS and plain on one port, "
@@ -96,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         ns = NameServer(args.host, args.listen_port, accounts=accounts, setting="--listen-port", tls=tls,
-                        tls_mode=args.tls_mode)
+                        tls_mode=args.tls_mode,
+                        server_channel_max_idle_time_seconds=args.server_channel_max_idle_time_seconds,
+                        max_connections=args.max_connections, max_connections_per_ip=args.max_connections_per_ip)
         await ns.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
