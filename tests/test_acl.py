@@ -12,6 +12,7 @@ import platform
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,8 +22,8 @@ from hypothesis import strategies as st
 
 from mqstore import _acl
 from mqstore.acl import (ADMIN_CODES_4_9_7, CLIENT_CODES, DENY, PUB, SUB, AclConfigError, AclHolder, PlainAcl,
-                         SessionCredentials, as_credentials, check, load_acl, needs_admin, offset_group, parse_acl,
-                         parse_perm, remote_address, resources)
+                         SessionCredentials, as_credentials, check, load_acl, needs_admin, offset_group,
+                         offset_refusal, parse_acl, parse_perm, remote_address, resources)
 from mqstore.acl import signature as twin
 from mqstore.acl.address import AnyAddress, NoAddress, OneAddress, RangeAddress, SomeAddresses, normalize_ip
 from mqstore.acl.plain import check_permission
@@ -361,60 +362,68 @@ def test_group_resources_use_the_default_group_perm(acl):
     assert "group:groupA is DENY" in check(acl, 38, signed({"consumerGroup": "groupA"}), None, "10.0.0.1")
 
 
-# == moving a group's offsets: admin or the group in groupPerms (mqstore's rule, docs/security.md) ===
+# == setting a group's offsets: admin, the group listed, or a live consumer of it (docs/security.md) ==
 
 _UPDATE = {"topic": "topicB", "queueId": "0", "commitOffset": "5"}
 _PULL = {"topic": "topicB", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32", "suspendTimeoutMillis": "0",
          "subscription": "*", "subVersion": "0"}
 
 
+def _nobody(group: str) -> bool:
+    return False
+
+
 @pytest.mark.parametrize("code, fields, group", [
     (15, {"consumerGroup": "CG", **_UPDATE}, "CG"),
     (15, {"consumerGroup": "", **_UPDATE}, None),
-    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1", "commitOffset": "7"}, "CG"),  # the commit bit
-    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "7", "commitOffset": "0"}, "CG"),
-    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "6", "commitOffset": "7"}, None),  # no commit bit
-    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1", "commitOffset": "-1"}, None),  # nothing to commit
-    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1"}, None),
-    (14, {"consumerGroup": "CG", "topic": "T", "queueId": "0"}, None),  # a query moves nothing
+    # a pull carrying a commit keeps 4.9.7's rule: no step of mqstore's own
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "1", "commitOffset": "7"}, None),
+    (11, {"consumerGroup": "CG", **_PULL, "sysFlag": "6", "commitOffset": "7"}, None),
+    (14, {"consumerGroup": "CG", "topic": "T", "queueId": "0"}, None),  # a query sets nothing
     (38, {"consumerGroup": "CG"}, None),
 ])
-def test_the_group_whose_offsets_a_request_moves(code, fields, group):
+def test_the_group_whose_offsets_a_request_sets(code, fields, group):
     assert offset_group(code, fields) == group
 
 
-def test_an_offset_update_needs_the_group_in_group_perms_not_the_default(acl):
-    """Regression: with defaultGroupPerm SUB, one account could move every group's offsets (RocketMQ
-    4.9.7 lets it). The group listed with SUB (or PUB|SUB) passes; by the default it is refused,
-    naming the group and the rule; listed DENY is refused as before."""
-    def update(group: str, ak: str = "RocketMQ") -> str | None:
+def test_an_offset_update_by_the_default_group_perm_needs_a_live_consumer_of_the_group(acl):
+    """Regression (issue 25, point 8): with defaultGroupPerm SUB, one account could move every
+    group's offsets (RocketMQ 4.9.7 lets it). check() keeps 4.9.7's rule; offset_refusal then
+    passes an admin, a group listed with SUB (or PUB|SUB), or a client the broker holds as a
+    consumer of the group, and refuses anyone else naming the group and why."""
+    def update(group: str, ak: str = "RocketMQ", member: Callable[[str], bool] = _nobody) -> str | None:
         fields = signed({"consumerGroup": group, **_UPDATE}, ak=ak)
-        return check(acl, 15, fields, None, "10.0.0.1")
+        return check(acl, 15, fields, None, "10.0.0.1") or offset_refusal(acl, 15, fields, "10.0.0.1", member)
 
-    assert update("groupB") is None and update("groupC") is None
+    assert update("groupB") is None and update("groupC") is None  # listed
     refused = update("unlisted")
     assert refused is not None
-    assert "moving the offsets of group:unlisted (request code 15) needs admin or unlisted in groupPerms" in refused
-    assert "accessKey=RocketMQ has SUB on it only by its defaultGroupPerm" in refused
-    assert "group:groupA is DENY" in (update("groupA") or "")
+    assert refused.startswith("setting the offsets of group:unlisted (request code 15) refused: this client is "
+                              "not one of unlisted's consumers")
+    assert "accessKey=RocketMQ is not admin and does not list unlisted in groupPerms with SUB" in refused
+    asked: list[str] = []
+    assert update("unlisted", member=lambda g: asked.append(g) or g == "unlisted") is None  # a live consumer
+    assert asked == ["unlisted"]
+    assert update("unlisted", member=lambda g: g == "other") is not None  # a consumer of another group
+    assert "group:groupA is DENY" in (update("groupA", member=lambda g: True) or "")  # DENY stays DENY
     assert update("anything", ak="rocketmq2") is None  # an admin account
-    # what the group needs otherwise is unchanged: reads of it by the default still pass
-    assert check(acl, 38, signed({"consumerGroup": "unlisted"}), None, "10.0.0.1") is None
+    # check() alone is 4.9.7's: SUB on the group by the default is enough
+    assert check(acl, 15, signed({"consumerGroup": "unlisted", **_UPDATE}), None, "10.0.0.1") is None
 
 
-def test_a_pull_that_commits_is_an_offset_update(acl):
-    def pull(group: str, sys_flag: int, ak: str = "RocketMQ") -> str | None:
-        fields = signed({"consumerGroup": group, **_PULL, "sysFlag": str(sys_flag), "commitOffset": "3"}, ak=ak)
-        return check(acl, 11, fields, None, "10.0.0.1")
+def test_a_pull_that_commits_keeps_the_rule_of_4_9_7(acl):
+    """A pull carrying a commit needs SUB on its topic and group, the default included: a C++ push
+    consumer whose account has its group by defaultGroupPerm commits with its pulls."""
+    for sys_flag in (0x2 | 0x4, 0x1 | 0x2 | 0x4):
+        fields = signed({"consumerGroup": "unlisted", **_PULL, "sysFlag": str(sys_flag), "commitOffset": "3"})
+        assert check(acl, 11, fields, None, "10.0.0.1") is None
+        assert offset_refusal(acl, 11, fields, "10.0.0.1", _nobody) is None
+    denied = signed({"consumerGroup": "groupA", **_PULL, "sysFlag": "5", "commitOffset": "3"})
+    assert "group:groupA is DENY" in (check(acl, 11, denied, None, "10.0.0.1") or "")
 
-    assert pull("unlisted", 0x2 | 0x4) is None  # pulls without the commit bit: the default is enough
-    assert "moving the offsets of group:unlisted (request code 11)" in (pull("unlisted", 0x1 | 0x2 | 0x4) or "")
-    assert pull("groupC", 0x1 | 0x2 | 0x4) is None
-    assert pull("anyone", 0x1, ak="rocketmq2") is None
 
-
-def test_an_admin_with_lists_moves_offsets_by_its_default_group_perm():
-    """Admin or a listed group: an admin's default group permission is enough, its DENY is not."""
+def test_an_admin_with_lists_sets_offsets_by_its_default_group_perm():
+    """An admin's default group permission is enough; its DENY is not."""
     import yaml
     listed = parse_acl(yaml.safe_load("""
         accounts:
@@ -423,14 +432,21 @@ def test_an_admin_with_lists_moves_offsets_by_its_default_group_perm():
     """))
 
     def update(group: str) -> str | None:
-        return check(listed, 15, signed({"consumerGroup": group, **_UPDATE}, ak="admin-with-list"), None, "10.0.0.1")
+        fields = signed({"consumerGroup": group, **_UPDATE}, ak="admin-with-list")
+        return check(listed, 15, fields, None, "10.0.0.1") or offset_refusal(listed, 15, fields, "10.0.0.1", _nobody)
 
     assert update("unlisted") is None
     assert "group:gone is DENY" in (update("gone") or "")
 
 
 def test_white_addresses_still_pass_offset_updates(acl):
-    assert check(acl, 15, {"consumerGroup": "unlisted", **_UPDATE}, None, "192.168.0.7") is None
+    fields = {"consumerGroup": "unlisted", **_UPDATE}
+    assert check(acl, 15, fields, None, "192.168.0.7") is None
+    assert offset_refusal(acl, 15, fields, "192.168.0.7", _nobody) is None  # globalWhiteRemoteAddresses
+    admin_white = signed(fields, ak="rocketmq2")
+    assert offset_refusal(acl, 15, admin_white, "192.168.1.9", _nobody) is None  # the account's white address
+    anonymous = offset_refusal(acl, 15, fields, "10.0.0.1", _nobody)
+    assert anonymous is not None and "the request has no account of the ACL" in anonymous
 
 
 # == signatures ======================================================================================

@@ -28,9 +28,8 @@ def run(coro):
 
 
 def acl() -> PlainAcl:
-    # the consumer's group listed: committing its offsets needs more than defaultGroupPerm
     return parse_acl({"accounts": [{"accessKey": AK, "secretKey": SK, "defaultTopicPerm": "PUB|SUB",
-                                    "defaultGroupPerm": "SUB", "groupPerms": ["CG_ACL=SUB"]}]})
+                                    "defaultGroupPerm": "SUB"}]})
 
 
 def assert_all_signed(server: RecordingServer, codes: set[int], token: str | None = None) -> None:

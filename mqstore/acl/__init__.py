@@ -19,9 +19,10 @@ from mqstore.acl.plain import (ANY, DENY, PUB, SUB, Account, AclConfigError, Pla
                                parse_acl, parse_perm)
 from mqstore.acl.signature import (SessionCredentials, as_credentials, calc_signature, request_content, sign_fields,
                                    signature_matches)
-from mqstore.acl.validator import ADMIN_CODES_4_9_7, CLIENT_CODES, check, needs_admin, offset_group, resources
+from mqstore.acl.validator import (ADMIN_CODES_4_9_7, CLIENT_CODES, check, needs_admin, offset_group, offset_refusal,
+                                   resources)
 
 __all__ = ["ADMIN_CODES_4_9_7", "ANY", "Account", "AclConfigError", "AclHolder", "CLIENT_CODES", "DENY", "PUB",
            "PlainAcl", "RemoteAddress", "SUB", "SessionCredentials", "as_credentials", "calc_signature", "check",
-           "check_permission", "load_acl", "needs_admin", "normalize_ip", "offset_group", "parse_acl", "parse_perm",
-           "remote_address", "request_content", "resources", "sign_fields", "signature_matches"]
+           "check_permission", "load_acl", "needs_admin", "normalize_ip", "offset_group", "offset_refusal", "parse_acl",
+           "parse_perm", "remote_address", "request_content", "resources", "sign_fields", "signature_matches"]

@@ -14,10 +14,17 @@ what.
 6. a request code that needs admin (``needs_admin``) from an account that is not admin is refused;
 7. every resource the request uses (``resources``) needs the account's permission: the one
    listed in topicPerms / groupPerms, else defaultTopicPerm / defaultGroupPerm; an admin account
-   with neither list may use every resource;
-8. a request that moves a group's committed offsets (``offset_group``) needs an admin account or
-   the group listed in groupPerms with SUB: defaultGroupPerm is not enough (mqstore's rule, not
-   4.9.7's, where SUB by default lets any account move any group's offsets).
+   with neither list may use every resource.
+
+Then one step of mqstore's own, not 4.9.7's: ``offset_refusal(acl, code, ext_fields, remote_ip,
+is_member)``, asked after ``check`` by whoever knows the group's consumers (the broker's
+controller), for a client's request that sets a consumer group's offsets (``offset_group``:
+UPDATE_CONSUMER_OFFSET). It needs an admin account, the group listed in groupPerms with SUB, or
+the client to be a live consumer of the group (a heartbeat on its connection registering a
+consumer of the group, which the broker still holds); an address that passed above passes. 4.9.7
+asks SUB on the group only, defaultGroupPerm included, so any such account moves any group's
+offsets. A pull carrying a commit keeps 4.9.7's rule (SUB on its topic and group, defaults
+included): consumers whose accounts have their groups by defaultGroupPerm must work.
 
 Which codes need admin. RocketMQ 4.9.7 (Permission.ADMIN_CODE) asks it only for topic and group
 creation, change and deletion and broker config changes (``ADMIN_CODES_4_9_7``). Here every request
@@ -35,7 +42,7 @@ consumer group (the C++ producer's UNREGISTER_CLIENT) is no resource.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mqstore._acl import signature_matches
@@ -44,7 +51,7 @@ from mqstore.acl.plain import PUB, SUB, Account, PlainAcl, check_permission, gro
 from mqstore.acl.signature import ACCESS_KEY
 
 __all__ = ["ADMIN_CODES_4_9_7", "CLIENT_CODES", "RMQ_SYS_TRACE_TOPIC", "SendVerdicts", "check", "describe",
-           "needs_admin", "offset_group", "resources"]
+           "needs_admin", "offset_group", "offset_refusal", "resources"]
 
 #: TopicValidator.RMQ_SYS_TRACE_TOPIC: sends to it pass once the signature is checked
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -68,8 +75,6 @@ _CLIENT = frozenset(CLIENT_CODES)
 SEND_MESSAGE, PULL_MESSAGE, QUERY_MESSAGE, UPDATE_CONSUMER_OFFSET = 10, 11, 12, 15
 HEART_BEAT, UNREGISTER_CLIENT, CONSUMER_SEND_MSG_BACK, GET_CONSUMER_LIST_BY_GROUP = 34, 35, 36, 38
 SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 310, 320
-#: PullSysFlag's bit asking the broker to store the pull's commitOffset as the group's offset
-PULL_COMMIT_OFFSET_FLAG = 0x1
 
 
 def needs_admin(code: int) -> bool:
@@ -150,33 +155,48 @@ def resources(code: int, fields: Mapping[str, str], body: bytes | None = None) -
 
 
 def offset_group(code: int, fields: Mapping[str, str]) -> str | None:
-    """The consumer group whose committed offsets request code moves, or None: an
-    UPDATE_CONSUMER_OFFSET's, and a PULL_MESSAGE's that carries a commit (PullSysFlag's commit bit
-    and a commitOffset of 0 or more, which the master stores as UPDATE_CONSUMER_OFFSET does)."""
-    group = fields.get("consumerGroup")
-    if not group:
-        return None
+    """The consumer group whose offsets request code sets, for ``offset_refusal``, or
+    None: an UPDATE_CONSUMER_OFFSET's consumerGroup. A PULL_MESSAGE carrying a commit
+    (PullSysFlag's commit bit and a commitOffset of 0 or more, which the master stores as the
+    group's offset) is not one: it keeps 4.9.7's rule, SUB on its topic and group, defaults
+    included, so that consumers whose accounts have their groups by defaultGroupPerm work."""
     if code == UPDATE_CONSUMER_OFFSET:
-        return group
-    if code == PULL_MESSAGE:
-        try:
-            commits = bool(int(fields.get("sysFlag", "0")) & PULL_COMMIT_OFFSET_FLAG) and int(fields["commitOffset"]) >= 0
-        except (KeyError, ValueError):
-            return None
-        return group if commits else None
+        return fields.get("consumerGroup") or None
     return None
 
 
-def _offset_refusal(account: Account, code: int, group: str) -> str | None:
-    """Step 8: moving a group's offsets needs admin or the group listed in groupPerms with SUB."""
-    if account.admin:
+def offset_refusal(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], remote_ip: str,
+                   is_member: Callable[[str], bool]) -> str | None:
+    """mqstore's step after ``check`` (module docstring), for a request it allowed: None when it
+    may set its group's offsets, else the refusal's remark (NO_PERMISSION), naming the group.
+    ``is_member(group)`` says whether the requesting client is a live consumer of group (the
+    broker's controller answers it: a heartbeat on the client's connection registering a consumer
+    of group, which the broker still holds). Allowed: a request that sets no group's offsets
+    (``offset_group``), one whose address passed (globalWhiteRemoteAddresses, the account's
+    whiteRemoteAddress), one whose account is admin or lists the group in groupPerms with SUB,
+    and one from a live consumer of the group."""
+    group = offset_group(code, ext_fields)
+    if group is None:
         return None
-    perm, listed = account.perm_of(retry_topic(group))
-    if listed and check_permission(SUB, perm):
+    ip = normalize_ip(remote_ip)
+    if acl.global_white and acl.in_global_white(ip):
         return None
-    return (f"moving the offsets of group:{group} (request code {code}) needs admin or {group} in groupPerms with "
-            f"SUB: accessKey={account.access_key} has SUB on it only by its defaultGroupPerm (mqstore asks more "
-            "than RocketMQ 4.9.7 here: docs/security.md)")
+    ak = ext_fields.get(ACCESS_KEY)
+    account = acl.accounts.get(ak) if ak else None
+    if account is not None:
+        white = account.white_remote_address
+        if (white is not NO_ADDRESS and white.match(ip)) or account.admin:
+            return None
+        perm, listed = account.perm_of(retry_topic(group))
+        if listed and check_permission(SUB, perm):
+            return None
+    if is_member(group):
+        return None
+    whose = (f"accessKey={ak} is not admin and does not list {group} in groupPerms with SUB" if account is not None
+             else f"the request has no account of the ACL (accessKey={ak})")
+    return (f"setting the offsets of group:{group} (request code {code}) refused: this client is not one of "
+            f"{group}'s consumers (no heartbeat on its connection registering a consumer of {group} that the "
+            f"broker still holds), and {whose} (docs/security.md)")
 
 
 def describe(resource: str) -> str:
@@ -238,10 +258,7 @@ def check(acl: PlainAcl, code: int, ext_fields: Mapping[str, str], body: bytes |
         return f"cannot check the permissions of accessKey={ak}: {exc}"
     if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:
         return None
-    refused = _check_perms(account, code, needed, needs_admin(code) if admin is None else admin)
-    if refused is None and (group := offset_group(code, ext_fields)) is not None:
-        return _offset_refusal(account, code, group)
-    return refused
+    return _check_perms(account, code, needed, needs_admin(code) if admin is None else admin)
 
 
 class SendVerdicts:

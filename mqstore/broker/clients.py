@@ -330,6 +330,12 @@ class ConsumerManager:
         info = self._groups.get(group)
         return list(info.channels) if info else []
 
+    def has_channel(self, group: str, channel: Hashable) -> bool:
+        """Whether the channel is one of the group's: a heartbeat on it registered a consumer of
+        the group, not since unregistered, closed or expired (the ACL's offset rule, docs/security.md)."""
+        info = self._groups.get(group)
+        return info is not None and channel in info.channels
+
     def find_channel(self, group: str, client_id: str) -> Hashable | None:
         """The channel of the group's client with that id (findChannel), or None."""
         info = self._groups.get(group)

@@ -29,6 +29,7 @@ from typing import Any
 from mqstore._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.acl.holder import AclHolder, admin_accounts
 from mqstore.acl.signature import sign_fields
+from mqstore.acl.validator import offset_refusal
 from mqstore.broker import link
 from mqstore.broker.clients import ConsumerManager, ProducerManager, consumer_list_body, parse_heartbeat
 from mqstore.broker.codes import RequestCode, ResponseCode, put_response, topic_not_exist
@@ -147,6 +148,10 @@ class BrokerController:
         self._register_now = asyncio.Event()
         self.registrations = 0  # successful REGISTER_BROKER calls (status, tests)
         self.errors = LogLimiter(log)  # requests that failed inside a handler
+        #: the ACL (acl_enable), for its one step that needs the consumer groups' members
+        #: (_offset_membership_refusal); the fronts check everything else
+        self.acl = AclHolder(cfg.acl_path(self.root)) if cfg.acl_enable else None
+        self.refusals = LogLimiter(log)  # requests refused here (a oneway one is answered to nobody)
         #: creations waiting for the next registration to reach the NameServers (_next_registration)
         self._awaiting_registration: list[asyncio.Future[None]] = []
         self._registering: dict[str, asyncio.Future[None]] = {}  # topic -> its creation's registration
@@ -512,9 +517,34 @@ class BrokerController:
         return bool(result.message_count and result.suggest_pulling_from_slave)
 
     def _update_offset(self, cmd: RemotingCommand) -> RemotingCommand:
+        refused = self._offset_membership_refusal(cmd.code, cmd.ext_fields)
+        if refused is not None:
+            return response(cmd, ResponseCode.NO_PERMISSION, refused)
         self.offsets.commit(field(cmd.ext_fields, "consumerGroup"), field(cmd.ext_fields, "topic"), int_field(cmd.ext_fields, "queueId"),
                             int_field(cmd.ext_fields, "commitOffset"))
         return response(cmd, ResponseCode.SUCCESS)
+
+    def _offset_membership_refusal(self, code: int, fields: Mapping[str, str]) -> str | None:
+        """The ACL's check that a client may set a consumer group's offsets (mqstore's rule,
+        docs/security.md "Offsets are the group's"), after the front's check of the request
+        table's ACL column: with acl_enable, a client's UPDATE_CONSUMER_OFFSET needs an admin
+        account, the group listed in its account's groupPerms with SUB, or the client to be a live
+        consumer of the group: its connection (``_conn``) a channel of the group here, registered
+        by a heartbeat and not since unregistered, closed or expired
+        (mqstore.acl.validator.offset_refusal). Why it is refused (NO_PERMISSION), or None.
+        A client's request comes forwarded with ``_peer`` (link.py); what the broker's own
+        processes send without it is not a client's: a front's commit of a pull's commitOffset,
+        which keeps 4.9.7's rule and was checked with the pull, and an embedded consumer's commit.
+        With the ACL off nothing is checked (RocketMQ 4.9.7 without ACL)."""
+        peer = fields.get(link.PEER)
+        if self.acl is None or peer is None:
+            return None
+        conn = fields.get(link.CONN, "")
+        refused = offset_refusal(self.acl.current(), code, fields, peer.rpartition(":")[0],
+                                 lambda group: self.consumers.has_channel(group, conn))
+        if refused is not None:
+            self.refusals.warning("ACL: refusing request %d from %s: %s", code, peer, refused)
+        return refused
 
     def _send_back(self, cmd: RemotingCommand) -> RemotingCommand:
         group = field(cmd.ext_fields, "group")

@@ -8,7 +8,9 @@ groups, topic creation) lives in the controller, which every front reaches over 
 - a client's request the front does not serve is forwarded as it came, with two ext fields added,
   ``_conn`` (the client connection's id, ``<front pid>:<n>``) and ``_peer`` (its ip:port), under
   an opaque of the link's own; the controller's response goes back to the client with the
-  client's opaque;
+  client's opaque; ``_peer`` marks a client's request (the controller's ACL check of offset
+  updates, BrokerController._offset_membership_refusal, is for clients': a front's commit of a
+  pull's commitOffset comes as UPDATE_CONSUMER_OFFSET with ``_conn`` alone);
 - the internal requests below (codes 9000 and up, never seen by clients) ask for what a front
   caches (the topic table, a consumer group's config) or tell what it saw (a closed connection);
 - the controller pushes topic changes and NOTIFY_CONSUMER_IDS_CHANGED deliveries to the fronts.

@@ -95,6 +95,7 @@ _TABLE = (
     _send(R.SEND_MESSAGE),
     _send(R.SEND_MESSAGE_V2),
     _send(R.SEND_BATCH_MESSAGE),
+    # SUB on the topic and the group, defaults included (4.9.7's rule), for a commit it carries too
     RequestSpec(R.PULL_MESSAGE, _F, _CLIENT, "_pull",
                 required=("consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag"),
                 numbers={"queueId": _I, "queueOffset": _L, "maxMsgNums": _I, "sysFlag": _I, "commitOffset": _L,
@@ -113,6 +114,10 @@ _TABLE = (
     RequestSpec(R.GET_CONSUMER_LIST_BY_GROUP, _C, _CLIENT, "_consumer_list", required=("consumerGroup",)),
     RequestSpec(R.QUERY_CONSUMER_OFFSET, _C, _CLIENT, "_query_offset", required=("consumerGroup", "topic", "queueId"),
                 numbers={"queueId": _I}),
+    # CLIENT's check in the front (SUB on the group and the topic, as 4.9.7), then the membership
+    # check in the controller's handler (BrokerController._offset_membership_refusal: with the ACL
+    # on, an admin account, the group in the account's groupPerms, or a live consumer of the group;
+    # docs/security.md "Offsets are the group's"). A pull's commit keeps 4.9.7's rule (PULL_MESSAGE).
     RequestSpec(R.UPDATE_CONSUMER_OFFSET, _C, _CLIENT, "_update_offset",
                 required=("consumerGroup", "topic", "queueId", "commitOffset"),
                 numbers={"queueId": _I, "commitOffset": _L}),
