@@ -55,8 +55,29 @@ def spark():
     spark.stop()
 
 
+#: the files that take longest (minutes each on 2 cores): run first, so that with pytest-xdist's
+#: --dist loadfile the short files fill the end of the run instead of one long file running
+#: alone on one worker while the other idles (it did: ~7 minutes of a CI run)
+LONGEST_FILES = ("test_spark_remote_cluster.py", "test_ha_kill.py", "test_spark_remote.py", "test_node.py",
+                 "test_spark_write_retry.py", "test_attacks.py")
+_HEAVY = ("spark", "slow", "multiprocess")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses the Spark session is marked ``spark`` (the fast subset leaves it out)."""
+    """A test that uses the Spark session is marked ``spark`` (the fast subset leaves it out).
+    Files then run longest first: LONGEST_FILES, then by how many spark/slow/multiprocess tests
+    they hold, each file's tests in their own order (the same order on every xdist worker)."""
+    heavy: dict[str, int] = {}
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+        name = item.path.name
+        heavy[name] = heavy.get(name, 0) + any(item.get_closest_marker(m) for m in _HEAVY)
+
+    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, int, int]:
+        at, item = pair
+        name = item.path.name
+        first = LONGEST_FILES.index(name) if name in LONGEST_FILES else len(LONGEST_FILES)
+        return first, -heavy[name], at
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
