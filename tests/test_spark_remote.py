@@ -30,7 +30,7 @@ from mqstore.spark.remote.reader import NetworkBatchReader, NetworkStreamReader,
 from mqstore.spark.remote.writer import (SINK_PROPERTY, NetworkBatchWriter, NetworkStreamWriter, SinkReport,
                                          fence_topic)
 from mqstore.spark.source import SCHEMA, DataLossError, MQStoreBatchReader
-from mqstore.spark.write import WriteError
+from mqstore.spark.rows import WriteError
 
 pytestmark = pytest.mark.multiprocess
 

@@ -23,15 +23,12 @@ from mqstore import Message, MessageStore
 from mqstore._codec import decode_batch_body
 from mqstore.tools.checker import check_store
 from mqstore.spark.options import OptionError
-from mqstore.spark.write import (
+from mqstore.spark.rows import (
     SINK_PROPERTY,
     TASK_PROPERTY,
-    MQStoreBatchWriter,
-    MQStoreStreamWriter,
     QueueChooser,
     RowLimits,
     RowStager,
-    SinkLog,
     WriteError,
     check_rows,
     chunks,
@@ -40,8 +37,9 @@ from mqstore.spark.write import (
     stage_rows,
     staged_batch,
     write_columns,
-    write_dir,
 )
+from mqstore.spark.sink import MQStoreStreamWriter, SinkLog
+from mqstore.spark.write import MQStoreBatchWriter, write_dir
 
 pytestmark = pytest.mark.spark
 
@@ -246,7 +244,8 @@ def test_a_retried_task_puts_only_what_its_killed_attempt_did_not_and_the_same_r
         assert _attempt(pickled, 2, 0, 5000, 2048) == -signal.SIGKILL
         assert 2048 <= len(_read_all(store)) < 5000
         # attempt 1 recomputes the partition differently (a non-deterministic source): the
-        # staged rows of attempt 0 are what is put, the rest of them exactly once
+        # staged rows of attempt 0 are what is put, the rest of them exactly once (_task is
+        # mqstore.spark.rows's; patched where the batch writer looks it up)
         monkeypatch.setattr("mqstore.spark.write._task", lambda: (2, 1))
         other = pa.record_batch({"topic": ["K"] * 10, "body": [b"other-%d" % i for i in range(10)]})
         assert writer.write(iter([other])).messages == 5000
@@ -415,7 +414,7 @@ def test_a_replayed_micro_batch_is_not_written_twice(spark, tmp_path):
 
 APPLY_AND_DIE = """
 import os, signal, sys
-from mqstore.spark.write import SinkLog
+from mqstore.spark.sink import SinkLog
 
 root, files, after = sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from mqstore import MessageStore
-from mqstore.spark.write import TASK_PROPERTY
+from mqstore.spark.rows import TASK_PROPERTY
 
 pytestmark = pytest.mark.spark
 

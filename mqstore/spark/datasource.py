@@ -1,7 +1,9 @@
 """The "mqstore" PySpark data source: ``format("mqstore")`` for batch and streaming reads and
 writes. It only ties the parts together: batch reads (mqstore.spark.source), streaming reads
-(mqstore.spark.stream) and writes (mqstore.spark.write), which import one another only
-downward (stream and write take the schema, options and the reading core from source).
+(mqstore.spark.stream), batch writes (mqstore.spark.write) and streaming writes
+(mqstore.spark.sink), which import one another only downward (stream and the writers take the
+schema, options and the reading core from source; both writers take rows to messages from
+mqstore.spark.rows).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class MQStoreDataSource(DataSource):
                 from mqstore.spark.remote.writer import NetworkStreamWriter
                 return NetworkStreamWriter(dict(self.options), schema, overwrite)
             check_options(dict(self.options), "stream-write")
-            from mqstore.spark.write import MQStoreStreamWriter
+            from mqstore.spark.sink import MQStoreStreamWriter
 
             return MQStoreStreamWriter(dict(self.options), schema, overwrite)
 

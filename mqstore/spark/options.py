@@ -39,7 +39,7 @@ STREAM_READ_OPTIONS = ("maxRecordsPerTrigger", "maxOffsetsPerTrigger", "minOffse
 #: reading or writing a cluster through its NameServers (mqstore.spark.remote)
 NETWORK_OPTIONS = ("namesrv", "accessKey", "secretKey", "tls", "tlsCaFile", "namesrvTls", "consumerGroup",
                    "producerGroup", "pullBatchSize", "timeoutMs")
-#: writes (mqstore.spark.write)
+#: writes (mqstore.spark.write, mqstore.spark.sink)
 WRITE_OPTIONS = ("queueCount",)
 STREAM_WRITE_OPTIONS = ("sinkId",)
 #: Kafka's name -> the name it stands for here

@@ -5,13 +5,13 @@ option ``namesrv``, each task sending its rows with ``mqstore.client.SyncProduce
     (df.writeStream.format("mqstore").option("namesrv", "ns:9876").option("sinkId", "orders-etl")
        .option("checkpointLocation", ckpt).start())
 
-Columns are the local sink's (mqstore.spark.write.WRITE_TYPES: ``topic`` and ``body`` required,
+Columns are the local sink's (mqstore.spark.rows.WRITE_TYPES: ``topic`` and ``body`` required,
 ``queue_id``, ``tags``, ``keys``, ``properties``), and ``broker`` (string, optional: the broker
 name). A row goes to one of the topic's write queues (its route's, every broker's, sorted by
 broker then queue id) that fit its ``broker`` and ``queue_id``: the only one, else the one the
-hash of its keys picks (as mqstore.spark.write.QueueChooser: Java's String.hashCode), else
+hash of its keys picks (as mqstore.spark.rows.QueueChooser: Java's String.hashCode), else
 round-robin from the task's partition id. Rows sharing a queue go as batches
-(SEND_BATCH_MESSAGE) of up to 1,024 messages / about 1 MiB (mqstore.spark.write.chunks).
+(SEND_BATCH_MESSAGE) of up to 1,024 messages / about 1 MiB (mqstore.spark.rows.chunks).
 Properties RocketMQ reserves (UNIQ_KEY, TAGS, KEYS, ... : mqstore.client.protocol.SYSTEM_PROPERTIES)
 are left out of the properties column: the producer sets them from its own columns.
 
@@ -63,8 +63,8 @@ from mqstore.spark.options import OptionError, check_options
 from mqstore.spark.remote.cluster import BACK_STEP, Cluster, ClusterConfig, RemoteQueue, queue_key
 from mqstore.spark.remote.reader import BROKER_COLUMN
 from mqstore.spark.source import record_batch
-from mqstore.spark.write import (SINK_PROPERTY, QueueChooser, RowLimits, WriteError, WriteReport, check_rows, chunks,
-                                 write_columns)
+from mqstore.spark.rows import (SINK_PROPERTY, QueueChooser, RowLimits, WriteError, WriteReport, check_rows, chunks,
+                                write_columns)
 
 __all__ = ["NetworkBatchWriter", "NetworkStreamWriter", "STATE_TOPIC_PREFIX"]
 
@@ -139,7 +139,7 @@ class Targets:
         return cands[0] if len(cands) == 1 else cands[chooser.choose(topic, keys)]
 
 
-#: what a row is checked against (mqstore.spark.write.check_rows): RocketMQ's defaults, a
+#: what a row is checked against (mqstore.spark.rows.check_rows): RocketMQ's defaults, a
 #: broker's own limits are not known to its clients (a broker with smaller ones refuses the send)
 LIMITS = RowLimits()
 Groups = dict[tuple[str, str, int], tuple[list[Message], list[int]]]
