@@ -240,6 +240,11 @@ def _child_pull(spec: dict[str, Any], emit: Callable[..., None], stopping: Calla
         PullConsumer.offset_table[f"{spec['topic'].encode()!r}@{queue_id}"] = offset
     consumer.start()
     emit(ev="started")
+    if spec.get("max_pulls"):
+        _bounded_pulls(consumer, spec, emit)
+        consumer.shutdown()
+        emit(ev="shutdown")
+        return
     for round_ in range(spec.get("rounds", 1)):
         for msg in consumer.pull(spec["topic"], spec.get("expression", "*"), spec.get("max_num", 32)):
             emit(ev="msg", body=_text(msg.body), tags=_text(msg.tags), keys=_text(msg.keys), topic=msg.topic,
@@ -247,6 +252,53 @@ def _child_pull(spec: dict[str, Any], emit: Callable[..., None], stopping: Calla
         emit(ev="pulled", round=round_, offsets=dict(PullConsumer.offset_table))
     consumer.shutdown()
     emit(ev="shutdown")
+
+
+def _bounded_pulls(consumer: Any, spec: dict[str, Any], emit: Callable[..., None]) -> None:
+    """At most spec["max_pulls"] pulls of each of the topic's queues from offset 0, through the C
+    API the wheel's PullConsumer.pull uses (which pulls again forever while a pull fails: its
+    BROKER_TIMEOUT status, also what a refused pull gives, §7.4): each pull is an event "pull"
+    (its status by name), each message an event "msg"; a queue ends at NO_NEW_MSG. Why a pull
+    failed is only in the client's log (ClientProc.client_log). A failed pull is followed by a
+    pause (spec["fail_pause_s"], 0.2 s): the client fails a pull at once, unanswered, while
+    another of its threads holds its connection table to connect to the broker."""
+    import ctypes
+
+    from rocketmq.client import RecvMessage
+    from rocketmq.exceptions import ffi_check
+    from rocketmq.ffi import _CMessageQueue, _CPullStatus, dll
+
+    queues = ctypes.POINTER(_CMessageQueue)()
+    count = ctypes.c_int()
+    ffi_check(dll.FetchSubscriptionMessageQueues(consumer._handle, spec["topic"].encode(), ctypes.pointer(queues),
+                                                 ctypes.pointer(count)))
+    emit(ev="queues", count=count.value)
+    try:
+        for i in range(count.value):
+            mq = queues[i]
+            offset = 0
+            for _ in range(spec["max_pulls"]):
+                result = dll.Pull(consumer._handle, ctypes.pointer(mq), spec.get("expression", "*").encode(), offset,
+                                  spec.get("max_num", 32))
+                try:
+                    status = _CPullStatus(result.pullStatus).name
+                    emit(ev="pull", queue_id=mq.queueId, offset=offset, status=status, size=result.size,
+                         next=result.nextBeginOffset)
+                    if status == "FOUND":
+                        for j in range(result.size):
+                            msg = RecvMessage(result.msgFoundList[j])
+                            emit(ev="msg", body=_text(msg.body), topic=msg.topic, queue_id=msg.queue_id,
+                                 queue_offset=msg.queue_offset)
+                    if status != "BROKER_TIMEOUT":
+                        offset = result.nextBeginOffset
+                finally:
+                    dll.ReleasePullResult(result)
+                if status == "NO_NEW_MSG":
+                    break
+                if status == "BROKER_TIMEOUT":
+                    time.sleep(spec.get("fail_pause_s", 0.2))
+    finally:
+        ffi_check(dll.ReleaseSubscriptionMessageQueue(queues))
 
 
 # == the test side =================================================================================
@@ -326,6 +378,15 @@ class ClientProc:
                 os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self.output.close()
+
+    def client_log(self) -> str:
+        """The C++ client's log of this child ($HOME/logs/rocketmq-cpp/PID_*), whole; complete once
+        the child has ended."""
+        text = ""
+        for path in sorted(glob.glob(os.path.join(self.home, "logs", "rocketmq-cpp", f"{self.proc.pid}_*"))):
+            with open(path, "rb") as fh:
+                text += fh.read().decode(errors="replace")
+        return text
 
     def diagnostics(self) -> str:
         with open(os.path.join(self.dir, "output.txt"), "rb") as fh:
