@@ -35,8 +35,6 @@ accounts:
       - TopicA=PUB|SUB
       - TopicRO=SUB
     groupPerms:
-      - CID_A=SUB  # these commit their offsets: defaultGroupPerm is not enough (docs/security.md)
-      - CID_CPP_PUSH=SUB
       - CID_DENIED=DENY
   - accessKey: rocketmq2
     secretKey: "87654321"
