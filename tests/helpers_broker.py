@@ -165,3 +165,32 @@ def send_raw(address: str, topic: str, bodies: list[bytes], *, tags: str = "", q
                 frames.feed(data)
             out.append((answer.code, answer.remark, answer.ext_fields))
     return out
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """The server closed the connection (EOF or reset), without waiting."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(65536) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
+def trickled_until_closed(sock: socket.socket, data: bytes, every_s: float = 0.25, bound_s: float = 20.0) -> bool:
+    """Send data a byte every every_s seconds; True once the server has closed the connection
+    (within bound_s), False if every byte went out and it is still open."""
+    deadline = time.monotonic() + bound_s
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+        except ConnectionError:
+            return True
+        if closed_by_peer(sock):
+            return True
+        assert time.monotonic() < deadline, f"the connection is still open after {bound_s} s of trickling"
+        time.sleep(every_s)
+    return False

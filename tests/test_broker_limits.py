@@ -16,7 +16,8 @@ import sys
 import time
 
 import pytest
-from helpers_broker import LOOPBACK, ROOT, BrokerProcess, broker_settings, free_port, running_broker
+from helpers_broker import (LOOPBACK, ROOT, BrokerProcess, broker_settings, closed_by_peer, free_port, running_broker,
+                            trickled_until_closed)
 from helpers_proc import wait_until
 
 from mqstore._conns import address_slot
@@ -53,20 +54,6 @@ def _read_answers(sock: socket.socket, count: int, timeout_s: float = 30.0) -> l
         while (cmd := frames.next()) is not None:
             out.append(cmd)
     return out
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    """The broker closed the connection (EOF or reset), without waiting."""
-    sock.setblocking(False)
-    try:
-        data = sock.recv(65536)
-    except BlockingIOError:
-        return False
-    except ConnectionError:
-        return True
-    finally:
-        sock.setblocking(True)
-    return data == b""
 
 
 def _rss_kb(pid: int) -> int:
@@ -161,25 +148,13 @@ def limited(tmp_path_factory):
 
 def test_an_idle_connection_is_closed(limited):
     with _connect(limited.address) as sock:
-        assert wait_until(lambda: _closed_by_peer(sock), 20, "the idle connection closed", every_s=0.1)
+        assert wait_until(lambda: closed_by_peer(sock), 20, "the idle connection closed", every_s=0.1)
 
 
 def test_a_frame_trickled_a_byte_at_a_time_is_closed(limited):
     frame = _max_offset(1)
     with _connect(limited.address) as sock:
-        deadline = time.monotonic() + 20
-        closed = False
-        for byte in frame:  # a byte every 0.25 s: never idle, never whole within the 2 s bound
-            try:
-                sock.sendall(bytes([byte]))
-            except ConnectionError:
-                closed = True
-                break
-            if _closed_by_peer(sock):
-                closed = True
-                break
-            assert time.monotonic() < deadline
-            time.sleep(0.25)
+        closed = trickled_until_closed(sock, frame)  # never idle, never whole within the 2 s bound
         assert closed
 
 
@@ -191,7 +166,7 @@ def test_connections_per_address_are_capped(limited):
             assert _read_answers(sock, 1)[0].opaque == 100 + i
         extra = _connect(limited.address)
         try:
-            assert wait_until(lambda: _closed_by_peer(extra), 10, "the ninth connection refused", every_s=0.05)
+            assert wait_until(lambda: closed_by_peer(extra), 10, "the ninth connection refused", every_s=0.05)
         finally:
             extra.close()
         socks.pop().close()
@@ -355,7 +330,7 @@ def _admitted(address: str, source: str = LOOPBACK) -> socket.socket | None:
 
 def _refused(address: str, source: str = LOOPBACK) -> bool:
     with _open(address, source) as sock:
-        return bool(wait_until(lambda: _closed_by_peer(sock), 10, f"a connection from {source} refused", every_s=0.02))
+        return bool(wait_until(lambda: closed_by_peer(sock), 10, f"a connection from {source} refused", every_s=0.02))
 
 
 def _serve(address: str, source: str = LOOPBACK) -> socket.socket:
@@ -411,7 +386,7 @@ def test_a_killed_front_gives_back_the_connections_it_held(tmp_path):
             assert _refused(broker.address)
             os.kill(fronts[0], signal.SIGKILL)
             for sock in on_front0:
-                assert wait_until(lambda: _closed_by_peer(sock), 20, "a killed front's connection closed")  # noqa: B023
+                assert wait_until(lambda: closed_by_peer(sock), 20, "a killed front's connection closed")  # noqa: B023
             wait_until(lambda: _fronts(broker.pid).get(0) not in (None, fronts[0]), 60, "front 0 restarted")
             for _ in range(3):
                 held.append(wait_until(lambda: _admitted(broker.address), 60, "a connection admitted again",

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from helpers_broker import LOOPBACK, ROOT, free_port, running_broker
+from helpers_broker import LOOPBACK, ROOT, closed_by_peer, free_port, running_broker, trickled_until_closed
 from helpers_proc import wait_until
 
 from mqstore._remoting import FrameReader, RemotingCommand
@@ -108,18 +108,6 @@ def _answer(sock: socket.socket, timeout_s: float = 15) -> RemotingCommand | Non
     return got
 
 
-def _closed_by_peer(sock: socket.socket) -> bool:
-    sock.setblocking(False)
-    try:
-        return sock.recv(65536) == b""
-    except BlockingIOError:
-        return False
-    except ConnectionError:
-        return True
-    finally:
-        sock.setblocking(True)
-
-
 def _served(address: str, source: str = LOOPBACK) -> socket.socket | None:
     """A connection from source that the NameServer answers, or None when it refused it."""
     sock = _open(address, source)
@@ -132,7 +120,7 @@ def _served(address: str, source: str = LOOPBACK) -> socket.socket | None:
 
 def _refused(address: str, source: str = LOOPBACK) -> bool:
     with _open(address, source) as sock:
-        return bool(wait_until(lambda: _closed_by_peer(sock), 10, f"a connection from {source} refused"))
+        return bool(wait_until(lambda: closed_by_peer(sock), 10, f"a connection from {source} refused"))
 
 
 # -- idle and slow ----------------------------------------------------------------------------------
@@ -143,7 +131,7 @@ def test_an_idle_connection_is_closed_and_an_active_one_kept(idle_2s):
     try:
         started = time.monotonic()
         opaque = 0
-        while not _closed_by_peer(quiet):  # a request every 0.5 s: never idle for 2 s
+        while not closed_by_peer(quiet):  # a request every 0.5 s: never idle for 2 s
             assert time.monotonic() - started < 20, "the idle connection was not closed within 20 s"
             opaque += 1
             active.sendall(_route_request(opaque))
@@ -162,19 +150,7 @@ def test_a_frame_trickled_a_byte_at_a_time_is_closed(idle_2s):
     """A byte every 0.25 s is never idle for 2 s, but its frame is not whole after 2 s either."""
     frame = _route_request(1)
     with _open(idle_2s.address) as sock:
-        started = time.monotonic()
-        closed = False
-        for byte in frame[:-1]:
-            try:
-                sock.sendall(bytes([byte]))
-            except ConnectionError:
-                closed = True
-                break
-            if _closed_by_peer(sock):
-                closed = True
-                break
-            assert time.monotonic() - started < 20
-            time.sleep(0.25)
+        closed = trickled_until_closed(sock, frame[:-1])
         assert closed, f"the whole frame but its last byte ({len(frame) - 1} bytes) was trickled in"
 
 
@@ -231,7 +207,7 @@ def test_the_embedded_name_server_takes_the_brokers_settings_but_not_for_the_bro
                 assert all(held), held
                 assert _refused(broker.namesrv_address)
                 for sock in held:  # idle for 1 s: closed, places given back
-                    assert wait_until(lambda: _closed_by_peer(sock), 20, "an idle connection closed")  # noqa: B023
+                    assert wait_until(lambda: closed_by_peer(sock), 20, "an idle connection closed")  # noqa: B023
                 route = wait_until(lambda: _served(broker.namesrv_address), 20, "a connection admitted again",
                                    every_s=0.1)
                 held.append(route)
