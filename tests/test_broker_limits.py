@@ -210,6 +210,26 @@ def test_a_request_then_half_close_is_answered(limited):
     assert answers[0].code == ResponseCode.SUCCESS
 
 
+def test_requests_the_controller_answers_then_half_close_are_answered(limited):
+    """Requests still in flight when the client shuts its side (forwarded to the controller,
+    sends waiting for their topic's creation) are answered before the front closes. Regression:
+    the answer of the last one in flight was dropped (the connection closed first)."""
+    runtime = RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO, opaque=6).encode()
+    topics = RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG, opaque=7).encode()
+    # two sends to a topic the broker does not have: the first asks the controller to create it,
+    # the second waits for that creation
+    sends = b"".join(RemotingCommand(RequestCode.SEND_MESSAGE, opaque=opaque, ext_fields={
+        "producerGroup": "PG_HALF", "topic": "TopicHalfClosed", "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "0", "flag": "0",
+        "properties": ""}, body=b"sent before the half-close").encode() for opaque in (8, 9))
+    with _connect(limited.address) as sock:
+        sock.sendall(runtime + _max_offset(5) + topics + sends)
+        sock.shutdown(socket.SHUT_WR)
+        answers = _read_answers(sock, 6)  # five answers, then EOF
+    assert sorted(a.opaque for a in answers) == [5, 6, 7, 8, 9]
+    assert all(a.code == ResponseCode.SUCCESS for a in answers), [(a.opaque, a.code, a.remark) for a in answers]
+
+
 def test_a_client_that_never_reads_holds_no_memory_and_slows_no_one(limited):
     """Regression: 455,850 pipelined GET_ALL_TOPIC_CONFIG in 20 s grew a front from 17 to 468 MB."""
     (front,) = limited.front_pids().values()

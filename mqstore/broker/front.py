@@ -448,7 +448,12 @@ class Front:
         conn.begin()
 
         def done(f: asyncio.Future[RemotingCommand]) -> None:
-            conn.end()
+            try:
+                answer(f)
+            finally:  # after the answer: a half-closed connection closes once its last one is written
+                conn.end()
+
+        def answer(f: asyncio.Future[RemotingCommand]) -> None:
             if cmd.is_oneway:  # (a Java client's oneway UPDATE_CONSUMER_OFFSET, ...): no answer
                 return
             if f.cancelled() or f.exception() is not None:
@@ -541,9 +546,11 @@ class Front:
 
         def after() -> None:  # the sends that came meanwhile, in their order
             for waiting_conn, waiting_cmd in self._creating.pop(topic, []):
-                waiting_conn.end()
-                if not waiting_conn.closed:
-                    self.dispatch(waiting_conn, waiting_cmd)
+                try:
+                    if not waiting_conn.closed:
+                        self.dispatch(waiting_conn, waiting_cmd)
+                finally:  # after: a half-closed connection would close before its send was served
+                    waiting_conn.end()
         self._ask(conn, cmd, ask, then, after=after)
 
     def _ask(self, conn: Connection, cmd: RemotingCommand, ask: RemotingCommand,
@@ -629,11 +636,13 @@ class Front:
         conn.begin()
 
         def done(fu: asyncio.Future[Any]) -> None:
-            conn.end()
-            if fu.exception() is None:
-                self._answer_put(conn, cmd, fu.result(), queue_id)
-            else:
-                conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(fu.exception()))
+            try:
+                if fu.exception() is None:
+                    self._answer_put(conn, cmd, fu.result(), queue_id)
+                else:
+                    conn.answer(cmd, ResponseCode.SYSTEM_ERROR, str(fu.exception()))
+            finally:  # after the answer (see the forwarded requests' done)
+                conn.end()
         fut.add_done_callback(done)
 
     def _inflate(self, body: bytes) -> bytes:
