@@ -57,9 +57,13 @@ def spark():
 
 #: the files that take longest (minutes each on 2 cores): run first, so that with pytest-xdist's
 #: --dist loadfile the short files fill the end of the run instead of one long file running
-#: alone on one worker while the other idles (it did: ~7 minutes of a CI run)
-LONGEST_FILES = ("test_spark_remote_cluster.py", "test_ha_kill.py", "test_spark_remote.py", "test_node.py",
-                 "test_spark_write_retry.py", "test_attacks.py")
+#: alone on one worker while the other idles (it did: ~7 minutes of a CI run). xdist itself would
+#: run the files with most tests first, which puts these one-or-two-test files last:
+#: --no-loadscope-reorder (pyproject addopts) keeps this order.
+#: (from a CI run's --durations; a file's place here is what its tests take together)
+LONGEST_FILES = ("test_spark_remote_cluster.py", "test_examples.py", "test_spark_limits.py", "test_hostile_files.py",
+                 "test_node.py", "test_spark.py", "test_spark_options.py", "test_ha_kill.py", "test_broker_cpp.py",
+                 "test_broker_cluster.py", "test_spark_remote.py", "test_attacks.py", "test_spark_write_retry.py")
 _HEAVY = ("spark", "slow", "multiprocess")
 
 
