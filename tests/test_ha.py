@@ -66,8 +66,11 @@ def put_many(store: MessageStore, n: int, start: int = 0) -> None:
 
 
 def caught_up(master: MessageStore, slave: MessageStore) -> bool:
+    """The slave holds and has dispatched all the master wrote, and so has the master (its
+    dispatcher may lag its puts: a slow build once read one message fewer on the master)."""
     end = master.ctl.get("wrote")
-    return slave.ctl.get("wrote") == end and slave.ctl.get("dispatched") == end
+    return (slave.ctl.get("wrote") == end and slave.ctl.get("dispatched") == end
+            and master.ctl.get("dispatched") == end)
 
 
 def same_log(master: MessageStore, slave: MessageStore) -> None:
