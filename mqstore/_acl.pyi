@@ -23,3 +23,10 @@ def request_signature(fields: dict[str, str], body: ReadableBuffer | None, secre
 
 def signature_matches(fields: dict[str, str], body: ReadableBuffer | None, secret_key: str | bytes) -> bool:
     """Whether fields["Signature"] is the one the fields and body make with secret_key."""
+
+def sha1_digest(data: ReadableBuffer, portable: bool = False) -> bytes:
+    """SHA-1 of data by the kernel's SHA-1 (ext/include/mq_sha1.h); portable skips the CPU's SHA
+    extensions."""
+
+def sha1_uses_cpu_extensions() -> bool:
+    """Whether this CPU's SHA extensions hash the blocks."""

@@ -538,6 +538,34 @@ def test_long_bodies_and_long_secrets():
     assert _acl.signature_matches(fields, b"x", secret) and not _acl.signature_matches(fields, b"x", secret[:-1])
 
 
+@given(data=st.one_of(st.binary(max_size=300), st.integers(0, 5000).map(os.urandom)),
+       cuts=st.lists(st.integers(0, 5000), max_size=4))
+def test_the_kernels_sha1_is_sha1(data, cuts):
+    """mq_sha1.h against hashlib, through the SHA extensions (where this CPU has them) and the
+    portable rounds, every length around the 64-byte blocks and the 56-byte padding edge."""
+    import hashlib
+
+    expected = hashlib.sha1(data).digest()
+    assert _acl.sha1_digest(data) == expected
+    assert _acl.sha1_digest(memoryview(data), portable=True) == expected
+    # the HMAC feeds the fields' values one by one: a digest over pieces equals one over the whole
+    pieces = {f"k{i:02d}": "" for i in range(len(cuts) + 1)}
+    text = data.decode("latin-1").encode("ascii", "replace").decode()
+    edges = sorted(min(c, len(text)) for c in cuts)
+    for i, (lo, hi) in enumerate(zip([0, *edges], [*edges, len(text)])):
+        pieces[f"k{i:02d}"] = text[lo:hi]
+    assert _acl.request_signature(pieces, b"", "key") == twin.calc_signature(text.encode(), "key")
+
+
+def test_the_sha1_lengths_around_a_block():
+    import hashlib
+
+    for n in range(0, 260):
+        data = bytes(range(256))[: n % 256] * (1 + n // 256)
+        assert _acl.sha1_digest(data) == _acl.sha1_digest(data, portable=True) == hashlib.sha1(data).digest()
+    assert isinstance(_acl.sha1_uses_cpu_extensions(), bool)
+
+
 # == the real C++ client's signature ==================================================================
 
 CPP_CHILD = r"""
