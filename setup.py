@@ -56,8 +56,11 @@ class build_ext(_build_ext):
             include_path=["ext"],
             annotate=_flag("MQSTORE_CYTHON_ANNOTATE"),
             quiet=True,
+            nthreads=os.cpu_count() or 1,  # Cython's C for the kernels, one process per core
         )
         super().finalize_options()
+        if not self.parallel:  # the C compiles too, one per core (setuptools' --parallel)
+            self.parallel = os.cpu_count() or 1
 
 
 def _extension(name: str) -> Extension:
