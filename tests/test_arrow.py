@@ -268,3 +268,49 @@ def test_keep_freed_memory_is_taken_by_glibc():
     from mqstore._arrow import keep_freed_memory
 
     assert keep_freed_memory() is True
+
+
+_QUEUE_UNITS = st.lists(st.one_of(st.just((0, 0x7FFFFFFF)), st.tuples(st.integers(0, 1 << 40), st.integers(1, 1 << 20))),
+                        max_size=40)
+
+
+@given(_QUEUE_UNITS, st.lists(st.sampled_from(twin.QUEUE_COLUMNS), min_size=1, unique=True),
+       st.text(min_size=1, max_size=20), st.integers(0, 1023), st.integers(0, 1 << 40), st.integers(0, 1 << 40))
+def test_queue_units_alone_match_the_twin(units, columns, topic, queue_id, first, min_phy):
+    raw = b"".join(UNIT.pack(p, s, 0) for p, s in units)
+    cols = _arrow.BatchColumns(columns)
+    assert cols.queue_only
+    rows, below = twin.queue_rows(raw, topic, queue_id, first, min_phy, columns)
+    assert cols.add_queue_units(raw, topic, queue_id, first, min_phy) == len(rows) == cols.rows
+    assert cols.below_min == below
+    assert twin.buffers_to_rows(cols.buffers(), cols.rows) == rows
+
+
+@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SMALL, min_size=1, max_size=8), st.data())
+def test_queue_units_alone_give_what_the_records_say(fields_list, data):
+    """What add_queue_units takes from the units is what add_units reads in the records their
+    units point at, when the units are the queue's (its topic and id, at its offsets)."""
+    fields_list = [dict(f, topic="QueueOnly", queue_id=3, queue_offset=100 + i) for i, f in enumerate(fields_list)]
+    files, phys = _log(fields_list)
+    sizes = [struct.unpack_from(">i", files[p // FILE_SIZE], p % FILE_SIZE)[0] for p in phys]
+    raw = b"".join(UNIT.pack(p, s, 0) for p, s in zip(phys, sizes))
+    columns = data.draw(st.lists(st.sampled_from(twin.QUEUE_COLUMNS), min_size=1, unique=True))
+    min_phy = data.draw(st.sampled_from([0] + phys))
+    by_records, alone = _arrow.BatchColumns(columns), _arrow.BatchColumns(columns)
+    by_records.add_units(_arrow.RecordSource(0, FILE_SIZE, files), raw, min_phy)
+    alone.add_queue_units(raw, "QueueOnly", 3, 100, min_phy)
+    assert alone.below_min == by_records.below_min
+    assert (twin.buffers_to_rows(alone.buffers(), alone.rows)
+            == twin.buffers_to_rows(by_records.buffers(), by_records.rows))
+
+
+def test_queue_units_alone_refuse_columns_that_need_the_records():
+    cols = _arrow.BatchColumns(["queue_id", "body"])
+    assert not cols.queue_only
+    with pytest.raises(ValueError, match="need the records"):
+        cols.add_queue_units(UNIT.pack(0, 10, 0), "T", 0, 0)
+    with pytest.raises(ValueError, match="first_offset"):
+        _arrow.BatchColumns(["queue_id"]).add_queue_units(UNIT.pack(0, 10, 0), "T", 0, -1)
+    with pytest.raises(ValueError, match="need the records"):
+        twin.queue_rows(UNIT.pack(0, 10, 0), "T", 0, 0, columns=["tags"])

@@ -341,3 +341,43 @@ def test_messages_deleted_after_planning_fail_the_read_or_are_logged(tmp_path, c
     lenient = MQStoreBatchReader({"path": root, "failOnDataLoss": "false"}, SCHEMA)
     rows = sum(b.num_rows for b in lenient.read(part))
     assert 0 < rows < 2000 and "skipped (failOnDataLoss=false)" in caplog.text
+
+
+def test_queue_columns_alone_are_read_from_the_consume_queue_as_the_records_say(tmp_path, caplog):
+    """A schema of only the columns ConsumeQueue units say (a count, a groupBy on the queue)
+    reads no record, and gives what the full schema's read gives for those columns: on a whole
+    store, and after retention deleted the head of the CommitLog and of the queue (the queue
+    offsets still each message's)."""
+    import os
+
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    from mqstore.spark.source import SCHEMA, MQStoreBatchReader
+
+    narrow = StructType([StructField("topic", StringType()), StructField("queue_id", IntegerType()),
+                         StructField("queue_offset", LongType()), StructField("commitlog_offset", LongType()),
+                         StructField("store_size", IntegerType())])
+    root = str(tmp_path / "s")
+    with MessageStore(root, mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=20 * 200) as s:
+        for i in range(2000):
+            s.put_message(Message("Q", b"q%d" % i, queue_id=i % 2)).check()
+
+    def rows(schema: StructType) -> list[tuple]:
+        reader = MQStoreBatchReader({"path": root, "failOnDataLoss": "false"}, schema)
+        got = []
+        for part in reader.partitions():
+            for batch in reader.read(part):
+                d = batch.to_pydict()
+                got += list(zip(*(d[name] for name in narrow.names)))
+        return sorted(got)
+
+    whole = rows(narrow)
+    assert len(whole) == 2000 and whole == rows(SCHEMA)
+    assert {(r[0], r[1]) for r in whole} == {("Q", 0), ("Q", 1)}
+    assert sorted(r[2] for r in whole if r[1] == 1) == list(range(1000))
+    for sub in ("commitlog", os.path.join("consumequeue", "Q", "0"), os.path.join("consumequeue", "Q", "1")):
+        first = sorted(os.listdir(os.path.join(root, sub)))[0]
+        os.unlink(os.path.join(root, sub, first))  # as retention deletes, from the head
+    after = rows(narrow)
+    assert 0 < len(after) < 2000 and after == rows(SCHEMA)
+    assert set(after) <= set(whole)  # each message keeps its queue offset

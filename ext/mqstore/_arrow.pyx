@@ -486,6 +486,64 @@ cdef class BatchColumns:
         self._check_open()
         return (<RecordSource?>logs).add_units(self, units, min_phy)
 
+    @property
+    def queue_only(self) -> bool:
+        """Whether every column wanted is one a ConsumeQueue unit and its queue say (topic,
+        queue_id, queue_offset, commitlog_offset, store_size): add_queue_units fills them
+        without reading the CommitLog."""
+        cdef int i
+        for i in range(C_COUNT):
+            if self.want[i] and i not in (C_TOPIC, C_QUEUE_ID, C_QUEUE_OFFSET, C_PHY, C_SIZE):
+                return False
+        return True
+
+    def add_queue_units(self, const unsigned char[:] units, str topic, int32_t queue_id, int64_t first_offset,
+                        int64_t min_phy=0) -> int:
+        """Append the rows of ConsumeQueue units (a run of 20-byte units of queue topic/queue_id,
+        the first at queue offset first_offset) from the units alone, as add_units would from
+        their records: topic and queue_id are the queue's, queue_offset the unit's place,
+        commitlog_offset and store_size the unit's. Only when ``queue_only``. Filler units and
+        units below min_phy (counted in below_min) are skipped, as add_units skips them. Returns
+        the rows appended."""
+        self._check_open()
+        if not self.queue_only:
+            raise ValueError(f"columns {', '.join(self.names)} need the records: add_queue_units fills only "
+                             "topic, queue_id, queue_offset, commitlog_offset and store_size")
+        if first_offset < 0:
+            raise ValueError(f"first_offset must be >= 0, got {first_offset}")
+        cdef bytes topic_bytes = topic.encode("utf-8")
+        cdef const char *t = topic_bytes
+        cdef Py_ssize_t tn = len(topic_bytes)
+        cdef Py_ssize_t n = units.shape[0] // CQ_UNIT, i, added = 0
+        cdef const char *u
+        cdef int64_t phy
+        cdef int32_t size
+        if n and self.want[C_TOPIC]:
+            buf_reserve(self._data(C_TOPIC), tn * n)
+        for i in range(n):
+            u = <const char *>&units[i * CQ_UNIT]
+            phy = mq_get_i64(u)
+            size = mq_get_i32(u + 8)
+            if phy == 0 and size == FILLER_SIZE:
+                continue
+            if phy < min_phy:
+                self.below_min += 1
+                continue
+            if self.want[C_TOPIC]:
+                buf_put(self._data(C_TOPIC), t, tn)
+                self._end_string(C_TOPIC)
+            if self.want[C_QUEUE_ID]:
+                buf_i32(self._data(C_QUEUE_ID), queue_id)
+            if self.want[C_QUEUE_OFFSET]:
+                buf_i64(self._data(C_QUEUE_OFFSET), first_offset + i)
+            if self.want[C_PHY]:
+                buf_i64(self._data(C_PHY), phy)
+            if self.want[C_SIZE]:
+                buf_i32(self._data(C_SIZE), size)
+            self.rows += 1
+            added += 1
+        return added
+
     def add_span(self, logs, int64_t phy, int64_t end, Py_ssize_t max_rows=0, int64_t max_bytes=0) -> tuple:
         """Append the records in [phy, end) of the CommitLog, in order, at most max_rows of
         them (0: all) and at most max_bytes of records (0: no limit; the first record is

@@ -231,14 +231,29 @@ class StoreSnapshot:
     def units(self, topic: str, queue_id: int, start: int, end: int) -> bytes:
         """The 20-byte units of queue offsets [start, end) (a unit no file holds any more is
         left out)."""
+        return self.units_at(topic, queue_id, start, end)[1]
+
+    def units_at(self, topic: str, queue_id: int, start: int, end: int) -> tuple[int, bytes]:
+        """(the queue offset of the first unit returned, the 20-byte units of queue offsets
+        [start, end) that files still hold). Retention deletes a queue's files from its head, so
+        those units are one run; the offset is -1 when they are not (a file missing between two
+        others) or there are none."""
         files = self._queue_files(topic, queue_id)
-        parts = []
+        parts: list[Any] = []
         lo, hi = start * UNIT, end * UNIT
+        first, expected = -1, -1
         for file_from, _, buf in files.files:
             a, b = max(lo, file_from), min(hi, file_from + len(buf))
             if a < b:
+                if not parts:
+                    first = expected = a
+                if a != expected:
+                    first = -1
+                    expected = b
+                else:
+                    expected = b
                 parts.append(buf[a - file_from:b - file_from])
-        return b"".join(parts)
+        return (first // UNIT if first >= 0 else -1), b"".join(parts)
 
     def _queue_files(self, topic: str, queue_id: int) -> QueueFiles:
         got = self._queues.get((topic, queue_id))

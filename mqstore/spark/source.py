@@ -425,15 +425,22 @@ class Reading:
         with StoreSnapshot(self.root) as snap:
             source = snap.record_source()
             if isinstance(partition, QueueSlice):
-                units = snap.units(partition.topic, partition.queue_id, partition.start, partition.end)
+                first, units = snap.units_at(partition.topic, partition.queue_id, partition.start, partition.end)
                 self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
                 if partition.tag_codes is not None:
-                    units = units_with_tags(units, partition.tag_codes)
+                    units, first = units_with_tags(units, partition.tag_codes), -1
+                # columns the units alone say (a count, a groupBy on the queue) do not touch the
+                # CommitLog: no record is read, no page of it faulted in
+                queue_only = first >= 0 and self._batch_columns().queue_only
                 at, n = 0, len(units) // UNIT
                 while at < n:
-                    end = cut_units(units, at, self.batch_rows, self.batch_bytes)
+                    end = cut_units(units, at, self.batch_rows, 0 if queue_only else self.batch_bytes)
                     cols = self._batch_columns()
-                    cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
+                    if queue_only:
+                        cols.add_queue_units(units[at * UNIT:end * UNIT], partition.topic, partition.queue_id,
+                                             first + at, snap.min_phy)
+                    else:
+                        cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
                     at = end
                     self._deleted(partition, cols.below_min)
                     if cols.rows:

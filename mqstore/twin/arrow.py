@@ -124,3 +124,29 @@ def cut_units(units: bytes, start: int, max_rows: int = 0, max_bytes: int = 0) -
         size = int.from_bytes(units[i * 20 + 8:i * 20 + 12], "big", signed=True)
         sizes.append(0 if size == 0x7FFFFFFF or size < 0 else size)
     return start + take_within(sizes, max_rows, max_bytes)
+
+
+#: the columns ConsumeQueue units and their queue say without the records
+QUEUE_COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "store_size")
+
+
+def queue_rows(units: bytes, topic: str, queue_id: int, first_offset: int, min_phy: int = 0,
+               columns: Iterable[str] = QUEUE_COLUMNS) -> tuple[list[dict[str, Any]], int]:
+    """The twin of BatchColumns.add_queue_units: (the rows of the 20-byte units of queue
+    topic/queue_id, the first at first_offset; the units skipped below min_phy). Filler units
+    (phy 0, size 0x7FFFFFFF) are skipped and keep their queue offset."""
+    wanted = tuple(columns)
+    if any(c not in QUEUE_COLUMNS for c in wanted):
+        raise ValueError(f"columns {wanted} need the records")
+    out, below = [], 0
+    for i in range(len(units) // 20):
+        phy, size, _ = struct.unpack_from(">qiq", units, i * 20)
+        if phy == 0 and size == 0x7FFFFFFF:
+            continue
+        if phy < min_phy:
+            below += 1
+            continue
+        row = {"topic": topic, "queue_id": queue_id, "queue_offset": first_offset + i, "commitlog_offset": phy,
+               "store_size": size}
+        out.append({k: v for k, v in row.items() if k in wanted})
+    return out, below
