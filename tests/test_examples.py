@@ -50,16 +50,24 @@ def _run_example(name: str, *args: str) -> str:
 
 
 @pytest.mark.spark
-def test_the_spark_examples_run_and_report_what_they_did(tmp_path):
+def test_the_spark_read_example_reports_what_it_read(tmp_path):
     out = _run_example("spark_read.py", "--store", str(tmp_path / "r"), "--messages", "2000")
     assert "batch read, per topic:" in out and "'Orders': 2000" in out and "'Payments': 2000" in out
     assert "Orders/1 offsets [10, 15): [(10, " in out
     assert "whole-log scan: 4,000 records" in out
     assert "stream (availableNow, 50,000 per micro-batch): 4,000 rows" in out
+
+
+@pytest.mark.spark
+def test_the_spark_write_example_reports_what_it_wrote(tmp_path):
     out = _run_example("spark_write.py", "--store", str(tmp_path / "w"), "--rows", "2000")
     assert "batch write: 2,000 Clicks messages" in out
     assert "stream run 1: read 2,000 new Clicks messages; ClicksUpper now holds 2,000 messages (2,000 distinct" in out
     assert "stream run 2: read 0 new Clicks messages; ClicksUpper now holds 2,000 messages" in out
+
+
+@pytest.mark.spark
+def test_the_spark_jobs_example_exports_and_rebuilds(tmp_path):
     out = _run_example("spark_jobs.py", "--store", str(tmp_path / "j"), "--messages", "2000")
     assert "export: 2,000 messages" in out
     assert re.search(r"rebuild: 2,000 ConsumeQueue units in 4 queue\(s\) .* byte-identical to the store's: True", out)

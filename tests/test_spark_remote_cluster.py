@@ -3,7 +3,8 @@
 driver a third process) streams a topic of two ``mqstore broker`` processes (two stores; broker-b
 registered with broker-a's NameServer) into another topic of the same brokers, through the
 exactly-once network sink, while a producer keeps sending. The driver
-(examples/spark_remote_stream.py) is SIGKILLed twice while a micro-batch runs, and started
+(examples/spark_remote_stream.py) is SIGKILLed while a micro-batch runs (once in the suite: each
+cluster start costs ~1 minute of the 2 CI cores; the script below kills it 10 times), and started
 again from its checkpoint; once the producer is done a last run drains the topic. Every message
 sent comes out once, identified by the broker, queue and offset it was stored at (a third run,
 from the checkpoint, writes the rest and is stopped once everything is out).
@@ -205,8 +206,8 @@ def run(base: Path, messages: int, kills: int, seed: int = 0) -> Outcome:
         return Outcome(producer.stored, _out_keys(namesrv), cut, log.read_text())
 
 
-def test_a_stream_over_two_broker_processes_on_a_local_cluster_survives_two_driver_kills(tmp_path):
-    got = run(tmp_path, MESSAGES, kills=2)
+def test_a_stream_over_two_broker_processes_on_a_local_cluster_survives_a_driver_kill(tmp_path):
+    got = run(tmp_path, MESSAGES, kills=1)
     stored, out = got.stored, got.out
     assert len(stored) == len(set(stored)) == MESSAGES
     assert got.cut_batches >= 1, "no kill landed inside a micro-batch"
