@@ -99,3 +99,34 @@ def test_time_lookup_answers_as_the_store_does(tmp_path):
         q = snap.queue("T", 0)
         assert {ts: snap.offset_by_time(q, ts) for ts in probes} == expected
     assert len(set(expected.values())) > 5  # the times spread over the queue
+
+
+def test_a_closed_stores_log_end_comes_from_its_clean_close_record_when_the_files_agree(tmp_path, monkeypatch):
+    """The write position of a closed store: its clean-close record's, without reading the
+    CommitLog, when the record agrees with the files; the scan's otherwise (record gone, or
+    its tail bytes changed), and both give the same end."""
+    import json
+
+    from mqstore.layout import CLEAN_CLOSE_NAME
+    from mqstore.queue import snapshot as snapshot_module
+
+    root = str(tmp_path / "s")
+    with MessageStore(root, mapped_file_size_commit_log=64 * 1024) as store:
+        _fill(store, 1500)
+        wrote = store.max_phy_offset
+    record = os.path.join(root, CLEAN_CLOSE_NAME)
+    assert json.load(open(record))["wrote"] == wrote
+    scans: list[int] = []
+    real = snapshot_module.log_files
+    monkeypatch.setattr(snapshot_module, "log_files", lambda *a: scans.append(1) or real(*a))
+    with StoreSnapshot(root) as snap:
+        assert snap.log_end == wrote and not scans  # no scan
+    data = json.load(open(record))
+    data["tail_crc"] ^= 1  # a record that disagrees with the files is not used
+    with open(record, "w") as fh:
+        json.dump(data, fh)
+    with StoreSnapshot(root) as snap:
+        assert snap.log_end == wrote and len(scans) == 1
+    os.unlink(record)
+    with StoreSnapshot(root) as snap:
+        assert snap.log_end == wrote and len(scans) == 2

@@ -37,6 +37,7 @@ from mqstore.queue.files import (
     queue_info,
 )
 from mqstore.layout import CONTROL_BLOCK_NAME
+from mqstore.log import clean_close
 from mqstore.queue.reads import offset_by_time_in_files
 from mqstore.log.directory import lock_state, require_store
 
@@ -101,10 +102,22 @@ class StoreSnapshot:
                 self.log_end = self._ctl.get("dispatched")
             else:
                 self.min_phy = first
-                self.log_end = log_end(log_files(self._log, None)) if files else 0
+                self.log_end = self._closed_log_end() if files else 0
         except BaseException:
             self.close()
             raise
+
+    def _closed_log_end(self) -> int:
+        """Where a closed store's CommitLog ends: its clean-close record's write position when
+        the record agrees with the files (checked in constant time, as an open checks it), else
+        a scan of every file. Each Spark task opens a snapshot: a scan here read the whole
+        CommitLog once per task (3 GB at 3M x 1 KiB, every page faulted in) before reading
+        anything."""
+        assert self._log is not None
+        record, _ = clean_close.read(self.root)
+        if record is not None and not clean_close.mismatch(self._log, record):
+            return record.wrote
+        return log_end(log_files(self._log, None))
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
