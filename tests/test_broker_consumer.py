@@ -3,6 +3,9 @@ on the broker's machine, reading the store directly, with the broker's offsets a
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 
 from mqstore import MessageStore
@@ -44,6 +47,15 @@ def test_a_member_reads_its_queues_from_the_group_offsets_and_commits(tmp_path) 
             store.shutdown()
 
 
+def _poll_until(consumer: GroupConsumer, done: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Poll (which takes the broker's group-changed notices) until done() or timeout_s: the
+    notice crosses the broker's processes, which a loaded machine delays by seconds (CI once
+    missed it within one 0.5 s poll)."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        consumer.poll(1, 0.5)
+
+
 def test_two_members_split_the_queues_and_rebalance_when_one_leaves(tmp_path) -> None:
     with running_broker(str(tmp_path / "store")) as broker:
         send_raw(broker.address, "TopicS", [b"x"] * 4)
@@ -51,12 +63,13 @@ def test_two_members_split_the_queues_and_rebalance_when_one_leaves(tmp_path) ->
         try:
             one = GroupConsumer(store, "CID_S", "TopicS", instance_name="one")
             two = GroupConsumer(store, "CID_S", "TopicS", instance_name="two")
-            one.poll(1, 0.5)  # the broker told it the group changed: it gave up half
+            # the broker tells it the group changed (a notice it takes in its next poll): it gives up half
+            _poll_until(one, lambda: len(one.positions) == 2)
             assert sorted(one.positions) + sorted(two.positions) == [0, 1, 2, 3]
             assert not set(one.positions) & set(two.positions)
             assert sorted(broker.controller.consumers.consumer_ids("CID_S")) == sorted([one.client_id, two.client_id])
             two.close()
-            one.poll(1, 0.5)
+            _poll_until(one, lambda: len(one.positions) == 4)
             assert sorted(one.positions) == [0, 1, 2, 3]
             one.close()
         finally:

@@ -248,6 +248,20 @@ cdef inline int hex_into(Buf *b, const char *raw, int n) except -1 nogil:
     return 0
 
 
+cdef inline bint unit_kept(const char *u, int64_t min_phy, int64_t *phy, int32_t *size,
+                           Py_ssize_t *below_min) noexcept nogil:
+    """A ConsumeQueue unit's phyOffset and size, and whether its record is read: not a filler
+    unit, and not below min_phy (deleted by retention: counted in below_min)."""
+    phy[0] = mq_get_i64(u)
+    size[0] = mq_get_i32(u + 8)
+    if phy[0] == 0 and size[0] == FILLER_SIZE:
+        return False
+    if phy[0] < min_phy:
+        below_min[0] += 1
+        return False
+    return True
+
+
 cdef class BatchColumns:
     """The columns of a batch of records, appended one record at a time (``add_units``,
     ``add_span``), read out by ``buffers()``. ``columns`` names the columns wanted (default:
@@ -515,19 +529,12 @@ cdef class BatchColumns:
         cdef const char *t = topic_bytes
         cdef Py_ssize_t tn = len(topic_bytes)
         cdef Py_ssize_t n = units.shape[0] // CQ_UNIT, i, added = 0
-        cdef const char *u
         cdef int64_t phy
         cdef int32_t size
         if n and self.want[C_TOPIC]:
             buf_reserve(self._data(C_TOPIC), tn * n)
         for i in range(n):
-            u = <const char *>&units[i * CQ_UNIT]
-            phy = mq_get_i64(u)
-            size = mq_get_i32(u + 8)
-            if phy == 0 and size == FILLER_SIZE:
-                continue
-            if phy < min_phy:
-                self.below_min += 1
+            if not unit_kept(<const char *>&units[i * CQ_UNIT], min_phy, &phy, &size, &self.below_min):
                 continue
             if self.want[C_TOPIC]:
                 buf_put(self._data(C_TOPIC), t, tn)
@@ -623,18 +630,11 @@ cdef class RecordSource:
 
     cdef Py_ssize_t add_units(self, BatchColumns cols, const unsigned char[:] units, int64_t min_phy) except -1:
         cdef Py_ssize_t n = units.shape[0] // CQ_UNIT, i, added = 0
-        cdef const char *u
         cdef int64_t phy, avail = 0
         cdef int32_t size
         cdef const char *rec
         for i in range(n):
-            u = <const char *>&units[i * CQ_UNIT]
-            phy = mq_get_i64(u)
-            size = mq_get_i32(u + 8)
-            if phy == 0 and size == FILLER_SIZE:
-                continue
-            if phy < min_phy:
-                cols.below_min += 1
+            if not unit_kept(<const char *>&units[i * CQ_UNIT], min_phy, &phy, &size, &cols.below_min):
                 continue
             rec = self._at(phy, &avail)
             if size > avail:
