@@ -343,11 +343,12 @@ def test_messages_deleted_after_planning_fail_the_read_or_are_logged(tmp_path, c
     assert 0 < rows < 2000 and "skipped (failOnDataLoss=false)" in caplog.text
 
 
-def test_queue_columns_alone_are_read_from_the_consume_queue_as_the_records_say(tmp_path, caplog):
+def test_queue_columns_alone_are_read_from_the_consume_queue_as_the_records_say(tmp_path):
     """A schema of only the columns ConsumeQueue units say (a count, a groupBy on the queue)
-    reads no record, and gives what the full schema's read gives for those columns: on a whole
-    store, and after retention deleted the head of the CommitLog and of the queue (the queue
-    offsets still each message's)."""
+    gives what the full schema's read gives for those columns: on a whole store, and after
+    retention deleted the head of the CommitLog and of the queue (the queue offsets still each
+    message's). It reads no record: with the CommitLog's bytes zeroed it still reads, where the
+    full schema's read finds no record."""
     import os
 
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -381,3 +382,10 @@ def test_queue_columns_alone_are_read_from_the_consume_queue_as_the_records_say(
     after = rows(narrow)
     assert 0 < len(after) < 2000 and after == rows(SCHEMA)
     assert set(after) <= set(whole)  # each message keeps its queue offset
+    for name in os.listdir(os.path.join(root, "commitlog")):
+        path = os.path.join(root, "commitlog", name)
+        with open(path, "r+b") as fh:
+            fh.write(bytes(os.path.getsize(path)))
+    assert rows(narrow) == after
+    with pytest.raises(ValueError, match="no record at physical offset"):
+        rows(SCHEMA)

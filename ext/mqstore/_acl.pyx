@@ -171,6 +171,13 @@ cdef Py_ssize_t _pick(dict fields, bint with_unique, PyObject** names, PyObject*
     return n
 
 
+cdef list _sorted_by_utf16(dict fields, bint with_unique):
+    """_sorted_values for the fields _pick does not sort: names in Java's order by their UTF-16."""
+    keys = [key for key in fields if key != _SIGNATURE and (with_unique or key != _UNIQUE)]
+    keys.sort(key=_utf16)
+    return [fields[key] for key in keys]
+
+
 cdef list _sorted_values(dict fields, bint with_unique):
     """The values of the fields the signature covers, in their names' Java order."""
     cdef PyObject* names[MAX_FIELDS]
@@ -178,9 +185,7 @@ cdef list _sorted_values(dict fields, bint with_unique):
     cdef Py_ssize_t n = _pick(fields, with_unique, names, values), i
     if n >= 0:
         return [<object>values[i] for i in range(n)]
-    keys = [key for key in fields if key != _SIGNATURE and (with_unique or key != _UNIQUE)]
-    keys.sort(key=_utf16)
-    return [fields[key] for key in keys]
+    return _sorted_by_utf16(fields, with_unique)
 
 
 cdef void _feed_value(mq_sha1_ctx* ctx, object value) except *:
@@ -210,7 +215,7 @@ cdef void _feed_text(mq_sha1_ctx* ctx, dict fields, bint with_unique) except *:
         for i in range(n):
             _feed_value(ctx, <object>values[i])
         return
-    for value in _sorted_values(fields, with_unique):
+    for value in _sorted_by_utf16(fields, with_unique):
         _feed_value(ctx, value)
 
 

@@ -254,19 +254,17 @@ class StoreSnapshot:
         files = self._queue_files(topic, queue_id)
         parts: list[Any] = []
         lo, hi = start * UNIT, end * UNIT
-        first, expected = -1, -1
+        first, end, one_run = -1, -1, True
         for file_from, _, buf in files.files:
             a, b = max(lo, file_from), min(hi, file_from + len(buf))
             if a < b:
                 if not parts:
-                    first = expected = a
-                if a != expected:
-                    first = -1
-                    expected = b
-                else:
-                    expected = b
+                    first = a
+                elif a != end:
+                    one_run = False
+                end = b
                 parts.append(buf[a - file_from:b - file_from])
-        return (first // UNIT if first >= 0 else -1), b"".join(parts)
+        return (first // UNIT if first >= 0 and one_run else -1), b"".join(parts)
 
     def _queue_files(self, topic: str, queue_id: int) -> QueueFiles:
         got = self._queues.get((topic, queue_id))
