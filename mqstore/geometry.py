@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from mqstore.layout import CONFIG_NAME
+from mqstore.layout import CONFIG_NAME, consumequeue_dir
 from mqstore.config import DEFINITIONS, StoreConfig
 from mqstore.errors import ConfigError
 
@@ -53,7 +53,7 @@ def sizes_on_disk(root: str, config: StoreConfig) -> dict[str, int]:
     commitlog = _size_from_files(config.commit_log_dir(root))
     if commitlog is not None:
         found["mapped_file_size_commit_log"] = commitlog
-    cq_root = os.path.join(root, "consumequeue")
+    cq_root = consumequeue_dir(root)
     single: int | None = None
     try:
         topics = sorted(os.listdir(cq_root))
@@ -78,15 +78,21 @@ def sizes_on_disk(root: str, config: StoreConfig) -> dict[str, int]:
     return found
 
 
-def saved_sizes(root: str) -> dict[str, int] | None:
-    """The sizes in root's mqstore.config.json (a size its owner left at the default is the
-    default), or None when there is no readable one."""
+def _saved_config(root: str) -> dict[str, Any] | None:
+    """root's mqstore.config.json as its owner wrote it, or None when there is no readable one."""
     try:
         with open(os.path.join(root, CONFIG_NAME), encoding="utf-8") as fh:
             saved: Any = json.load(fh)
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    if not isinstance(saved, dict):
+    return saved if isinstance(saved, dict) else None
+
+
+def saved_sizes(root: str) -> dict[str, int] | None:
+    """The sizes in root's mqstore.config.json (a size its owner left at the default is the
+    default), or None when there is no readable one."""
+    saved = _saved_config(root)
+    if saved is None:
         return None
     out = {}
     for key in GEOMETRY_KEYS:
@@ -124,6 +130,39 @@ def adopt_store_sizes(root: str, config: StoreConfig) -> StoreConfig:
         raise ConfigError(f"{root}: " + "; ".join(clashes),
                           hint="leave the file sizes out when reopening a store: it reuses its own")
     return config.replace(**changes) if changes else config
+
+
+def saved_commit_log_path(root: str) -> str | None:
+    """store_path_commit_log as root's mqstore.config.json has it ("" when its owner left the
+    default, ROOT/commitlog), or None without a readable one."""
+    saved = _saved_config(root)
+    if saved is None:
+        return None
+    value = saved.get("store_path_commit_log", DEFINITIONS["store_path_commit_log"].default)
+    return value if isinstance(value, str) else None
+
+
+def adopt_commit_log_path(root: str, config: StoreConfig) -> StoreConfig:
+    """config with the CommitLog directory root's last owner used, when config does not set
+    one: a store created with store_path_commit_log reopened without it would otherwise find
+    ROOT/commitlog empty and, as RocketMQ does with an empty CommitLog, destroy its
+    ConsumeQueues. ConfigError when config sets another directory than the saved one while
+    the saved one still holds CommitLog files (move the files first, then name where)."""
+    saved = saved_commit_log_path(root)
+    if saved is None:
+        return config
+    saved_dir = config.replace(store_path_commit_log=saved).commit_log_dir(root)
+    wanted_dir = config.commit_log_dir(root)
+    if os.path.realpath(saved_dir) == os.path.realpath(wanted_dir):
+        return config
+    if "store_path_commit_log" not in config.explicit_keys:
+        return config.replace(store_path_commit_log=saved)
+    if _names(saved_dir):
+        raise ConfigError(f"{root}: store_path_commit_log={config.store_path_commit_log!r} ({wanted_dir}), but the "
+                          f"store's CommitLog is in {saved_dir} ({os.path.join(root, CONFIG_NAME)})",
+                          hint="leave store_path_commit_log out to use the store's own, or move its CommitLog "
+                               "files to the new directory first")
+    return config
 
 
 def check_root_dir(root: str, config: StoreConfig) -> None:

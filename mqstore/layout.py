@@ -12,7 +12,11 @@ __all__ = [
     "ABORT_NAME", "BLANK_MAGIC_CODE", "CHECKPOINT_NAME", "COMMITLOG_DIR", "CONFIG_NAME", "CONSUMEQUEUE_DIR",
     "CLEAN_CLOSE_NAME", "CONTROL_BLOCK_NAME", "CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "INDEX_DIR", "LOCK_NAME", "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2", "NODE_INFO_NAME", "OS_PAGE_SIZE", "STORE_ENTRIES",
+    "LOCAL_MASK", "LOG_SHIFT", "abort_path", "checkpoint_path", "config_path", "consumequeue_dir", "file_start_of",
+    "index_dir", "local_of", "log_base", "log_of", "queue_dir",
 ]
+
+import os
 
 # -- the store directory (docs/format.md "The store directory") -------------------------------
 COMMITLOG_DIR = "commitlog"
@@ -34,9 +38,71 @@ STORE_ENTRIES = frozenset({COMMITLOG_DIR, CONSUMEQUEUE_DIR, "consumequeue_ext", 
                            ABORT_NAME, LOCK_NAME, "config", CONTROL_BLOCK_NAME, CONFIG_NAME, NODE_INFO_NAME,
                            CLEAN_CLOSE_NAME})
 
+# -- paths under a store's root (the CommitLog's: StoreConfig.commit_log_dir, which honours
+# store_path_commit_log) -----------------------------------------------------------------------
+
+
+def consumequeue_dir(root: str) -> str:
+    return os.path.join(root, CONSUMEQUEUE_DIR)
+
+
+def queue_dir(root: str, topic: str, queue_id: int) -> str:
+    """One ConsumeQueue's directory: ROOT/consumequeue/<topic>/<queueId>."""
+    return os.path.join(root, CONSUMEQUEUE_DIR, topic, str(queue_id))
+
+
+def index_dir(root: str) -> str:
+    return os.path.join(root, INDEX_DIR)
+
+
+def checkpoint_path(root: str) -> str:
+    return os.path.join(root, CHECKPOINT_NAME)
+
+
+def abort_path(root: str) -> str:
+    return os.path.join(root, ABORT_NAME)
+
+
+def config_path(root: str, *names: str) -> str:
+    """ROOT/config/...: the broker's JSON files (topics, groups, offsets) and the Spark writers'."""
+    return os.path.join(root, "config", *names)
+
+
 # -- sizes ----------------------------------------------------------------------------------
 #: spec §6.1: flush and commit page arithmetic, msync ranges
 OS_PAGE_SIZE = 4096
+
+# -- physical offsets (docs/format.md; ../parallel-commitlogs spec §4.1) ----------------------
+#: a physical offset carries the id of its CommitLog in bits 56..62: log k's offsets start at
+#: k << LOG_SHIFT, and log 0's (every store with one CommitLog) are RocketMQ's own offsets
+LOG_SHIFT = 56
+LOCAL_MASK = (1 << LOG_SHIFT) - 1
+
+
+def log_of(phy: int) -> int:
+    """The id of the CommitLog a physical offset is in."""
+    return phy >> LOG_SHIFT
+
+
+def local_of(phy: int) -> int:
+    """The offset inside its CommitLog."""
+    return phy & LOCAL_MASK
+
+
+def log_base(log_id: int) -> int:
+    """The physical offset of the first byte of CommitLog log_id."""
+    return log_id << LOG_SHIFT
+
+
+def file_start_of(phy: int, file_size: int) -> int:
+    """The start offset (and file name) of the file of file_size bytes that holds phy: files of
+    log k are log_base(k) + j * file_size. Not ``phy - phy % file_size``, which is wrong past
+    log 0 whenever 2^56 is not a multiple of the file size (any multiple of 4 KiB is a size).
+    A negative phy (a position before the first byte) is taken as log 0's."""
+    if phy < 0:
+        return phy - phy % file_size
+    local = phy & LOCAL_MASK
+    return phy - local % file_size
 #: spec §3: one ConsumeQueue unit (commitLogOffset 8, size 4, tagsCode 8)
 CQ_STORE_UNIT_SIZE = 20
 #: spec §3 step 3: a pre-fill or skipped-offset unit is (0, Integer.MAX_VALUE, 0)

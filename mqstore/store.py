@@ -17,15 +17,15 @@ import time
 from collections.abc import Iterable
 from typing import Any, Self
 
-from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME
+from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, abort_path
 from mqstore import _shm
 from mqstore._commitlog import Message, MessageBatch, PutMessageResult
-from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.log.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
 from mqstore.log.directory import check_store_dir, release_store_lock, take_store_lock
-from mqstore.geometry import adopt_store_sizes, check_root_dir
+from mqstore.parts import StoreParts, open_parts
+from mqstore.geometry import adopt_commit_log_path, adopt_store_sizes, check_root_dir
 from mqstore.procs import stopped
 from mqstore.progress import LogProgress
 from mqstore.queue.consume_queue import ConsumeQueueTable
@@ -33,7 +33,7 @@ from mqstore.queue.dispatch import Dispatcher
 from mqstore.queue.index import IndexService
 from mqstore.queue.reads import (MessageReader, QueryMessageResult, TimeLookup, argument_error, check_arguments,
                            tags_expression)
-from mqstore.queue.recovery import RecoveryReport, commitlog_file_was_cut, log_report, recover_store, truncate_store
+from mqstore.queue.recovery import RecoveryReport, log_report, recover_store, truncate_store
 from mqstore.ha import TRUNCATE_EXIT, TRUNCATE_FILE, read_truncation_request, record_truncation
 from mqstore.node import Supervisor, read_config, write_config
 from mqstore.log import pool as transient_pool
@@ -45,7 +45,7 @@ from mqstore.services import service_kinds
 from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
-from mqstore.services.registry import ServiceParts, build_services
+from mqstore.services.registry import build_services
 from mqstore._reads import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
@@ -468,7 +468,7 @@ class MessageStore(StoreBase):
         if overrides:
             cfg = cfg.replace(**overrides)
         check_root_dir(self.root, cfg)
-        self.config = adopt_store_sizes(self.root, cfg).validate()
+        self.config = adopt_store_sizes(self.root, adopt_commit_log_path(self.root, cfg)).validate()
         self._closed = True
         self._lock_fd = -1
         self.pool: _shm.TransientStorePool | None = None
@@ -479,7 +479,7 @@ class MessageStore(StoreBase):
         #: the replication service of a threads-mode store: HAService (a master serving slaves)
         #: or HAClient (a slave); None when it does not replicate, and in a node (a process does)
         self.ha: Any = None
-        self.abort_path = os.path.join(self.root, "abort")
+        self.abort_path = abort_path(self.root)
         self._abort_created = False
         check_store_dir(self.root)
         os.makedirs(self.root, exist_ok=True)
@@ -559,16 +559,10 @@ class MessageStore(StoreBase):
             log.warning("%s: no room for a new control block (the disk is full): the old one was laid out "
                         "again in place", self.root)
         self.pool = transient_pool.create_pool(self.root, self.ctl, cfg) if cfg.transient_store_pool_enable else None
-        self.checkpoint = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
-        self.commitlog = CommitLog(self.root, cfg, self.ctl, self.pool)
-        self.commitlog.queue.load(commitlog_file_was_cut)
-        self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
-                                                cfg.mapped_file_size_consume_queue)
-        self.consume_queues.load()
-        self.index = None
-        if cfg.message_index_enable:
-            self.index = IndexService(self.root, cfg, self.checkpoint)
-            self.index.load(self.last_exit_ok)
+        self._parts = parts = open_parts(self.root, cfg, self.ctl, "owner", pool=self.pool, clean=self.last_exit_ok)
+        assert parts.checkpoint is not None and parts.commitlog is not None and parts.consume_queues is not None
+        self.checkpoint, self.commitlog = parts.checkpoint, parts.commitlog
+        self.consume_queues, self.index = parts.consume_queues, parts.index
         self.recovery: RecoveryReport = recover_store(
             self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
@@ -614,10 +608,8 @@ class MessageStore(StoreBase):
         if cfg.service_mode == "processes":
             self._start_service_processes()
             return
-        self._parts = ServiceParts(self.root, cfg, self.ctl, log_files=self.commitlog.queue,
-                                   commitlog=self.commitlog, consume_queues=self.consume_queues, index=self.index,
-                                   checkpoint=self.checkpoint, dispatcher=self.dispatcher, pool=self.pool,
-                                   truncate=self._truncate_live)
+        # the services are built over the parts open_parts mapped, with what the open added
+        self._parts.dispatcher, self._parts.truncate = self.dispatcher, self._truncate_live
         self.ha = None
         self._build_services(service_kinds(cfg))
 
@@ -803,27 +795,25 @@ class AttachedStore(StoreBase):
         self.cleaner = None
         self.ctl = self._attach_control_block()
         self.pool = None
+        opened: StoreParts | None = None
         try:
             self.config = self._owner_config(config, overrides)
             cfg = self.config
             self.last_exit_ok = True
             self.checkpoint = None  # type: ignore[assignment]
-            self.pool = transient_pool.attach_pool(self.root, self.ctl)
-            self.commitlog = CommitLog(self.root, cfg, self.ctl, self.pool)
-            self.commitlog.queue.map_new_files()
+            parts = open_parts(self.root, cfg, self.ctl, "attached")
+            opened = parts
+            assert parts.commitlog is not None and parts.consume_queues is not None and parts.dispatcher is not None
+            self.pool, self.commitlog = parts.pool, parts.commitlog
+            self.consume_queues, self.index, self.dispatcher = parts.consume_queues, parts.index, parts.dispatcher
             self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
                                                       wait_timeout_ms=cfg.allocate_wait_timeout_ms)
             self.commitlog.prepare_for_writes()
-            self.consume_queues = ConsumeQueueTable(os.path.join(self.root, "consumequeue"),
-                                                    cfg.mapped_file_size_consume_queue)
-            # a follower's index only maps and reads (follow()); it never touches the checkpoint
-            self.index = IndexService(self.root, cfg, None) if cfg.message_index_enable else None  # type: ignore[arg-type]
-            self.dispatcher = Dispatcher(self.commitlog, self.consume_queues, None, self.ctl)
             self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
             self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
         except BaseException:
-            if self.pool is not None:
-                self.pool.close()
+            if opened is not None:
+                opened.close()
             self.ctl.close()
             raise
         appender = self.commitlog.appender

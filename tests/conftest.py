@@ -16,6 +16,11 @@ settings.register_profile("dev", max_examples=30, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+#: every Spark session of the run, this process's and the examples' and jobs' it starts: the
+#: driver JVM on C1 alone (mqstore.spark.session's default leaves C2 on, which the many small
+#: queries of a test would pay for in compiling, ~1-2 min of a CI run)
+os.environ.setdefault("MQSTORE_SPARK_DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 SMALL = {"mapped_file_size_commit_log": 64 * 1024, "max_message_size": 16 * 1024}
 
 
@@ -49,7 +54,7 @@ def spark():
     UI, the mqstore data source registered (mqstore.spark.session)."""
     from mqstore.spark import session
 
-    spark = session("local[2]")
+    spark = session("local[2]")  # C1 only (MQSTORE_SPARK_DRIVER_JAVA_OPTIONS above)
     spark.sparkContext.setLogLevel("FATAL")
     yield spark
     spark.stop()

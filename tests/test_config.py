@@ -679,6 +679,34 @@ def test_root_and_commit_log_dirs(tmp_path: Path) -> None:
     assert home.root_dir() == str(Path("~/store").expanduser())
 
 
+def test_a_store_with_its_own_commit_log_directory_is_found_by_every_reader(tmp_path: Path) -> None:
+    """store_path_commit_log is kept in the store's mqstore.config.json: a reopen without it
+    uses it (it found ROOT/commitlog empty and destroyed the ConsumeQueues), another one is
+    refused while the store's directory holds the files, and the read-only tools and readers
+    (verify, info, the snapshot Spark reads) look where the files are."""
+    from mqstore.queue.snapshot import StoreSnapshot
+    from mqstore.tools.checker import check_store
+    from mqstore.tools.commands.info import commitlog_files
+
+    root = str(tmp_path / "store")
+    with MessageStore(root, store_path_commit_log="cl") as store:
+        store.put_bodies("T", [b"m%d" % i for i in range(10)]).check()
+    assert os.listdir(os.path.join(root, "cl")) and not os.path.exists(os.path.join(root, "commitlog"))
+    check_store(root).raise_if_failed()
+    files, _ = commitlog_files(root)
+    assert len(files) == 1
+    with StoreSnapshot(root) as snap:
+        assert snap.log_spans() and snap.queues()[0].max_offset == 10
+    with MessageStore(root) as store:  # no store_path_commit_log: the store's own
+        assert store.config.store_path_commit_log == "cl"
+        assert [bytes(m.body) for m in store.read_messages("T", 0, 0, 10)] == [b"m%d" % i for i in range(10)]
+    with pytest.raises(ConfigError, match=r"store_path_commit_log='elsewhere'.*CommitLog is in"):
+        MessageStore(root, store_path_commit_log="elsewhere")
+    with MessageStore(root, store_path_commit_log=os.path.join(root, "cl")) as store:  # the same, absolute
+        assert store.get_max_offset_in_queue("T", 0) == 10
+    check_store(root).raise_if_failed()
+
+
 # ------------------------------------------------------------------------------------------------
 # copies and plain data
 

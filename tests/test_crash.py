@@ -145,7 +145,11 @@ RP_WRITER = textwrap.dedent("""
     out = sys.stdout
     topics, nq, seq, mode = a["topics"], a["queues"], a["start"], a["mode"]
 
+    refused = {}  # puts not stored, by status (printed before the kill, for the test's message)
+
     def die():
+        for status, count in refused.items():
+            out.write("REFUSED_%s %d\\n" % (status, count))
         out.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -202,6 +206,8 @@ RP_WRITER = textwrap.dedent("""
             out.write("A %s %d %d %d %d %d\\n" % (topic, qid, r.queue_offset, r.wrote_offset, seq, n))
             if a["ack_each"]:
                 out.flush()
+        else:
+            refused[r.status.name] = refused.get(r.status.name, 0) + 1
         seq += n
         return r
 
@@ -261,8 +267,10 @@ def rp_write(root: str, flush: str, mode: str, rng: random.Random, start: int, *
         parts = line.split()
         if parts and parts[0] == "A" and len(parts) == 7:  # the last line may be cut by the kill
             acks.append((parts[1], *map(int, parts[2:])))
-        elif len(parts) == 2 and parts[0] in ("BEHIND", "ROLLED", "PAUSED"):
+        elif len(parts) == 2 and (parts[0] in ("BEHIND", "ROLLED", "PAUSED") or parts[0].startswith("REFUSED_")):
             info[parts[0]] = int(parts[1])
+    if not acks:
+        info["stderr_tail"] = err[-2000:]  # type: ignore[assignment]
     return acks, info
 
 
@@ -406,8 +414,8 @@ def test_sigkill_right_after_a_commitlog_file_roll(tmp_path, flush):
 
 def test_crash_state_at_a_roll_passes_the_checker(tmp_path):
     root = str(tmp_path / "store")
-    acks, _ = rp_write(root, "ASYNC_FLUSH", "at_roll", random.Random("at-roll"), 0, rolls=1)
-    assert acks
+    acks, info = rp_write(root, "ASYNC_FLUSH", "at_roll", random.Random("at-roll"), 0, rolls=1)
+    assert acks, info  # no put stored before the first roll: the refusals and the writer's stderr say why
     check_crash_state(root)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from hypothesis import given, strategies as st
+
 from mqstore import _codec, _consumequeue, _mapped, _search, layout
 from mqstore.twin import codec as twin_codec
 
@@ -26,7 +28,7 @@ def test_layout_is_a_leaf():
     tree = ast.parse(Path(layout.__file__).read_text(encoding="utf-8"))
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)] + [
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    assert imported == ["__future__"]
+    assert sorted(imported) == ["__future__", "os"]  # the standard library's paths only: nothing of mqstore
 
 
 def test_no_module_spells_the_names_again():
@@ -36,3 +38,26 @@ def test_no_module_spells_the_names_again():
                if any(f'"{name}"' in line for name in (layout.CONTROL_BLOCK_NAME, layout.CONFIG_NAME,
                                                         layout.NODE_INFO_NAME))]
     assert spelled == []
+
+
+# -- physical offsets: the log id in bits 56..62 (parallel CommitLogs spec §4.1) ------------------
+FILE_SIZES = st.integers(1, 1 << 18).map(lambda pages: pages * 4096)  # any multiple of 4 KiB up to 1 GiB
+
+
+@given(log_id=st.integers(0, 31), local=st.integers(0, (1 << 56) - 1), file_size=FILE_SIZES)
+def test_the_file_holding_an_offset_is_counted_from_its_logs_first_byte(log_id, local, file_size):
+    phy = layout.log_base(log_id) + local
+    start = layout.file_start_of(phy, file_size)
+    # the spec's rule, written out: base(k) + (local // file_size) * file_size
+    assert start == (log_id << 56) + (local // file_size) * file_size
+    assert start <= phy < start + file_size and layout.log_of(start) == layout.log_of(phy) == log_id
+    assert layout.local_of(phy) == local and layout.file_start_of(start, file_size) == start
+    if log_id == 0:  # one CommitLog: RocketMQ's own arithmetic, unchanged
+        assert start == phy - phy % file_size
+
+
+def test_past_log_0_the_old_arithmetic_would_name_the_wrong_file():
+    phy, file_size = layout.log_base(1) + 5, 12 * 1024  # 2^56 is not a multiple of 12 KiB
+    assert layout.file_start_of(phy, file_size) == layout.log_base(1)
+    assert phy - phy % file_size != layout.log_base(1)
+    assert layout.file_start_of(-1, 4096) == -4096  # before the first byte: log 0's arithmetic

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore.spark.source import SCHEMA, OptionError, QueueSlice, plan_queue_slices
+from mqstore.spark.source import SCHEMA, MQStoreBatchReader, OptionError, QueueSlice, plan_queue_slices
 from mqstore.queue.snapshot import QueueRange
 
 pytestmark = pytest.mark.spark
@@ -153,6 +153,45 @@ def test_the_auto_registration_module_exports_the_source():
     assert pyspark_mqstore.DefaultSource is MQStoreDataSource and MQStoreDataSource.name() == "mqstore"
 
 
+def test_a_worker_is_settled_once_its_startup_objects_frozen_out_of_the_collector():
+    """PySpark's reused worker collects garbage after every task: settle_worker freezes what
+    is alive at the first task (the modules), once; what tasks make later is still collected."""
+    import subprocess
+    import sys
+
+    code = """
+import gc, weakref
+from mqstore.spark.worker import settle_worker
+assert gc.get_freeze_count() == 0
+settle_worker()
+frozen = gc.get_freeze_count()
+assert frozen > 1000, frozen
+settle_worker()
+assert gc.get_freeze_count() == frozen
+class Node: pass
+a, b = Node(), Node()
+a.other, b.other = b, a
+gone = weakref.ref(a)
+del a, b
+gc.collect()
+assert gone() is None
+print("ok", frozen)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr
+
+
+def test_the_session_takes_the_driver_jvm_options_from_the_environment(spark):
+    import os
+
+    from mqstore.spark.session import DRIVER_JAVA_OPTIONS
+
+    wanted = os.environ["MQSTORE_SPARK_DRIVER_JAVA_OPTIONS"]  # tests/conftest.py: C1 alone
+    assert wanted != DRIVER_JAVA_OPTIONS
+    got = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")  # Spark appends its own
+    assert got.endswith(" " + wanted) or got == wanted, got
+
+
 # -- planning, without Spark ----------------------------------------------------------------------
 QUEUES = [QueueRange("A", 0, 5, 100), QueueRange("A", 1, 0, 0), QueueRange("B", 0, 0, 30)]
 
@@ -161,6 +200,32 @@ def test_plan_cuts_each_queue_into_pieces_of_max_rows():
     got = plan_queue_slices(QUEUES, {"maxrowsperpartition": "40"})
     assert got == [QueueSlice("A", 0, 5, 45), QueueSlice("A", 0, 45, 85), QueueSlice("A", 0, 85, 100),
                    QueueSlice("B", 0, 0, 30)]
+
+
+def test_small_slices_are_packed_in_order_into_tasks_of_at_most_an_eighth_of_max_rows():
+    from mqstore.spark.source import QueueSlices, pack_slices
+
+    pieces = [QueueSlice("A", 0, 0, 3), QueueSlice("A", 1, 10, 14), QueueSlice("A", 2, 0, 80),
+              QueueSlice("A", 3, 5, 6), QueueSlice("B", 0, 0, 9), QueueSlice("B", 1, 0, 2)]
+    got = pack_slices(pieces, 80)  # small: under 10 rows, packed up to 10
+    assert got == [QueueSlices((pieces[0], pieces[1])), pieces[2], QueueSlices((pieces[3], pieces[4])), pieces[5]]
+    flat = [p for g in got for p in (g.parts if isinstance(g, QueueSlices) else (g,))]
+    assert flat == pieces  # every slice once, in the planned order
+    assert pack_slices(pieces, 80, min_partitions=5) == pieces  # packing would go below minPartitions
+    assert pack_slices([], 80) == []
+
+
+def test_a_narrow_time_range_is_one_task_reading_every_queue(tmp_path):
+    from mqstore.spark.source import QueueSlices
+
+    with MessageStore(str(tmp_path / "s")) as store:
+        for q in range(4):
+            store.put_messages([Message("T", b"x", queue_id=q) for _ in range(50)]).check()
+    reader = MQStoreBatchReader({"path": str(tmp_path / "s"),
+                                 "startingOffsets": '{"T/0": 40, "T/1": 40, "T/2": 40, "T/3": 40}'}, SCHEMA)
+    parts = reader.partitions()
+    assert len(parts) == 1 and isinstance(parts[0], QueueSlices)
+    assert [(p.queue_id, p.start, p.end) for p in parts[0].parts] == [(q, 40, 50) for q in range(4)]
 
 
 def test_plan_refuses_offsets_no_longer_stored_naming_the_queue_and_the_range():

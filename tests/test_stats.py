@@ -57,6 +57,29 @@ def json_lines(text: str) -> list[dict]:
 
 
 # -- a store written by another process ---------------------------------------------------
+def test_counters_read_while_another_process_puts_never_show_more_messages_than_requests(tmp_path):
+    # a put bumps put_requests before put_messages before put_bytes; a reader that took them
+    # first to last saw a put that began and ended between its two loads (CI, once in ~2,000)
+    from mqstore._shm import ControlBlock
+    root, stop = str(tmp_path / "live"), tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, root, str(stop), "ASYNC_FLUSH"], cwd=REPO,
+                              env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, size = writer.stdout.readline().split()
+        assert ready == "ready", writer.stderr.read()
+        ctl = ControlBlock.attach(os.path.join(root, "mqstore.shm"), readonly=True)
+        seen = set()
+        for _ in range(200_000):
+            c = ctl.stats()
+            assert c["put_requests"] >= c["put_messages"] and c["put_bytes"] <= c["put_messages"] * int(size), c
+            seen.add(c["put_messages"])
+    finally:
+        stop.touch()
+        out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert len(seen) > 10  # the reads overlapped the puts
+
+
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_stats_of_a_store_another_process_writes(tmp_path, flush):
     root, stop = str(tmp_path / "live"), tmp_path / "stop"

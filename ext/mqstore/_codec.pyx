@@ -285,7 +285,7 @@ cdef object _parse(buf, Py_ssize_t offset, bint check_crc, bint read_body, bint 
         raise _Fail(total, f"record at offset {offset}: TOTALSIZE {total} but its fields add up to {expected} bytes")
     return DecodedRecord(total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
                          born_ts, decode_host(born_raw), store_ts, decode_host(store_raw), reconsume, prepared,
-                         body, topic, properties, props_s)
+                         body, topic, properties, props_s, tags_code(properties.get("TAGS")))
 
 
 def decode_record(buf, Py_ssize_t offset=0, *, bint check_crc=True, bint read_body=True):

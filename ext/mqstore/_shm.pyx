@@ -361,8 +361,17 @@ cdef class ControlBlock:
 
     # -- statistics -----------------------------------------------------------------------
     def stats(self) -> dict:
+        """Every counter, summed over the shared cells and the writers' slots.
+
+        Read last to first: a put bumps put_requests before put_messages before put_bytes,
+        so reading them in the other order never shows more messages than requests (or
+        more bytes than messages) even while puts go on."""
         cdef char *b = self._b()
-        return {STAT_NAMES[i]: mq_stat_total(b, i) for i in range(MQ_STAT_COUNT)}
+        cdef int i
+        values = [0] * MQ_STAT_COUNT
+        for i in range(MQ_STAT_COUNT - 1, -1, -1):
+            values[i] = mq_stat_total(b, i)
+        return dict(zip(STAT_NAMES, values))
 
     def writer_slots(self) -> dict:
         """Per-writer statistics: {pid: {name: value}} for each writer process that has a slot

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.broker.jsonfile import fastjson_pretty, loads_lenient, read_with_bak, write_with_bak
+from mqstore.layout import config_path
 
 __all__ = ["STARTUP_GROUPS", "SubscriptionGroupConfig", "SubscriptionGroups", "is_sys_consumer_group"]
 
@@ -118,7 +119,7 @@ class SubscriptionGroups:
     table has changed in memory."""
 
     def __init__(self, root: str, *, auto_create_subscription_group: bool = True) -> None:
-        self.path = os.path.join(root, "config", "subscriptionGroup.json")
+        self.path = config_path(root, "subscriptionGroup.json")
         self.auto_create = auto_create_subscription_group
         self.table = {name: SubscriptionGroupConfig(name) for name in STARTUP_GROUPS}
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}

@@ -13,6 +13,7 @@ import os
 import re
 
 from mqstore.broker.jsonfile import fastjson_pretty, loads_lenient, read_with_bak, write_with_bak
+from mqstore.layout import config_path
 
 __all__ = ["ConsumerOffsets", "decode_offset_table", "encode_offset_table"]
 
@@ -91,7 +92,7 @@ class ConsumerOffsets:
     """
 
     def __init__(self, root: str) -> None:
-        self.path = os.path.join(root, "config", "consumerOffset.json")
+        self.path = config_path(root, "consumerOffset.json")
         table, source = read_with_bak(self.path, decode_offset_table)
         self._table: OffsetTable = table or {}
         self._dirty = False

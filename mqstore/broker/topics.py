@@ -25,6 +25,7 @@ from typing import Any
 from mqstore.broker.jsonfile import write_with_bak
 from mqstore.errors import ConfigError
 from mqstore.protocol import PERM_INHERIT, PERM_READ, PERM_WRITE
+from mqstore.layout import config_path
 
 __all__ = ["PERM_INHERIT", "PERM_READ", "PERM_WRITE", "TBW102", "AutoCreations", "TopicConfigs", "topic_problem"]
 
@@ -70,7 +71,7 @@ class TopicConfigs:
     def __init__(self, root: str, *, cluster: str = "DefaultCluster", broker_name: str = "broker-a",
                  auto_create_topic_enable: bool = True, default_topic_queue_nums: int = 8,
                  cluster_topic_enable: bool = True, broker_topic_enable: bool = True) -> None:
-        self.path = os.path.join(root, "config", "topics.json")
+        self.path = config_path(root, "topics.json")
         self.auto_create = auto_create_topic_enable
         self.table: dict[str, dict[str, Any]] = {}
         self.auto_creations = AutoCreations()

@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqstore.layout import CLEAN_CLOSE_NAME
+from mqstore.layout import CLEAN_CLOSE_NAME, file_start_of
 from mqstore.log.directory import replace_file
 
 log = logging.getLogger("mqstore.recovery")
@@ -66,7 +66,7 @@ def tail_crc(files: Any, wrote: int) -> int | None:
     start, end = tail_range(wrote, files.file_size)
     if end <= start:
         return 0
-    mf = files.get(start - start % files.file_size)
+    mf = files.get(file_start_of(start, files.file_size))
     if mf is None:
         return None
     base = mf.file_from

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from mqstore.layout import OS_PAGE_SIZE
+from mqstore.layout import OS_PAGE_SIZE, file_start_of
 from mqstore._commitlog import CommitLogAppender
 from mqstore.log.mapped_file_queue import MappedFileQueue, reservation_step
 from mqstore.log.pool import commit_range
@@ -83,7 +83,7 @@ class CommitLog:
     def _provide_file(self, offset: int) -> str | None:
         """Map the file holding offset and make it the append target; request the file after
         it in advance. Returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""
-        start = offset - offset % self.file_size
+        start = file_start_of(offset, self.file_size)
         previous = self.appender.current_file
         mf = self.queue.get(start)
         if mf is None:
@@ -110,7 +110,7 @@ class CommitLog:
         """Allocate the current file's blocks up to log offset end (rounded up to a whole step)
         and publish it in the control block's ``reserved``; called by the put path outside the
         lock. Returns None, or a detail string for CREATE_MAPEDFILE_FAILED (a full disk)."""
-        file_from = end - 1 - (end - 1) % self.file_size
+        file_from = file_start_of(end - 1, self.file_size)
         mf = self.appender.current_file
         if mf is None or mf.file_from != file_from:
             mf = self.queue.get(file_from)

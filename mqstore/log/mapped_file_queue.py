@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
+from mqstore.layout import file_start_of
 from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
 from mqstore.procs import dead_allocation
@@ -236,7 +237,7 @@ class MappedFileQueue:
                     f"{self.store_path}: files {file_name(a)} and {file_name(b)} are not contiguous",
                     hint="a file is missing from the middle of the log; restore it from a backup",
                 )
-        if starts and starts[0] % self.file_size:
+        if starts and file_start_of(starts[0], self.file_size) != starts[0]:
             raise NotAStoreError(f"{self.store_path}: first file {file_name(starts[0])} is not aligned to "
                                  f"the file size {self.file_size}")
 
@@ -293,7 +294,7 @@ class MappedFileQueue:
             first_from = self._files.peekitem(0)[0]
             last_from = self._files.peekitem(-1)[0]
             if first_from <= offset < last_from + self.file_size:
-                mf = self._files.get(offset - offset % self.file_size)
+                mf = self._files.get(file_start_of(offset, self.file_size))
                 if mf is not None:
                     return mf
             return self._files.peekitem(0)[1] if return_first_on_not_found else None
@@ -301,7 +302,7 @@ class MappedFileQueue:
     def files_between(self, start: int, end: int) -> list[MappedFile]:
         """Files overlapping [start, end)."""
         with self._lock:
-            lo = start - start % self.file_size
+            lo = file_start_of(start, self.file_size)
             return [mf for off, mf in self._files.items() if lo <= off < end]
 
     def flush_between(self, start: int, end: int) -> None:
@@ -340,7 +341,7 @@ class MappedFileQueue:
 
     def create(self, start: int) -> MappedFile:
         """Create the file at start synchronously (no allocate service)."""
-        if start % self.file_size:
+        if file_start_of(start, self.file_size) != start:
             raise ValueError(f"file start {start} is not a multiple of the file size {self.file_size}")
         with self._lock:
             existing = self.map_existing(start)
@@ -360,7 +361,7 @@ class MappedFileQueue:
                 return last
             if not create:
                 return last
-            start = start_offset - start_offset % self.file_size if last is None else last.file_from + self.file_size
+            start = file_start_of(start_offset, self.file_size) if last is None else last.file_from + self.file_size
             return self.create(start)
 
     # -- truncation and deletion ---------------------------------------------------------

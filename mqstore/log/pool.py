@@ -23,6 +23,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from mqstore.layout import file_start_of
 from mqstore import _shm
 from mqstore.errors import ConfigError
 
@@ -98,7 +99,7 @@ def commit_range(pool: _shm.TransientStorePool, queue: MappedFileQueue, start: i
         queue.map_new_files()
     pos = start
     while pos < end:
-        file_from = pos - pos % file_size
+        file_from = file_start_of(pos, file_size)
         stop = min(end, file_from + file_size)
         mf = queue.get(file_from)
         if mf is None:
@@ -160,8 +161,8 @@ def _replay_from(path: str, old: _shm.ControlBlock, queue: MappedFileQueue, comm
             return 0
         # bytes go only into files that exist, from the committed position on, in order
         end = committed
-        while end < wrote and queue.get(end - end % pool.file_size) is not None:
-            end = min(wrote, end - end % pool.file_size + pool.file_size)
+        while end < wrote and queue.get(file_start_of(end, pool.file_size)) is not None:
+            end = min(wrote, file_start_of(end, pool.file_size) + pool.file_size)
         commit_range(pool, queue, committed, end)
         for mf in queue.files_between(committed, end):
             mf.flush_range(0, mf.file_size)

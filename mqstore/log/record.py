@@ -86,6 +86,8 @@ class DecodedRecord:
     topic: str
     properties: dict[str, str]
     properties_string: str
+    #: the ConsumeQueue tags code of TAGS (spec §1.6; 0 without tags), computed by the decoder
+    tags_code: int
 
     @property
     def tags(self) -> str | None:
@@ -98,12 +100,6 @@ class DecodedRecord:
     @property
     def uniq_key(self) -> str | None:
         return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-
-    @property
-    def tags_code(self) -> int:
-        from mqstore._codec import tags_code
-
-        return tags_code(self.tags)
 
     @property
     def msg_id(self) -> str:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from mqstore.layout import file_start_of
 from mqstore._dispatch import DispatchKernel
 from mqstore._reput import BatchParser, ParsedBatch
 from mqstore.queue.index import index_key_triples
@@ -162,7 +163,7 @@ class Dispatcher:
             if max_bytes and done_bytes >= max_bytes:
                 self.caught_up = False
                 return total
-            file_start = start - start % fs
+            file_start = file_start_of(start, fs)
             mf = queue.get(file_start) or queue.map_existing(file_start)
             if mf is None:
                 log.error("dispatch: no CommitLog file holds offset %d (readable end %d)", start, end)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mqstore.layout import CONFIG_NAME, FILLER_SIZE
+from mqstore.layout import CONFIG_NAME, FILLER_SIZE, consumequeue_dir, file_start_of
 from mqstore._commitlog import scan_records
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
 from mqstore._mapped import MappedFile
@@ -186,7 +186,7 @@ class ReadOnlyFileQueue(MappedFileQueue):
             if b - a != file_size:
                 raise NotAStoreError(f"{directory}: files {a:020d} and {b:020d} are not contiguous: opening the store "
                                      f"would fail", hint="a file is missing from the middle; restore it from a backup")
-        if starts and starts[0] % file_size:
+        if starts and file_start_of(starts[0], file_size) != starts[0]:
             raise NotAStoreError(f"{directory}: first file {names[0]} is not aligned to the file size {file_size}: "
                                  f"opening the store would fail")
 
@@ -245,12 +245,13 @@ def open_commitlog(root: str, *, contiguous: bool = True, file_size: int | None 
     directory and remove leftovers); contiguous=False also maps a log with a missing file (to
     look at, not to recover). file_size: the CommitLog file size (default: the store's own,
     store_config). Close it with ``.close()``."""
-    cdir = os.path.join(root, "commitlog")
+    cfg = store_config(root)
+    cdir = cfg.commit_log_dir(root)  # store_path_commit_log as the store's owner had it
     names = _offset_names(cdir)
     if not names:
         return ReadOnlyFileQueue(cdir, 0)
     if file_size is None:
-        file_size = store_config(root).mapped_file_size_commit_log
+        file_size = cfg.mapped_file_size_commit_log
     return ReadOnlyFileQueue.of_directory(cdir, file_size, "CommitLog", contiguous=contiguous,
                                           last_file_was_cut=commitlog_file_was_cut)
 
@@ -310,7 +311,7 @@ def log_end(files: list[LogFile]) -> int:
 def queue_dirs(root: str) -> list[tuple[str, int, str]]:
     """(topic, queue id, directory) of every ``consumequeue/<topic>/<int queueId>`` directory,
     the ones ConsumeQueueTable.load maps (spec §5.2: other names are ignored)."""
-    cq_root = os.path.join(root, "consumequeue")
+    cq_root = consumequeue_dir(root)
     if not os.path.isdir(cq_root):
         return []
     out = []

@@ -58,6 +58,7 @@ from datetime import datetime, timedelta
 from mqstore._index import IndexFile, index_key_hash
 from mqstore._mapped import MappedFile
 from mqstore.log.checkpoint import StoreCheckpoint
+from mqstore.layout import index_dir
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError, StoreClosedError
 from mqstore.log.scan import is_zero
@@ -67,7 +68,6 @@ __all__ = ["IndexService", "QueryOffsetResult", "index_file_name", "index_key_tr
 
 log = logging.getLogger("mqstore.index")
 
-INDEX_DIR = "index"
 CREATE_RETRY_INTERVAL_S = 1.0     # a failed creation or allocation step is retried after this (RocketMQ: 3 tries 1 s apart)
 ALLOCATE_STEP = 4 << 20           # entries of an index file are allocated this many bytes at a time
 DESTROY_INTERVAL_MS = 3000        # a file still held by a reader is deleted forcibly after this
@@ -340,7 +340,7 @@ class IndexService:
     """The index files of one store (spec §4.4); see the module docstring."""
 
     def __init__(self, root: str, config: StoreConfig, checkpoint: StoreCheckpoint) -> None:
-        self.store_path = os.path.join(root, INDEX_DIR)
+        self.store_path = index_dir(root)
         self.config = config
         self.checkpoint = checkpoint
         self.hash_slot_num = int(config.max_hash_slot_num)

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqstore.layout import FILLER_SIZE
+from mqstore.layout import FILLER_SIZE, file_start_of
 from mqstore._codec import check_record, decode_record
 from mqstore._commitlog import scan_records
 from mqstore.errors import CorruptRecordError
@@ -491,7 +491,7 @@ def _rebuild_point(cq: ConsumeQueue, file_size: int, min_phy: int, clean_shutdow
     name = f"{cq.topic}/{cq.queue_id}"
     end = cq.max_physic_offset
     if end >= 0:
-        return max(min_phy, end - end % file_size), f"{name} lacks units after {end}"
+        return max(min_phy, file_start_of(end, file_size)), f"{name} lacks units after {end}"
     if not clean_shutdown and not damaged:
         return scan_start, f"{name} lacks units"
     return min_phy, f"{name} kept no units"
@@ -512,7 +512,7 @@ def _recover_index(index: Any, queue: MappedFileQueue, report: RecoveryReport, r
     need = getattr(index, "rebuild_from", -1)
     if need >= 0:
         file_size = queue.file_size
-        point = max(min_phy, need - need % file_size)
+        point = max(min_phy, file_start_of(need, file_size))
         rebuild.append((point, "damaged index files"))
 
 

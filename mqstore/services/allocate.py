@@ -13,6 +13,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
+from mqstore.layout import file_start_of
 from mqstore._mapped import MappedFile
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.base import ServiceThread
@@ -25,7 +26,7 @@ def requested_files(ctl: Any, file_size: int) -> range:
     ``alloc_request_upto``) that are not known to exist yet: from the file holding the write
     position, or the one after ``alloc_ready_upto``, up to the request."""
     start = max(ctl.get("wrote"), ctl.get("alloc_ready_upto") + file_size, 0)
-    return range(start - start % file_size, ctl.get("alloc_request_upto") + 1, file_size)
+    return range(file_start_of(start, file_size), ctl.get("alloc_request_upto") + 1, file_size)
 
 
 def creation_error(path: str, err: int) -> str:

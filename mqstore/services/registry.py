@@ -1,4 +1,5 @@
-"""The composition root of a store's services: which service loops run over which parts.
+"""The composition root of a store's services: which service loops run over which parts (mapped by
+``mqstore.parts.open_parts``).
 
 One table, ``build_services(kind, parts, own_process=...)``, is used by both places that start
 services: the threads-mode owner (``MessageStore``: every kind, as threads of the opening
@@ -26,14 +27,10 @@ the allocator goes last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any
 
-from mqstore._shm import ControlBlock
-from mqstore.config import StoreConfig
+from mqstore.parts import StoreParts
 from mqstore.services.reput import ReputMessageService
-from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services import SERVICE_KINDS
 from mqstore.services.allocate import AllocateMappedFileService, ProcessAllocateService
 from mqstore.services.base import ServiceThread
@@ -41,35 +38,17 @@ from mqstore.services.clean import CleanService
 from mqstore.services.flush import (CommitRealTimeService, FlushConsumeQueueService, FlushRealTimeService,
                                     GroupCommitService)
 
-__all__ = ["SERVICE_KINDS", "ServiceParts", "build_services"]
-
-@dataclass
-class ServiceParts:
-    """What services are built over. A service process fills in only what its kind needs:
-    the allocator and the cleaner a CommitLog file queue (``log_files``), the flusher a
-    CommitLog, the dispatcher a Dispatcher with its queues and checkpoint."""
-
-    root: str
-    config: StoreConfig
-    ctl: ControlBlock
-    log_files: MappedFileQueue | None = None
-    commitlog: Any | None = None           # mqstore.log.commitlog.CommitLog
-    consume_queues: Any | None = None      # mqstore.queue.consume_queue.ConsumeQueueTable
-    index: Any | None = None               # mqstore.queue.index.IndexService
-    checkpoint: Any | None = None          # mqstore.log.checkpoint.StoreCheckpoint
-    dispatcher: Any | None = None          # mqstore.queue.dispatch.Dispatcher
-    pool: Any | None = None                # the transient store pool, when enabled
-    truncate: Callable[[], Any] | None = None  # the owner's truncation of a slave (threads only)
+__all__ = ["SERVICE_KINDS", "build_services"]
 
 
-def _need(parts: ServiceParts, kind: str, *names: str) -> list[Any]:
+def _need(parts: StoreParts, kind: str, *names: str) -> list[Any]:
     missing = [n for n in names if getattr(parts, n) is None]
     if missing:
         raise ValueError(f"the {kind} service needs {', '.join(missing)}")
     return [getattr(parts, n) for n in names]
 
 
-def build_services(kind: str, parts: ServiceParts, *, own_process: bool) -> list[ServiceThread]:
+def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[ServiceThread]:
     """The service loops of one kind, in start order (see the module docstring).
 
     own_process: True in a node's service process, False for the threads of an owner."""

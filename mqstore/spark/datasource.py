@@ -15,6 +15,7 @@ from pyspark.sql.types import StructType
 from mqstore.spark.options import bool_option, check_options, traceback_logged
 from mqstore.spark.remote import wants_network
 from mqstore.spark.source import MQStoreBatchReader, MQStorePushdownReader, read_schema
+from mqstore.spark.worker import settle_worker
 
 __all__ = ["MQStoreDataSource"]
 
@@ -30,6 +31,10 @@ class MQStoreDataSource(DataSource):
     #: session must have spark.sql.python.filterPushdown.enabled (PySpark fails every query of a
     #: reader with pushFilters otherwise), which register() sets when it registers the subclass
     pushdown_default = False
+
+    def __init__(self, options: dict[str, str]) -> None:
+        settle_worker()  # PySpark makes the source in its (reused) planning workers
+        super().__init__(options)
 
     def schema(self) -> StructType:
         return read_schema(dict(self.options))

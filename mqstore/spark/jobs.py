@@ -48,16 +48,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
 from mqstore._reput import BatchParser
-from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig
-from mqstore.queue.consume_queue import ConsumeQueueTable
 from mqstore.errors import MQStoreError, StoreLockedError
-from mqstore.queue.index import IndexService
 from mqstore.queue.files import open_commitlog
 from mqstore.node import read_config
-from mqstore.layout import CONFIG_NAME
+from mqstore.layout import CONFIG_NAME, CONSUMEQUEUE_DIR, INDEX_DIR, checkpoint_path
+from mqstore.parts import open_parts
 from mqstore.queue.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.spark.source import LogSlice
+from mqstore.spark.worker import settle_worker
 from mqstore.log.directory import lock_state, release_store_lock, require_store, take_store_lock
 
 log = logging.getLogger("mqstore.spark")
@@ -158,6 +157,8 @@ class DispatchReader(DataSourceReader):
         assert isinstance(partition, LogSlice)
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        settle_worker()
+
         schema = to_arrow_schema(DISPATCH_SCHEMA, timezone="UTC")
         parser = BatchParser(self.delay_levels_ms, index_enable=self.index_enable)
         queue = open_commitlog(self.root)
@@ -210,7 +211,7 @@ def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -
         target = os.path.abspath(out) if out is not None else os.path.join(root, ".rebuild")
         if out is None:
             shutil.rmtree(target, ignore_errors=True)
-        for sub in ("consumequeue", "index"):
+        for sub in (CONSUMEQUEUE_DIR, INDEX_DIR):
             if os.path.exists(os.path.join(target, sub)):
                 raise MQStoreError(f"{os.path.join(target, sub)} exists; a rebuild writes into a fresh directory")
         os.makedirs(target, exist_ok=True)
@@ -226,12 +227,9 @@ def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -
 
 def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildReport:
     """Apply the parsed files in log order with the dispatcher's writers."""
-    queues = ConsumeQueueTable(os.path.join(target, "consumequeue"), cfg.mapped_file_size_consume_queue)
-    queues.load()
-    checkpoint = StoreCheckpoint(os.path.join(target, "checkpoint"))
-    index = IndexService(target, cfg, checkpoint) if cfg.message_index_enable else None
-    if index is not None:
-        index.load(True)
+    parts = open_parts(target, cfg, None, "rebuild")
+    queues, index = parts.consume_queues, parts.index
+    assert queues is not None
     units = keys = skipped = 0
     try:
         cols = {name: table.column(name).to_pylist() for name in table.column_names}
@@ -259,16 +257,13 @@ def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildRepo
             log.error("rebuild: %d record(s) name a queue that cannot exist (a damaged topic); left out", skipped)
         return RebuildReport(sum(1 for cq in current.values() if cq is not None), units, keys, files, target)
     finally:
-        queues.close()
-        if index is not None:
-            index.close()
-        checkpoint.close()
-        os.unlink(os.path.join(target, "checkpoint"))
+        parts.close()
+        os.unlink(checkpoint_path(target))
 
 
 def _swap_in(root: str, staging: str) -> None:
     """Replace root's consumequeue/ and index/ with the rebuilt ones (under the store lock)."""
-    for sub in ("consumequeue", "index"):
+    for sub in (CONSUMEQUEUE_DIR, INDEX_DIR):
         new, old = os.path.join(staging, sub), os.path.join(root, sub)
         retired = os.path.join(staging, f"{sub}.old")
         if os.path.exists(old):

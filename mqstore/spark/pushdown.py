@@ -33,6 +33,7 @@ from pyspark.sql.datasource import (EqualNullSafe, EqualTo, Filter, GreaterThan,
 
 from mqstore._codec import tags_code
 from mqstore.queue.snapshot import first_where
+from mqstore.layout import index_dir
 
 log = logging.getLogger("mqstore.spark")
 
@@ -234,7 +235,7 @@ def _index_lookup(root: str, topics: set[str], keys: frozenset[str]) -> set[int]
     from mqstore._mapped import MappedFile
     from mqstore.geometry import saved_sizes
 
-    directory = os.path.join(root, "index")
+    directory = index_dir(root)
     names = sorted(n for n in os.listdir(directory) if n.isdigit()) if os.path.isdir(directory) else []
     sizes = saved_sizes(root)
     if not names or sizes is None:

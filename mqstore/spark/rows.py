@@ -58,6 +58,7 @@ from mqstore.node.settings import read_config
 from mqstore.queue.snapshot import StoreSnapshot
 from mqstore.spark.options import OptionError
 from mqstore.spark.source import SCHEMA, record_batch
+from mqstore.spark.worker import settle_worker
 from mqstore.store import AttachedStore, StoreBase
 
 T = TypeVar("T")
@@ -451,8 +452,11 @@ def _refuse_overwrite(overwrite: bool) -> None:
 
 
 def _task() -> tuple[int, int]:
-    """(partition id, attempt number) of the running Spark task; (0, 0) outside one."""
+    """(partition id, attempt number) of the running Spark task; (0, 0) outside one. Writers
+    call it first: it settles the Python worker too (settle_worker)."""
     from pyspark import TaskContext
+
+    settle_worker()
 
     ctx = TaskContext.get()
     return (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)

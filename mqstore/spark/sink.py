@@ -33,6 +33,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from mqstore.log.directory import require_store
+from mqstore.layout import config_path
 from mqstore.spark.options import OptionError, int_option
 from mqstore.spark.rows import (
     DEFAULT_QUEUE_COUNT,
@@ -57,7 +58,7 @@ _SINK_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 def sink_dir(root: str, sink_id: str) -> str:
-    return os.path.join(root, "config", "spark_sinks", sink_id)
+    return config_path(root, "spark_sinks", sink_id)
 
 
 class SinkLog:

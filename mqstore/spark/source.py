@@ -25,7 +25,8 @@ Options (all optional):
 ``mode``                 ``queues`` (default: partitions are (topic, queue) offset ranges,
                          rows in queue order) or ``commitlog`` (a partition per CommitLog
                          file, every record in log order; topics/queues/offsets do not apply)
-``maxRowsPerPartition``  queue offsets per partition (default 262144)
+``maxRowsPerPartition``  queue offsets per partition (default 1048576); smaller slices are
+                         packed together (pack_slices)
 ``batchRows``            rows per Arrow record batch (default 65536)
 ``maxBatchBytes``        record bytes per Arrow record batch (default 16 MiB; a single larger
                          record still makes a batch of one): what bounds a batch of big
@@ -65,12 +66,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from mqstore._arrow import keep_freed_memory
 from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
 from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.pushdown import Pushed, lookup_phys, narrow, push
+from mqstore.spark.worker import settle_worker
 from mqstore.spark.options import (EARLIEST, LATEST, RANGE_OPTIONS, SELECT_OPTIONS, OptionError, bool_option,
                                    check_options, int_option, list_option, offsets_option, per_queue_json,
                                    traceback_logged)
@@ -97,7 +98,11 @@ _TYPES = {f.name: f.dataType for f in SCHEMA.fields}
 #: Kafka's headers column (includeHeaders=true): the properties as (key, value bytes) pairs
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                         StructField("value", BinaryType())])))
-DEFAULT_MAX_ROWS_PER_PARTITION = 262_144
+#: queue offsets per partition: a partition costs the JVM a Python task (~30 ms of CPU, the
+#: worker's socket, its pickled reader, a store snapshot) beside its rows; 2^20 makes most
+#: queues one partition, as Kafka's source makes a partition per topic-partition (3M rows of
+#: 8 queues counted in 1.1 CPU-s, against 1.4 at 2^18)
+DEFAULT_MAX_ROWS_PER_PARTITION = 1 << 20
 log = logging.getLogger("mqstore.spark")
 DEFAULT_BATCH_ROWS = 65_536
 #: each of local[N]'s N tasks holds a batch and its copies (Arrow buffers, the JVM's read of
@@ -116,6 +121,50 @@ class QueueSlice(InputPartition):
     end: int
     #: read only the units whose tag hash is one of these (pushed tags filters); None: all
     tag_codes: tuple[int, ...] | None = None
+
+
+@dataclass
+class QueueSlices(InputPartition):
+    """Several small queue slices read by one task, one after the other (pack_slices)."""
+
+    parts: tuple[QueueSlice, ...]
+
+
+#: a slice of fewer rows than maxRowsPerPartition / SMALL_SHARE is packed with its neighbours
+SMALL_SHARE = 8
+
+
+def pack_slices(pieces: list[QueueSlice], per_partition: int, min_partitions: int = 1) -> list[InputPartition]:
+    """pieces with the small ones (under per_partition / SMALL_SHARE rows) packed in order into
+    QueueSlices of at most that many rows: a task costs Spark ~30 ms of CPU beside its rows
+    (its Python runner, the worker's socket, a store snapshot), and a narrow time range, a
+    micro-batch or a tags read is eight small slices of eight queues (as Spark's file sources
+    pack small files into one partition). Left as they are when packing would give fewer
+    partitions than minPartitions asks for."""
+    small = max(1, per_partition // SMALL_SHARE)
+    out: list[InputPartition] = []
+    group: list[QueueSlice] = []
+    rows = 0
+
+    def close() -> None:
+        nonlocal rows
+        if group:
+            out.append(group[0] if len(group) == 1 else QueueSlices(tuple(group)))
+            group.clear()
+        rows = 0
+
+    for piece in pieces:
+        n = piece.end - piece.start
+        if n >= small:
+            close()
+            out.append(piece)
+            continue
+        if rows + n > small:
+            close()
+        group.append(piece)
+        rows += n
+    close()
+    return out if len(out) >= min(min_partitions, len(pieces)) else list(pieces)
 
 
 @dataclass
@@ -300,9 +349,17 @@ def cut_ranges(ranges: list[tuple[QueueRange, int, int]], options: Mapping[str, 
             for q, s, e in ranges for at in range(s, e, per_partition)]
 
 
+def packed(pieces: list[QueueSlice], options: Mapping[str, str]) -> list[InputPartition]:
+    """The partitions of pieces (from cut_ranges or slices, by the same options): the small
+    ones packed together (pack_slices)."""
+    per_partition = split_for(sum(p.end - p.start for p in pieces), options)
+    return pack_slices(pieces, per_partition, int_option(options, "minPartitions", 1))
+
+
 def plan_queue_slices(queues: list[QueueRange], options: Mapping[str, str],
                       time_lookup: Callable[[QueueRange, int], int] | None = None) -> list[QueueSlice]:
-    """The partitions of a batch read in queue mode: plan_queue_ranges cut by cut_ranges."""
+    """The slices of a batch read in queue mode: plan_queue_ranges cut by cut_ranges (the
+    reader's partitions pack the small ones: packed)."""
     return cut_ranges(plan_queue_ranges(queues, options, time_lookup), options)
 
 
@@ -420,31 +477,13 @@ class Reading:
             yield from self._read_slices(partition)
 
     def _read_slices(self, partition: InputPartition) -> Iterator[Any]:
-        keep_freed_memory()  # this Python worker decodes batch after batch into fresh buffers
+        settle_worker()
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         with StoreSnapshot(self.root) as snap:
             source = snap.record_source()
-            if isinstance(partition, QueueSlice):
-                first, units = snap.units_at(partition.topic, partition.queue_id, partition.start, partition.end)
-                self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
-                if partition.tag_codes is not None:
-                    units, first = units_with_tags(units, partition.tag_codes), -1
-                # columns the units alone say (a count, a groupBy on the queue) do not touch the
-                # CommitLog: no record is read, no page of it faulted in
-                queue_only = first >= 0 and self._batch_columns().queue_only
-                at, n = 0, len(units) // UNIT
-                while at < n:
-                    end = cut_units(units, at, self.batch_rows, 0 if queue_only else self.batch_bytes)
-                    cols = self._batch_columns()
-                    if queue_only:
-                        cols.add_queue_units(units[at * UNIT:end * UNIT], partition.topic, partition.queue_id,
-                                             first + at, snap.min_phy)
-                    else:
-                        cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
-                    at = end
-                    self._deleted(partition, cols.below_min)
-                    if cols.rows:
-                        yield record_batch(cols, arrow_schema)
+            if isinstance(partition, (QueueSlice, QueueSlices)):
+                for part in partition.parts if isinstance(partition, QueueSlices) else (partition,):
+                    yield from self._read_queue_slice(snap, source, part, arrow_schema)
             elif isinstance(partition, PhySlice):
                 units = b"".join(struct.pack(">qiq", phy, size, 0) for phy, size in partition.records)
                 for at in range(0, len(partition.records), self.batch_rows):
@@ -460,6 +499,29 @@ class Reading:
                     if not added:
                         break
                     yield record_batch(cols, arrow_schema)
+
+    def _read_queue_slice(self, snap: StoreSnapshot, source: Any, partition: QueueSlice,
+                          arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        first, units = snap.units_at(partition.topic, partition.queue_id, partition.start, partition.end)
+        self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
+        if partition.tag_codes is not None:
+            units, first = units_with_tags(units, partition.tag_codes), -1
+        # columns the units alone say (a count, a groupBy on the queue) do not touch the
+        # CommitLog: no record is read, no page of it faulted in
+        queue_only = first >= 0 and self._batch_columns().queue_only
+        at, n = 0, len(units) // UNIT
+        while at < n:
+            end = cut_units(units, at, self.batch_rows, 0 if queue_only else self.batch_bytes)
+            cols = self._batch_columns()
+            if queue_only:
+                cols.add_queue_units(units[at * UNIT:end * UNIT], partition.topic, partition.queue_id,
+                                     first + at, snap.min_phy)
+            else:
+                cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
+            at = end
+            self._deleted(partition, cols.below_min)
+            if cols.rows:
+                yield record_batch(cols, arrow_schema)
 
     def _deleted(self, partition: QueueSlice, count: int) -> None:
         """Retention deleted count messages of the partition after it was planned: fail
@@ -517,7 +579,7 @@ class MQStoreBatchReader(Reading, DataSourceReader):
             ranges = plan_queue_ranges(snap.queues(), self.options, snap.first_offset_at)
             pushed = self.pushed
             if pushed is None:
-                return list(cut_ranges(ranges, self.options))
+                return packed(cut_ranges(ranges, self.options), self.options)
             if pushed.empty:
                 return []
             ranges = [(q, *narrow(snap, q, s, e, pushed)) for q, s, e in ranges
@@ -532,7 +594,7 @@ class MQStoreBatchReader(Reading, DataSourceReader):
                 records = tuple(zip(phys, sizes))
                 return [PhySlice(records[at:at + self.batch_rows]) for at in range(0, len(records), self.batch_rows)]
             codes = None if pushed.tag_codes is None else tuple(sorted(pushed.tag_codes))
-            return list(cut_ranges(ranges, self.options, codes))
+            return packed(cut_ranges(ranges, self.options, codes), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self.read_slices(partition)

@@ -41,6 +41,7 @@ from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.source import (
     DataLossError,
     Reading,
+    packed,
     select_queues,
     slices,
     split_for,
@@ -160,7 +161,8 @@ class MQStoreStreamReader(Reading, DataSourceStreamReader, SupportsTriggerAvaila
         with StoreSnapshot(self.root) as snap:
             ranges = self.planned(start, end, {q.key: q for q in snap.queues()})
         per_partition = split_for(sum(stop - begin for _, begin, stop in ranges), self.options)
-        return [piece for q, begin, stop in ranges for piece in slices(q, begin, stop, per_partition)]
+        return packed([piece for q, begin, stop in ranges for piece in slices(q, begin, stop, per_partition)],
+                      self.options)
 
     def planned(self, start: dict[str, int], end: dict[str, int], by_key: Mapping[str, Q]) -> list[tuple[Q, int, int]]:
         """(queue, begin, stop) of each queue of end that by_key still has and a micro-batch

@@ -50,6 +50,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from mqstore.layout import config_path
 from mqstore.spark.options import int_option
 from mqstore.spark.rows import (
     DEFAULT_QUEUE_COUNT,
@@ -81,7 +82,7 @@ def _drain(iterator: Iterator[Any]) -> None:
 
 
 def write_dir(root: str, write_id: str) -> str:
-    return os.path.join(root, "config", "spark_writes", write_id)
+    return config_path(root, "spark_writes", write_id)
 
 
 @dataclass

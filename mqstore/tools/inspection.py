@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from mqstore.layout import CONTROL_BLOCK_NAME
+from mqstore.layout import (CONTROL_BLOCK_NAME, INDEX_DIR, abort_path, checkpoint_path, consumequeue_dir, file_start_of,
+                            index_dir, queue_dir)
 from mqstore import _shm
 from mqstore._codec import check_record, crc32, decode_record
 from mqstore._commitlog import scan_records
@@ -79,7 +80,7 @@ class OffsetError(MQStoreError, ValueError):
 
 def index_files(root: str) -> list[IndexFileSummary]:
     """The header of every ``index/<yyyyMMddHHmmssSSS>`` file."""
-    idir = os.path.join(root, "index")
+    idir = index_dir(root)
     if not os.path.isdir(idir):
         return []
     out = []
@@ -195,7 +196,7 @@ class LogReader:
                               f"{files[0].file_from}): removed by retention")
         mf = self.queue.find_mapped_file_by_offset(phy)
         if mf is None and phy < files[-1].file_from + self.file_size:
-            raise OffsetError(f"offset {phy} is in CommitLog file {phy - phy % self.file_size:020d}, which is missing")
+            raise OffsetError(f"offset {phy} is in CommitLog file {file_start_of(phy, self.file_size):020d}, which is missing")
         if mf is None:
             raise OffsetError(f"offset {phy} is past the end of the log at {self.end()}")
         pos = phy - mf.file_from
@@ -262,7 +263,7 @@ def queue_records(root: str, log: LogReader, topic: str, queue_id: int, start: i
                   count: int) -> tuple[QueueInfo, list[DumpEntry]]:
     """count units of topic/queue_id from queue offset start (default: the queue's min offset)
     with their records; OffsetError for an unknown queue or an offset outside the queue."""
-    qdir = os.path.join(root, "consumequeue", topic, str(queue_id))
+    qdir = queue_dir(root, topic, queue_id)
     if not os.path.isdir(qdir):
         known = [f"{t}/{q}" for t, q, _ in queue_dirs(root)]
         shown = ", ".join(known[:10]) + (f" and {len(known) - 10} more" if len(known) > 10 else "")
@@ -352,7 +353,7 @@ def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progres
     mqstore.config.json, else the defaults, with its file sizes)."""
     cfg = store_config(root)
     check = cfg.check_crc_on_recover if check_crc is None else check_crc
-    clean = not os.path.exists(os.path.join(root, "abort"))
+    clean = not os.path.exists(abort_path(root))
     index_safe = cfg.message_index_enable and cfg.message_index_safe
     dirs = queue_dirs(root)
     with tempfile.TemporaryDirectory(prefix="mqstore-recover-") as sandbox, ExitStack() as stack:
@@ -399,7 +400,7 @@ def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Pr
     deleted, and the damage and dropped units it reports to recovery); the file queues by
     (topic, queue id), which record what recovery did to them; and each queue's next offset as
     its files hold it now (queue_info)."""
-    table = ConsumeQueueTable(os.path.join(sandbox, "consumequeue"), size)
+    table = ConsumeQueueTable(consumequeue_dir(sandbox), size)
     files = {}
     before = {}
     try:
@@ -430,7 +431,7 @@ class DryRunIndex:
     IndexService, so the plan's report has the open's index fields."""
 
     def __init__(self, root: str, cfg: StoreConfig, index_msg_timestamp: int, last_exit_ok: bool) -> None:
-        self.store_path = os.path.join(root, "index")
+        self.store_path = index_dir(root)
         self.hash_slot_num = int(cfg.max_hash_slot_num)
         self.index_num = int(cfg.max_index_num)
         self.file_size = cfg.index_file_size
@@ -491,8 +492,8 @@ def _silenced(name: str) -> Iterator[None]:
 def _checkpoint_copy(root: str, sandbox: str) -> StoreCheckpoint:
     """The store's checkpoint opened from a copy (StoreCheckpoint creates, extends or resets
     its file); absent stays absent."""
-    copy = os.path.join(sandbox, "checkpoint")
-    source = os.path.join(root, "checkpoint")
+    copy = checkpoint_path(sandbox)
+    source = checkpoint_path(root)
     if os.path.isfile(source):
         shutil.copyfile(source, copy)
     return StoreCheckpoint(copy)
@@ -511,7 +512,7 @@ def _count_records(queue: MappedFileQueue, start: int, end: int) -> int:
     """Records the start-up dispatch goes through from start to end (Dispatcher._dispatch's walk)."""
     fs, count, pos = queue.file_size, 0, start
     while pos < end:
-        base = pos - pos % fs
+        base = file_start_of(pos, fs)
         mf = queue.get(base)
         if mf is None:
             break
@@ -522,10 +523,11 @@ def _count_records(queue: MappedFileQueue, start: int, end: int) -> int:
 
 
 def _all_leftovers(root: str, dirs: list[tuple[str, int, str]]) -> list[str]:
-    out = [os.path.join("commitlog", n) for n in alloc_leftovers(os.path.join(root, "commitlog"))]
+    cdir = store_config(root).commit_log_dir(root)
+    out = [os.path.relpath(os.path.join(cdir, n), root) for n in alloc_leftovers(cdir)]
     for _, _, qdir in dirs:
         out += [os.path.relpath(os.path.join(qdir, n), root) for n in alloc_leftovers(qdir)]
-    idir = os.path.join(root, "index")
+    idir = index_dir(root)
     if os.path.isdir(idir):
-        out += [os.path.join("index", n) for n in sorted(os.listdir(idir)) if _INDEX_STAGING.fullmatch(n)]
+        out += [os.path.join(INDEX_DIR, n) for n in sorted(os.listdir(idir)) if _INDEX_STAGING.fullmatch(n)]
     return out

@@ -23,9 +23,10 @@ import sys
 import threading
 from typing import Any
 
-from mqstore.layout import NODE_INFO_NAME
+from mqstore.layout import NODE_INFO_NAME, abort_path
 from mqstore.log.directory import replace_file
 from mqstore.errors import ConfigError
+from mqstore.signals import StopRequest
 
 
 log = logging.getLogger("mqstore.node")
@@ -80,19 +81,16 @@ def serve(root: str, config_path: str | None, settings: list[str]) -> int:
     was left clean (no ``abort``), 1 otherwise. A signal while the store is still opening
     (recovery, service processes starting) is remembered: the open completes and the store
     shuts down at once, so it is never left half-open; later signals only say so."""
-    stop = threading.Event()
+    stop = StopRequest()
 
-    def on_signal(signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
+    def say(sig: signal.Signals) -> None:
         if stop.is_set():
-            log.info("%s: already stopping", name)
+            log.info("%s: already stopping", sig.name)
         else:
-            log.info("%s: stopping the node%s", name, "" if opened.is_set() else " once the store is open")
-        stop.set()
+            log.info("%s: stopping the node%s", sig.name, "" if opened.is_set() else " once the store is open")
 
     opened = threading.Event()
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, on_signal)
+    stop.on_signals(STOP_SIGNALS, say)
     _log_to_stderr()
     from mqstore.store import MessageStore
 
@@ -124,7 +122,7 @@ def serve(root: str, config_path: str | None, settings: list[str]) -> int:
         # restores the default handlers as it finalizes, which would report death by SIGINT)
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
-    clean = not os.path.exists(os.path.join(store.root, "abort"))
+    clean = not os.path.exists(abort_path(store.root))
     print(f"mqstore node on {store.root}: stopped {'cleanly' if clean else 'with abort left (see the log)'}",
           flush=True)
     return 0 if clean else 1

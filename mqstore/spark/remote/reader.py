@@ -32,6 +32,7 @@ from mqstore.spark.remote.cluster import Cluster, ClusterConfig, RemoteQueue, pa
 from mqstore.spark.options import OptionError, list_option, per_queue_json
 from mqstore.spark.source import Reading, plan_queue_ranges, record_batch, select_queues, split_for, starting_offsets
 from mqstore.spark.stream import MQStoreStreamReader
+from mqstore.spark.worker import settle_worker
 
 __all__ = ["NetworkBatchReader", "NetworkStreamReader", "RemoteSlice", "RemoteReadError"]
 

@@ -63,6 +63,7 @@ from mqstore.spark.options import OptionError, check_options
 from mqstore.spark.remote.cluster import BACK_STEP, Cluster, ClusterConfig, RemoteQueue, queue_key
 from mqstore.spark.remote.reader import BROKER_COLUMN
 from mqstore.spark.source import record_batch
+from mqstore.spark.worker import settle_worker
 from mqstore.spark.rows import (SINK_PROPERTY, QueueChooser, RowLimits, WriteError, WriteReport, check_rows, chunks,
                                 write_columns)
 
@@ -195,7 +196,11 @@ def fence_topic(broker: str) -> str:
 
 
 def _task() -> tuple[int, Any]:
+    """(partition id, TaskContext) of the running Spark task; (0, None) outside one. Writers
+    call it first: it settles the Python worker too (settle_worker)."""
     from pyspark import TaskContext
+
+    settle_worker()
 
     ctx = TaskContext.get()
     return (ctx.partitionId(), ctx) if ctx is not None else (0, None)

@@ -16,9 +16,10 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from mqstore.tools.node_cli import STOP_SIGNALS, _config, _log_to_stderr
+from mqstore.layout import abort_path
+from mqstore.signals import StopRequest
 
 log = logging.getLogger("mqstore.broker")
 
@@ -32,14 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("%s: stopping the broker", signal.Signals(signum).name)
-        stop.set()
-
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, on_signal)
+    stop = StopRequest()
+    stop.on_signals(STOP_SIGNALS, lambda sig: log.info("%s: stopping the broker", sig.name))
     _log_to_stderr()
     from mqstore.broker.server import Broker
 
@@ -58,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         broker.shutdown()
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
-    clean = not os.path.exists(os.path.join(broker.root, "abort"))
+    clean = not os.path.exists(abort_path(broker.root))
     print(f"mqstore broker on {broker.root}: stopped {'cleanly' if clean else 'with abort left (see the log)'}",
           file=sys.stdout, flush=True)
     return 0 if clean else 1

@@ -10,7 +10,8 @@ from mqstore.log.checkpoint import read_checkpoint_file
 from mqstore.tools.stats import ms_to_iso
 from mqstore.exit_codes import EXIT_OK
 from mqstore.log.directory import lock_state, require_store
-from mqstore.layout import CONTROL_BLOCK_NAME
+from mqstore.queue.files import store_config
+from mqstore.layout import CONTROL_BLOCK_NAME, checkpoint_path
 from mqstore.tools.commands.common import describe_status, kv, LIST_LIMIT, print_json, read_control_block
 
 
@@ -18,7 +19,7 @@ from mqstore.tools.commands.common import describe_status, kv, LIST_LIMIT, print
 def read_checkpoint(root: str) -> dict[str, Any] | None:
     """The checkpoint's fields, or None if absent, {"error": ...} if too short. Read from the
     file: StoreCheckpoint opens it read-write and extends a short one."""
-    path = os.path.join(root, "checkpoint")
+    path = checkpoint_path(root)
     if not os.path.isfile(path):
         return None
     try:
@@ -31,7 +32,7 @@ def read_checkpoint(root: str) -> dict[str, Any] | None:
 
 def commitlog_files(root: str) -> tuple[list[dict[str, Any]], list[str]]:
     """([{name, size}] of the CommitLog files in order, [other entries of commitlog/])."""
-    cdir = os.path.join(root, "commitlog")
+    cdir = store_config(root).commit_log_dir(root)  # store_path_commit_log as its owner had it
     if not os.path.isdir(cdir):
         return [], []
     files, other = [], []

@@ -1,0 +1,255 @@
+"""open_parts: the one place that maps a store's parts, for every process that needs them.
+
+A store's parts are its CommitLog (the appender over the mapped files, or the files alone),
+the ConsumeQueues, the IndexFiles, the checkpoint, the transient store pool and the dispatcher.
+Who maps which of them, and how, depends on the process's role; this module is the table of it,
+in the shape of Kafka's LogLoader (one loader, whoever opens a log):
+
+=============  ====================================================================================
+role           what open_parts maps
+=============  ====================================================================================
+owner          the CommitLog over the pool the caller created (its files loaded as an open after
+               a crash or a clean stop must see them), the checkpoint, the ConsumeQueues and the
+               index loaded, ready for recovery (mqstore.queue.recovery); no dispatcher yet
+attached       the CommitLog over the owner's pool (files the owner's allocator made, mapped as
+               they appear), the ConsumeQueue table (queues opened as reads need them), a
+               following index (reads only, no checkpoint) and a dispatcher that only follows
+allocator      the CommitLog files alone (it creates the next ones)
+flusher        the CommitLog over the owner's pool, when there is one
+dispatcher     the CommitLog, the ConsumeQueues resumed at what the last dispatcher published,
+               the checkpoint, the index, and the dispatcher over them
+cleaner        the CommitLog files, the ConsumeQueues following the dispatcher's counts, the
+               checkpoint and the index
+ha             a slave: the CommitLog (it appends what the master sends); a master: the files
+rebuild        (the Spark rebuild of a store's queues) fresh ConsumeQueues, checkpoint and index
+               under ``root``, which is the rebuild's target directory; no control block
+=============  ====================================================================================
+
+The read-only tools and the Spark source read the files through
+``mqstore.queue.files.open_commitlog`` and ``queue_dirs``, which neither create nor fix anything.
+
+``StoreParts.close()`` closes what open_parts opened, last opened first; the control block and a
+pool the caller passed in stay the caller's. open_parts closes what it opened when it fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from mqstore.layout import checkpoint_path, consumequeue_dir
+from mqstore.roles import BrokerRole
+
+if TYPE_CHECKING:
+    from mqstore._shm import ControlBlock
+    from mqstore.config import StoreConfig
+    from mqstore.log.checkpoint import StoreCheckpoint
+    from mqstore.log.commitlog import CommitLog
+    from mqstore.log.mapped_file_queue import MappedFileQueue
+    from mqstore.queue.consume_queue import ConsumeQueueTable
+    from mqstore.queue.dispatch import Dispatcher
+    from mqstore.queue.index import IndexService
+
+log = logging.getLogger("mqstore.parts")
+
+ROLES = ("owner", "attached", "allocator", "flusher", "dispatcher", "cleaner", "ha", "rebuild")
+
+
+@dataclass
+class StoreParts:
+    """A store's parts as one process mapped them (what services are built over: see
+    mqstore.services.registry). Only what the role needs is set."""
+
+    root: str
+    config: StoreConfig
+    ctl: ControlBlock  # (None in a rebuild, whose parts need none)
+    #: the CommitLog files alone (allocator, cleaner, a master's HA service); the CommitLog's own
+    #: queue where there is a CommitLog
+    log_files: MappedFileQueue | None = None
+    commitlog: CommitLog | None = None
+    consume_queues: ConsumeQueueTable | None = None
+    index: IndexService | None = None
+    checkpoint: StoreCheckpoint | None = None
+    dispatcher: Dispatcher | None = None
+    pool: Any | None = None                    # the transient store pool, when enabled
+    truncate: Callable[[], Any] | None = None  # the owner's truncation of a slave (threads only)
+    closers: list[Any] = field(default_factory=list, repr=False)
+
+    def _opened(self, obj: Any) -> Any:
+        self.closers.append(obj)
+        return obj
+
+    def close(self) -> None:
+        """Close what open_parts opened, last opened first. Idempotent. An OSError is logged and
+        the rest still closed."""
+        while self.closers:
+            obj = self.closers.pop()
+            try:
+                obj.close()
+            except OSError as exc:
+                log.error("closing %r failed: %s", obj, exc)
+
+
+def open_parts(root: str, config: StoreConfig, ctl: ControlBlock | None, role: str, *,
+               pool: Any | None = None, clean: bool = True) -> StoreParts:
+    """Map the parts of the store at root that a process of ``role`` needs (see the module's
+    table). pool: the owner's transient store pool (role "owner"; other roles attach to the
+    owner's themselves). clean: whether the last owner stopped cleanly (role "owner": an index
+    after a crash is loaded for repair)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+    if role != "rebuild" and ctl is None:
+        raise ValueError(f"role {role!r} needs the store's control block")
+    parts = StoreParts(root, config, cast("ControlBlock", ctl))
+    try:
+        _OPENERS[role](parts, pool=pool, clean=clean)
+    except BaseException:
+        parts.close()
+        raise
+    if parts.commitlog is not None and parts.log_files is None:
+        parts.log_files = parts.commitlog.queue
+    return parts
+
+
+# -- one opener per role ---------------------------------------------------------------------
+def _commitlog(parts: StoreParts, pool: Any | None = None, *, map_files: bool = True) -> CommitLog:
+    from mqstore.log.commitlog import CommitLog
+
+    commitlog = parts._opened(CommitLog(parts.root, parts.config, parts.ctl, pool))
+    if map_files:
+        commitlog.queue.map_new_files()
+    parts.commitlog = commitlog
+    return commitlog
+
+
+def _log_files(parts: StoreParts) -> MappedFileQueue:
+    from mqstore.log.mapped_file_queue import MappedFileQueue
+
+    cfg = parts.config
+    files = parts._opened(MappedFileQueue(cfg.commit_log_dir(parts.root), cfg.mapped_file_size_commit_log))
+    parts.log_files = files
+    return files
+
+
+def _queues(parts: StoreParts, *, load: bool = True) -> ConsumeQueueTable:
+    from mqstore.queue.consume_queue import ConsumeQueueTable
+
+    queues = parts._opened(ConsumeQueueTable(consumequeue_dir(parts.root), parts.config.mapped_file_size_consume_queue))
+    if load:
+        queues.load()
+    parts.consume_queues = queues
+    return queues
+
+
+def _checkpoint(parts: StoreParts) -> StoreCheckpoint:
+    from mqstore.log.checkpoint import StoreCheckpoint
+
+    parts.checkpoint = parts._opened(StoreCheckpoint(checkpoint_path(parts.root)))
+    return parts.checkpoint
+
+
+def _index(parts: StoreParts, *, clean: bool = True, with_checkpoint: bool = True) -> IndexService | None:
+    """The IndexService when message_index_enable; a follower's (with_checkpoint=False) only
+    maps and reads, it never touches the checkpoint, and is loaded by following."""
+    from mqstore.queue.index import IndexService
+
+    if not parts.config.message_index_enable:
+        return None
+    checkpoint = parts.checkpoint if with_checkpoint else None
+    index = parts._opened(IndexService(parts.root, parts.config, checkpoint))  # type: ignore[arg-type]
+    if with_checkpoint:
+        index.load(clean)
+    parts.index = index
+    return index
+
+
+def _owner(parts: StoreParts, *, pool: Any | None, clean: bool) -> None:
+    from mqstore.queue.recovery import commitlog_file_was_cut
+
+    parts.pool = pool
+    _checkpoint(parts)
+    _commitlog(parts, pool, map_files=False).queue.load(commitlog_file_was_cut)
+    _queues(parts)
+    _index(parts, clean=clean)
+
+
+def _attach_pool(parts: StoreParts) -> Any | None:
+    """The owner's transient store pool, for a process that attaches to the store (or None)."""
+    from mqstore.log.pool import attach_pool
+
+    pool = attach_pool(parts.root, parts.ctl)
+    parts.pool = parts._opened(pool) if pool is not None else None
+    return parts.pool
+
+
+def _attached(parts: StoreParts, **_: Any) -> None:
+    from mqstore.queue.dispatch import Dispatcher
+
+    commitlog = _commitlog(parts, _attach_pool(parts))
+    queues = _queues(parts, load=False)
+    _index(parts, with_checkpoint=False)
+    parts.dispatcher = Dispatcher(commitlog, queues, None, parts.ctl)
+
+
+def _allocator(parts: StoreParts, **_: Any) -> None:
+    from mqstore.log.commitlog import allocate_step_of
+
+    _log_files(parts).allocate_step = allocate_step_of(parts.config)
+
+
+def _flusher(parts: StoreParts, **_: Any) -> None:
+    _commitlog(parts, _attach_pool(parts))
+
+
+def _dispatcher(parts: StoreParts, **_: Any) -> None:
+    from mqstore.queue.dispatch import Dispatcher
+
+    ctl = parts.ctl
+    commitlog = _commitlog(parts)
+    queues = _queues(parts)
+    for cq in queues:
+        units = ctl.table_get_dispatched(cq.topic, cq.queue_id)
+        if units is None:
+            cq.recover()
+        else:
+            dropped = cq.resume_at(units)
+            if dropped:
+                log.warning("ConsumeQueue %s/%d: dropped %d unit(s) past the published %d (a dispatcher "
+                            "died writing them); dispatch rebuilds them", cq.topic, cq.queue_id, dropped, units)
+    _checkpoint(parts)
+    index = _index(parts)
+    queues.publish_to(ctl)
+    parts.dispatcher = Dispatcher.from_config(commitlog, queues, index, ctl, parts.config)
+
+
+def _cleaner(parts: StoreParts, **_: Any) -> None:
+    ctl = parts.ctl
+    _log_files(parts).map_new_files()
+    queues = _queues(parts)
+    for cq in queues:  # read-only positions: the dispatcher process appends
+        units = ctl.table_get_dispatched(cq.topic, cq.queue_id)
+        if units is not None:
+            cq.follow(units)
+    _checkpoint(parts)
+    _index(parts)
+
+
+def _ha(parts: StoreParts, **_: Any) -> None:
+    if parts.config.broker_role is BrokerRole.SLAVE:
+        _commitlog(parts)
+    else:  # a master's HA service reads the files, mapping new ones as it needs them
+        _log_files(parts).map_new_files()
+
+
+def _rebuild(parts: StoreParts, **_: Any) -> None:
+    _queues(parts)
+    _checkpoint(parts)
+    _index(parts)
+
+
+_OPENERS: dict[str, Callable[..., None]] = {
+    "owner": _owner, "attached": _attached, "allocator": _allocator, "flusher": _flusher,
+    "dispatcher": _dispatcher, "cleaner": _cleaner, "ha": _ha, "rebuild": _rebuild,
+}
