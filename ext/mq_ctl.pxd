@@ -6,6 +6,10 @@ cdef extern from "mq_ctl.h" nogil:
     int MQ_CTL_VERSION, MQ_CTL_HEADER_SIZE, MQ_TQ_SLOT_SIZE, MQ_TQ_TOPIC_MAX
     int MQ_HEARTBEAT_BASE, MQ_HEARTBEAT_SLOTS
     int MQ_WRITER_BASE, MQ_WRITER_SLOTS, MQ_WRITER_SLOT_SIZE, MQ_WSTAT_COUNT
+    int MQ_LOG_MAX, MQ_LOG_SHIFT, MQ_CTL_LOG_COUNT, MQ_CTL_LOG_SHIFT_OFF, MQ_LOG0_HEAD, MQ_LOG_SECTIONS
+    int MQ_LOG_SECTION_SIZE
+    int MQ_LOG_ID, MQ_LOG_STATE, MQ_LOG_PUTS, MQ_LOG_BYTES, MQ_LOG_HOLD_NS_TOTAL, MQ_LOG_HOLD_NS_MAX, MQ_LOG_WAITS
+    int MQ_LOG_UNUSED, MQ_LOG_ONLINE, MQ_LOG_OFFLINE, MQ_LOG_FULL
     int MQ_CTL_MAGIC_OFF, MQ_CTL_VERSION_OFF, MQ_CTL_TOTAL_SIZE, MQ_CTL_TABLE_SLOTS, MQ_CTL_FILE_SIZE
     int MQ_CTL_GENERATION, MQ_CTL_OWNER_PID, MQ_CTL_STATE, MQ_CTL_LOCK_KIND, MQ_CTL_RUNNING_FLAGS
     int MQ_CTL_FLUSH_DISK_TYPE, MQ_CTL_CREATED_MS, MQ_CTL_TABLE_COUNT, MQ_CTL_POOL_BUFFERS, MQ_CTL_COMMITTED_STORE_TS, MQ_CTL_MANUAL_DELETE
@@ -47,6 +51,12 @@ cdef extern from "mq_ctl.h" nogil:
         uint32_t arrival_seq
         uint32_t waiters
 
+    int mq_log_base(int k)
+    char *mq_log(char *ctl, int k)
+    char *mq_log_head(char *ctl, int k)
+    int64_t mq_log_start(int k)
+    int mq_log_of(int64_t phy)
+    int mq_log_of_queue(const char *topic, int len, int32_t queue_id, int n)
     int64_t *mq_cell(char *ctl, int off)
     int64_t *mq_stat(char *ctl, int idx)
     uint32_t *mq_ch_seq(char *ctl, int ch)

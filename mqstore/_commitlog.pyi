@@ -157,6 +157,9 @@ class CommitLogAppender:
     def sync_flush(self) -> bool: ...
     @property
     def sync_master(self) -> bool: ...
+    @property
+    def log_id(self) -> int:
+        """The CommitLog this appender writes (its lock, positions, flush and HA cells)."""
     closed: bool
     slave: bool
     def __init__(
@@ -181,6 +184,7 @@ class CommitLogAppender:
         sync_master: bool = False,
         slave_timeout_ms: int = 3000,
         slave_fallbehind_max: int = 268435456,
+        log: int = 0,
     ) -> None:
         """file_provider(offset) maps the file holding offset and makes it current (with
         set_current_file); it returns None, or a detail string for CREATE_MAPEDFILE_FAILED."""

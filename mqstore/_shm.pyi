@@ -15,6 +15,14 @@ LOCK_SPIN: Final = 0
 LOCK_MUTEX: Final = 1
 HEADER_SIZE: Final[int]
 SLOT_SIZE: Final[int]
+#: a physical offset is log << LOG_SHIFT | local offset (docs/parallel-commitlogs.md)
+LOG_SHIFT: Final[int]
+#: the most CommitLogs a store has (commit_log_count)
+LOG_MAX: Final[int]
+#: a log's state code -> name
+LOG_STATES: Final[dict[int, str]]
+#: the statistics of a log's header line, in their cell order
+LOG_STAT_NAMES: Final[tuple[str, ...]]
 
 # channel name -> channel index
 CHANNELS: Final[dict[str, int]]
@@ -75,11 +83,15 @@ class ControlBlock:
         lock_kind: Literal["spin", "mutex"],
         sync_flush: bool,
         pool_buffers: int = 0,
+        log_count: int = 1,
     ) -> ControlBlock:
         """Lay out a fresh block in a new file (atomically renamed over any old one).
 
         pool_buffers: buffers of the transient store pool (0: no pool; then the put path
         moves the committed position with the wrote position).
+
+        log_count: the store's CommitLogs (commit_log_count). Every log's position cells start
+        at its first encoded offset (log k: k << LOG_SHIFT), its state online.
 
         The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
         On a full disk (ENOSPC, EDQUOT) an old block of the same size at path is laid out
@@ -105,6 +117,16 @@ class ControlBlock:
         then raises ValueError."""
 
     def close(self) -> None: ...
+
+    # -- logs
+    @property
+    def log_count(self) -> int:
+        """The store's CommitLogs (commit_log_count)."""
+    def log_state(self, log: int) -> Literal["online", "offline", "full", "unused", "unknown"]:
+        """'online', 'offline' (an I/O error took it offline) or 'full' (its disk is)."""
+    def set_log_state(self, log: int, state: Literal["online", "offline", "full"]) -> None: ...
+    def log_stats(self, log: int) -> dict[str, int]:
+        """The statistics of the puts into one log (its header line)."""
 
     # -- header
     @property
@@ -134,23 +156,23 @@ class ControlBlock:
     def mark_closed(self) -> None: ...
 
     # -- cells
-    def get(self, name: CellName) -> int:
+    def get(self, name: CellName, log: int = 0) -> int:
         """Atomic read of a named cell (positions, flush/alloc cells, running flags)."""
 
-    def set(self, name: CellName, value: int) -> None:
+    def set(self, name: CellName, value: int, log: int = 0) -> None:
         """Atomic store. Only the owner rebuilding the block, or tests, move positions back."""
 
-    def advance(self, name: CellName, value: int) -> int:
+    def advance(self, name: CellName, value: int, log: int = 0) -> int:
         """Raise a position to at least value (positions only move forward); returns the new value."""
 
-    def ha_data_seq(self) -> int:
+    def ha_data_seq(self, log: int = 0) -> int:
         """The sequence puts bump while slaves are connected (new data for the HA writers)."""
-    def wait_ha_data(self, seen: int, timeout_ms: float) -> bool:
+    def wait_ha_data(self, seen: int, timeout_ms: float, log: int = 0) -> bool:
         """Block until a put bumps the HA data sequence past seen, or timeout; True if it did."""
-    def ha_broadcast(self) -> None:
+    def ha_broadcast(self, log: int = 0) -> None:
         """The confirmed position (what a slave holds) or the slave count changed: wake every
         SYNC_MASTER put waiting for its slave."""
-    def positions(self) -> dict[str, int]: ...
+    def positions(self, log: int = 0) -> dict[str, int]: ...
     def set_running_flag(self, flag: RunningFlag, on: bool = True) -> None: ...
     def running_flags(self) -> list[RunningFlag]: ...
 
@@ -167,35 +189,37 @@ class ControlBlock:
     def arm_dispatch_idle(self) -> bool: ...
     def disarm_dispatch_idle(self) -> None: ...
     def wake_idle_dispatcher(self) -> None: ...
-    def notify(self, channel: Channel) -> None:
+    def notify(self, channel: Channel, log: int = 0) -> None:
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
 
-    def broadcast(self, channel: Channel) -> None:
+    def broadcast(self, channel: Channel, log: int = 0) -> None:
         """Wake every waiter of channel (e.g. sync writers waiting for 'flushed')."""
 
-    def wait_notified(self, channel: Channel, timeout_ms: float) -> bool:
+    def wait_notified(self, channel: Channel, timeout_ms: float, log: int = 0) -> bool:
         """Wait for a notify on channel or the timeout (RocketMQ waitForRunning); True if notified."""
 
-    def channel_seq(self, channel: Channel) -> int: ...
-    def wait_seq_change(self, channel: Channel, seen: int, timeout_ms: float) -> bool:
+    def channel_seq(self, channel: Channel, log: int = 0) -> int: ...
+    def wait_seq_change(self, channel: Channel, seen: int, timeout_ms: float, log: int = 0) -> bool:
         """Block until the channel's sequence differs from seen, or timeout; True if it changed."""
 
-    def wait_position(self, name: CellName, target: int, channel: Channel, timeout_ms: float) -> bool:
+    def wait_position(self, name: CellName, target: int, channel: Channel, timeout_ms: float, log: int = 0) -> bool:
         """Wait until position name reaches target, woken by broadcasts on channel."""
 
     # -- put lock (tools and tests; the put path uses the same C functions)
-    def acquire_put_lock(self) -> bool:
+    def acquire_put_lock(self, log: int = 0) -> bool:
         """Take the put lock as a put would (sets begin_time_in_lock); True if it was taken
         over from a dead holder."""
 
-    def try_acquire_put_lock(self) -> bool:
+    def try_acquire_put_lock(self, log: int = 0) -> bool:
         """Take the put lock if it is free (or its holder died: taken over); False when a live
         holder has it. Sets begin_time_in_lock like acquire_put_lock."""
-    def release_put_lock(self) -> None: ...
-    def page_cache_busy(self, timeout_ms: int) -> bool: ...
+    def release_put_lock(self, log: int = 0) -> None: ...
+    def page_cache_busy(self, timeout_ms: int, log: int = 0) -> bool: ...
     @property
     def lock_holder(self) -> tuple[int, int] | None:
-        """(pid, tid) of the spin-lock holder, or None (the mutex kind does not record one)."""
+        """(pid, tid) of log 0's spin-lock holder, or None (the mutex kind does not record one)."""
+    def log_lock_holder(self, log: int) -> tuple[int, int] | None:
+        """(pid, tid) of log ``log``'s spin-lock holder, or None."""
 
     # -- topic-queue table
     def table_get(self, topic: str, queue_id: int) -> int | None:
@@ -216,6 +240,12 @@ class ControlBlock:
         queue is not in the table (nothing was ever put to it)."""
     def table_items(self) -> list[tuple[str, int, int]]:
         """[(topic, queue_id, next_offset)] of every queue in the table."""
+
+def log_of_queue(topic: str, queue_id: int, log_count: int) -> int:
+    """The CommitLog (0 .. log_count - 1) the queue topic/queue_id is written to: FNV-1a 64 of
+    the topic's UTF-8 bytes plus the queue id (as an unsigned 32-bit number), modulo
+    log_count (docs/parallel-commitlogs.md "Queue to log binding"; twin:
+    mqstore.twin.logs.log_of_queue)."""
 
 def ofd_lock(fd: int, exclusive: bool = True) -> bool:
     """Try an open-file-description lock on byte 0 of fd (what RocketMQ's FileChannel.tryLock

@@ -61,3 +61,26 @@ def test_past_log_0_the_old_arithmetic_would_name_the_wrong_file():
     assert layout.file_start_of(phy, file_size) == layout.log_base(1)
     assert phy - phy % file_size != layout.log_base(1)
     assert layout.file_start_of(-1, 4096) == -4096  # before the first byte: log 0's arithmetic
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(-(2 ** 31), 2 ** 31 - 1), st.integers(1, 32))
+def test_the_queue_to_log_binding_matches_its_twin(topic, queue_id, count):
+    from mqstore import _shm
+    from mqstore.twin import logs
+    assert _shm.log_of_queue(topic, queue_id, count) == logs.log_of_queue(topic, queue_id, count)
+    assert 0 <= _shm.log_of_queue(topic, queue_id, count) < count
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(2, 8))
+def test_a_topic_with_a_multiple_of_n_queues_puts_as_many_in_each_log(topic, count):
+    from mqstore import _shm
+    per_log = [0] * count
+    for q in range(8 * count):
+        per_log[_shm.log_of_queue(topic, q, count)] += 1
+    assert per_log == [8] * count
+
+
+def test_the_binding_of_a_known_topic():
+    from mqstore.twin import logs
+    assert logs.fnv1a64(b"") == 0xCBF29CE484222325
+    assert logs.fnv1a64(b"a") == 0xAF63DC4C8601EC8C  # FNV-1a 64's published test vector

@@ -21,7 +21,19 @@
  *   8192   per-writer statistics slots (MQ_WRITER_SLOTS x 128 B): a writer process's pid, and
  *          on its own line the statistics every put updates (MQ_STAT_PUT_REQUESTS ..
  *          MQ_STAT_LOCK_HOLD_WARNS), summed (max for the hold maximum) by readers
+ *   16384  the log directory (layout version 4, docs/parallel-commitlogs.md): the number of
+ *          CommitLogs and the offset shift at 16384, log 0's header line at 16448 (id, state,
+ *          statistics); 17408 + 1024 x (k - 1): the section of log k = 1 .. 31
  *   65536  topic-queue offset table: slots of MQ_TQ_SLOT_SIZE bytes, open addressing
+ *
+ * Several CommitLogs. Log 0's cells are the ones above, where they always were; log k >= 1 has
+ * the same cells at the same offsets inside its own 1 KiB section, so code that addresses a
+ * log's cells takes `char *lg = mq_log(ctl, k)` and the offsets it always used (wrote 128,
+ * flushed 256, the put lock at 640, the channels FLUSH, FLUSHED, ALLOC_DONE, COMMIT at 768, the
+ * HA sequences at 952 ...), and `ctl` for what stays store-wide (the header, running flags, the
+ * settings line, the channels ALLOC, DISPATCH, DISPATCHED, CLEAN, the statistics, the table).
+ * Offsets 0 .. 127 of a section k >= 1 are its header line (MQ_LOG_ID ..); log 0's header line
+ * is at 16448. Every position cell of log k holds an encoded offset (k << MQ_LOG_SHIFT | local).
  */
 #ifndef MQ_CTL_H
 #define MQ_CTL_H
@@ -39,16 +51,24 @@
 #include "mq_atomic.h"
 
 #define MQ_CTL_MAGIC 0x314C544354534D51ULL /* "MQSTCTL1" */
-#define MQ_CTL_VERSION 3
+#define MQ_CTL_VERSION 4
 #define MQ_CTL_HEADER_SIZE 65536
 #define MQ_TQ_SLOT_SIZE 192
 #define MQ_TQ_TOPIC_MAX 127
+#define MQ_TQ_CLAIMED 2        /* a table slot being filled by its inserter (hashes are odd) */
 #define MQ_HEARTBEAT_BASE 4096
 #define MQ_HEARTBEAT_SLOTS 64
 #define MQ_WRITER_BASE 8192
 #define MQ_WRITER_SLOTS 64
 #define MQ_WRITER_SLOT_SIZE 128
 #define MQ_WSTAT_COUNT 8   /* the statistics with per-writer cells: indexes 0 .. 7 */
+#define MQ_LOG_MAX 32          /* commit_log_count is 1 .. 32 */
+#define MQ_LOG_SHIFT 56        /* phy = log << 56 | local offset */
+#define MQ_CTL_LOG_COUNT 16384
+#define MQ_CTL_LOG_SHIFT_OFF 16392
+#define MQ_LOG0_HEAD 16448
+#define MQ_LOG_SECTIONS 16384  /* section k >= 1 at MQ_LOG_SECTIONS + MQ_LOG_SECTION_SIZE * k */
+#define MQ_LOG_SECTION_SIZE 1024
 
 enum {
     MQ_CTL_MAGIC_OFF = 0, MQ_CTL_VERSION_OFF = 8, MQ_CTL_TOTAL_SIZE = 16, MQ_CTL_TABLE_SLOTS = 24,
@@ -109,6 +129,30 @@ enum {
     MQ_STAT_POOL_EXHAUSTED, MQ_STAT_DISPATCH_SKIPPED_RECORDS,
     MQ_STAT_COUNT = 46
 };
+
+/* A log's header line: id, state (MQ_LOG_*), and the statistics of the puts into it. */
+enum { MQ_LOG_ID = 0, MQ_LOG_STATE = 8, MQ_LOG_PUTS = 16, MQ_LOG_BYTES = 24, MQ_LOG_HOLD_NS_TOTAL = 32,
+       MQ_LOG_HOLD_NS_MAX = 40, MQ_LOG_WAITS = 48 };
+enum { MQ_LOG_UNUSED = 0, MQ_LOG_ONLINE = 1, MQ_LOG_OFFLINE = 2, MQ_LOG_FULL = 3 };
+
+/* The base of log k's cells: the block itself for log 0 (its cells are layout 3's), its
+ * section for k >= 1. */
+static inline int mq_log_base(int k) { return k == 0 ? 0 : MQ_LOG_SECTIONS + MQ_LOG_SECTION_SIZE * k; }
+static inline char *mq_log(char *ctl, int k) { return ctl + mq_log_base(k); }
+static inline char *mq_log_head(char *ctl, int k) { return k == 0 ? ctl + MQ_LOG0_HEAD : mq_log(ctl, k); }
+/* The first encoded offset of log k, and the log of an encoded offset. */
+static inline int64_t mq_log_start(int k) { return (int64_t)k << MQ_LOG_SHIFT; }
+static inline int mq_log_of(int64_t phy) { return (int)(phy >> MQ_LOG_SHIFT); }
+
+/* The CommitLog a topic-queue is written to, of n (docs/parallel-commitlogs.md, "Queue to log
+ * binding"): FNV-1a 64 of the topic's bytes plus the queue id, modulo n. Consecutive queue ids
+ * of a topic go to consecutive logs, so a topic whose queue count is a multiple of n puts the
+ * same number of queues in each. */
+static inline int mq_log_of_queue(const char *topic, int len, int32_t queue_id, int n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < len; i++) { h ^= (unsigned char)topic[i]; h *= 0x100000001b3ULL; }
+    return n <= 1 ? 0 : (int)((h + (uint32_t)queue_id) % (uint64_t)n);
+}
 
 static inline int64_t *mq_cell(char *ctl, int off) { return (int64_t *)(ctl + off); }
 static inline int64_t *mq_stat(char *ctl, int idx) { return (int64_t *)(ctl + MQ_CTL_STATS + 8 * idx); }
@@ -306,6 +350,9 @@ typedef struct {
 } mq_tq_slot;
 
 _Static_assert(sizeof(mq_tq_slot) == MQ_TQ_SLOT_SIZE, "slot layout");
+_Static_assert(MQ_WRITER_BASE + MQ_WRITER_SLOTS * MQ_WRITER_SLOT_SIZE <= MQ_CTL_LOG_COUNT, "writer slots end before the logs");
+_Static_assert(MQ_LOG_SECTIONS + MQ_LOG_SECTION_SIZE * MQ_LOG_MAX <= MQ_CTL_HEADER_SIZE, "log sections fit the header");
+_Static_assert(MQ_CTL_STATS <= MQ_LOG_SECTION_SIZE, "a log's cells fit its section");
 
 /* ---- long polling (spec §12): readers of a queue wait on its slot, the dispatcher wakes them ---- */
 
@@ -363,8 +410,12 @@ static inline mq_tq_slot *mq_tq_find(char *ctl, const char *topic, int len, int3
     return NULL;
 }
 
-/* Insert (caller holds the put lock, or owns the block exclusively). NULL when the table is
- * 7/8 full: probes stay short and the caller reports the table as full. */
+/* Insert a queue that is not in the table. The caller holds the put lock of the queue's log (so
+ * nobody inserts the same queue meanwhile) or owns the block exclusively; writers of other logs
+ * may insert other queues at the same time, so a free slot is claimed with a CAS (state 2, even,
+ * so no lookup matches it) before it is filled and published. A process killed between claim and
+ * publish leaves the slot claimed: unusable until the owner rebuilds the block. NULL when the
+ * table is 7/8 full: probes stay short and the caller reports the table as full. */
 static inline mq_tq_slot *mq_tq_insert(char *ctl, const char *topic, int len, int32_t queue_id, uint64_t h,
                                        int64_t next_offset) {
     int64_t n = *mq_cell(ctl, MQ_CTL_TABLE_SLOTS);
@@ -373,6 +424,7 @@ static inline mq_tq_slot *mq_tq_insert(char *ctl, const char *topic, int len, in
     mq_tq_slot *slots = mq_tq_slots(ctl);
     for (int64_t i = 0, at = (int64_t)(h & (uint64_t)(n - 1)); i < n; i++, at = (at + 1) & (n - 1)) {
         if (__atomic_load_n(&slots[at].state, __ATOMIC_ACQUIRE) != 0) continue;
+        if (!mq_cas((int64_t *)&slots[at].state, 0, MQ_TQ_CLAIMED)) continue;
         slots[at].queue_id = queue_id;
         slots[at].topic_len = (uint8_t)len;
         memcpy(slots[at].topic, topic, len);

@@ -543,7 +543,10 @@ cdef class BatchPlan:
 cdef class CommitLogAppender:
     """The put path of one process over a store's control block and CommitLog files."""
 
-    cdef char *ctl
+    cdef char *ctl                # the store's cells (header, running flags, statistics, table)
+    cdef char *lg                 # this appender's CommitLog's cells (mq_log: ctl itself for log 0)
+    cdef int64_t *lhead           # that log's header line (MQ_LOG_*: its put statistics)
+    cdef readonly int log_id
     cdef object ctl_obj
     cdef int lock_kind
     cdef readonly int64_t file_size
@@ -589,7 +592,7 @@ cdef class CommitLogAppender:
                  bint flush_commit_log_timed, store_host, int64_t lock_hold_warn_ms=500, bint slave=False,
                  delay_levels=None, pool=None, Py_ssize_t max_topic_length=MQ_MAX_TOPIC_BYTES_V1,
                  space_provider=None, flush_provider=None, bint sync_master=False, int64_t slave_timeout_ms=3000,
-                 int64_t slave_fallbehind_max=256 * 1024 * 1024):
+                 int64_t slave_fallbehind_max=256 * 1024 * 1024, int log=0):
         self.ctl_obj = control_block
         self.sync_master = sync_master
         self.slave_timeout_ms = slave_timeout_ms
@@ -606,6 +609,11 @@ cdef class CommitLogAppender:
         self.max_topic_length = max_topic_length
         self.valid_topics = set()
         self.ctl = (<ControlBlock?>control_block)._w()
+        # the CommitLog this appender writes (docs/parallel-commitlogs.md): its lock, positions
+        # and flush cells; its positions are encoded offsets (log << 56 | local)
+        self.lg = (<ControlBlock>control_block)._lg(log, True)
+        self.lhead = mq_cell(mq_log_head(self.ctl, log), 0)
+        self.log_id = log
         # which layout of the block this appender writes under: a block laid out again in place
         # (ControlBlock.create on a full disk) has a later created_ms, and then nothing is written
         self.block_created_ms = mq_load(mq_cell(self.ctl, MQ_CTL_CREATED_MS))
@@ -673,10 +681,10 @@ cdef class CommitLogAppender:
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
             return MQ_PUT_SERVICE_NOT_AVAILABLE
-        if mq_page_cache_busy(self.ctl, now, self.busy_timeout_ms):
+        if mq_page_cache_busy(self.lg, now, self.busy_timeout_ms):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
             return MQ_PUT_OS_PAGECACHE_BUSY
-        if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))):
+        if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.lg, MQ_CTL_WROTE))):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_POOL_EXHAUSTED), 1)
             return MQ_PUT_OS_PAGECACHE_BUSY
         return MQ_PUT_OK
@@ -686,7 +694,7 @@ cdef class CommitLogAppender:
         one pool_buffers files back) is committed to its end. RocketMQ refuses sends while
         the pool has no buffer (isTransientStorePoolDeficient), the same back-pressure."""
         cdef int64_t k = wrote // self.file_size
-        return mq_load(mq_cell(self.ctl, MQ_CTL_COMMITTED)) >= (k - self.pool_buffers + 1) * self.file_size
+        return mq_load(mq_cell(self.lg, MQ_CTL_COMMITTED)) >= (k - self.pool_buffers + 1) * self.file_size
 
     cdef PutMessageResult _fail(self, int status, object detail):
         if self.closed:
@@ -703,7 +711,7 @@ cdef class CommitLogAppender:
 
     cdef object _service_detail(self, int status):
         if status == MQ_PUT_OS_PAGECACHE_BUSY:
-            if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))):
+            if self.pool_buffers and not self._pool_has_room(mq_load(mq_cell(self.lg, MQ_CTL_WROTE))):
                 return self._pool_detail()
             return f"a put has held the lock longer than {self.busy_timeout_ms} ms"
         if self.closed:
@@ -718,8 +726,8 @@ cdef class CommitLogAppender:
 
     cdef str _pool_detail(self):
         return (f"the transient store pool is exhausted: all {self.pool_buffers} buffers hold bytes not yet "
-                f"committed to the CommitLog (committed {mq_load(mq_cell(self.ctl, MQ_CTL_COMMITTED))}, wrote "
-                f"{mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))}); the commit service is behind or not running")
+                f"committed to the CommitLog (committed {mq_load(mq_cell(self.lg, MQ_CTL_COMMITTED))}, wrote "
+                f"{mq_load(mq_cell(self.lg, MQ_CTL_WROTE))}); the commit service is behind or not running")
 
     cdef bytes _topic_bytes(self, str topic):
         if topic is self.last_topic:
@@ -993,7 +1001,8 @@ cdef class CommitLogAppender:
         cdef Py_ssize_t n = v.shape[0]
         cdef Py_ssize_t done = 0
         cdef char *ctl = self.ctl
-        cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+        cdef char *lg = self.lg
+        cdef int64_t wrote = mq_load(mq_cell(lg, MQ_CTL_WROTE))
         cdef int64_t file_pos, chunk, need = 0
         cdef int want  # 0 copied, 1 a file, 2 disk space, 3 fenced
         if phy_offset != wrote:
@@ -1001,7 +1010,7 @@ cdef class CommitLogAppender:
         while done < n:
             self._lock()
             want = 0
-            wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+            wrote = mq_load(mq_cell(lg, MQ_CTL_WROTE))
             file_pos = wrote - self.cur_from
             if (mq_load(mq_cell(ctl, MQ_CTL_RUNNING_FLAGS)) & MQ_NOT_WRITEABLE
                     or mq_load(mq_cell(ctl, MQ_CTL_CREATED_MS)) != self.block_created_ms):
@@ -1011,19 +1020,19 @@ cdef class CommitLogAppender:
                 need = wrote
             else:
                 chunk = min(<int64_t>(n - done), self.file_size - file_pos)
-                if self.space_provider is not None and mq_load(mq_cell(ctl, MQ_CTL_RESERVED)) < wrote + chunk:
+                if self.space_provider is not None and mq_load(mq_cell(lg, MQ_CTL_RESERVED)) < wrote + chunk:
                     want = 2
                     need = wrote + chunk
                 else:
                     memcpy(self.cur_base + file_pos, &v[done], chunk)
-                    mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + chunk)
+                    mq_store(mq_cell(lg, MQ_CTL_WROTE), wrote + chunk)
                     done += chunk
                     try:
                         self._commit_whole_records(wrote + chunk)
                     except BaseException:
-                        mq_put_unlock(ctl, self.lock_kind)
+                        mq_put_unlock(lg, self.lock_kind)
                         raise
-            mq_put_unlock(ctl, self.lock_kind)
+            mq_put_unlock(lg, self.lock_kind)
             if want == 3:
                 raise StoreClosedError("the store is not writable: its owner stopped writers (shutdown or a new owner)")
             if want:
@@ -1032,8 +1041,8 @@ cdef class CommitLogAppender:
                     raise OSError(f"cannot append the master's bytes at CommitLog offset {need}: {detail}")
         mq_wake_idle_dispatcher(ctl)
         if self.wake_flusher:
-            mq_notify(ctl, MQ_CH_FLUSH)
-        return mq_load(mq_cell(ctl, MQ_CTL_WROTE))
+            mq_notify(lg, MQ_CH_FLUSH)
+        return mq_load(mq_cell(lg, MQ_CTL_WROTE))
 
     def drop_partial_tail(self) -> int:
         """A slave stopping: the bytes past its last whole record (a record the master had not
@@ -1043,16 +1052,17 @@ cdef class CommitLogAppender:
         if self.closed:
             return 0
         cdef char *ctl = self.ctl
+        cdef char *lg = self.lg
         self._lock()
-        cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
-        cdef int64_t committed = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
+        cdef int64_t wrote = mq_load(mq_cell(lg, MQ_CTL_WROTE))
+        cdef int64_t committed = mq_load(mq_cell(lg, MQ_CTL_COMMITTED))
         cdef int64_t dropped = 0
         if (wrote > committed and self.cur_base != NULL and committed >= self.cur_from
                 and wrote <= self.cur_from + self.file_size):
             memset(self.cur_base + (committed - self.cur_from), 0, wrote - committed)
-            mq_store(mq_cell(ctl, MQ_CTL_WROTE), committed)
+            mq_store(mq_cell(lg, MQ_CTL_WROTE), committed)
             dropped = wrote - committed
-        mq_put_unlock(ctl, self.lock_kind)
+        mq_put_unlock(lg, self.lock_kind)
         return dropped
 
     cdef _commit_whole_records(self, int64_t wrote):
@@ -1061,17 +1071,18 @@ cdef class CommitLogAppender:
         END_OF_FILE record takes it to the file's end once the file's bytes are all here. The
         put lock is held."""
         cdef char *ctl = self.ctl
+        cdef char *lg = self.lg
         cdef int64_t file_end = self.cur_from + self.file_size
-        cdef int64_t old = mq_load(mq_cell(ctl, MQ_CTL_COMMITTED))
+        cdef int64_t old = mq_load(mq_cell(lg, MQ_CTL_COMMITTED))
         if old < self.cur_from:
             old = self.cur_from  # the file before ended with its END_OF_FILE record (no record crosses a file)
         stop, reason, _, last_ts = scan_records(self.cur_view, self.cur_from, old - self.cur_from,
                                                 wrote - self.cur_from, False, self.ctl_obj)
         cdef int64_t c = file_end if reason == "blank" and wrote >= file_end else self.cur_from + stop
         if c > old:
-            mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), c)
+            mq_store(mq_cell(lg, MQ_CTL_COMMITTED), c)
         if last_ts > 0:
-            mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), last_ts)
+            mq_store(mq_cell(lg, MQ_CTL_LAST_STORE_TS), last_ts)
 
     # -- the locked section -----------------------------------------------------------------------
     cdef int _append(self, char *rec, int64_t total, int n, int32_t *sizes, bytes topic_b, int queue_id,
@@ -1119,15 +1130,16 @@ cdef class CommitLogAppender:
     cdef object _detail
 
     cdef int _lock(self) except -1:
-        cdef int r = mq_put_trylock(self.ctl, self.lock_kind, (_pid << 32) | (<int64_t>pthread_self() & 0xFFFFFFFF))
+        cdef int r = mq_put_trylock(self.lg, self.lock_kind, (_pid << 32) | (<int64_t>pthread_self() & 0xFFFFFFFF))
         cdef int64_t token
         if r == EBUSY:
+            mq_add_relaxed(&self.lhead[MQ_LOG_WAITS // 8], 1)
             token = (_pid << 32) | (<int64_t>pthread_self() & 0xFFFFFFFF)
             with nogil:
-                r = mq_put_lock(self.ctl, self.lock_kind, token)
+                r = mq_put_lock(self.lg, self.lock_kind, token)
         if r == EOWNERDEAD:
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_LOCK_TAKEOVERS), 1)
-            mq_add_relaxed(mq_cell(self.ctl, MQ_CTL_LOCK_TAKEOVERS), 1)
+            mq_add_relaxed(mq_cell(self.lg, MQ_CTL_LOCK_TAKEOVERS), 1)
             self._repair_after_takeover()
             return 0
         if r != 0:
@@ -1138,8 +1150,8 @@ cdef class CommitLogAppender:
         """A writer died holding the lock. It publishes the write position before the queue
         offset, so the only half-done state is a published record whose queue offset was not
         counted: re-count the records between its entry position and the write position."""
-        cdef int64_t entry = mq_load(mq_cell(self.ctl, MQ_CTL_LOCK_ENTRY_WROTE))
-        cdef int64_t wrote = mq_load(mq_cell(self.ctl, MQ_CTL_WROTE))
+        cdef int64_t entry = mq_load(mq_cell(self.lg, MQ_CTL_LOCK_ENTRY_WROTE))
+        cdef int64_t wrote = mq_load(mq_cell(self.lg, MQ_CTL_WROTE))
         if wrote <= entry or self.cur_base == NULL or entry < self.cur_from or wrote > self.cur_from + self.file_size:
             return
         try:
@@ -1166,14 +1178,15 @@ cdef class CommitLogAppender:
         (also the born timestamp when born_now), copy, publish. Counters written here are only
         ever written under the put lock, so they take plain stores (mq_add_owned)."""
         cdef char *ctl = self.ctl
+        cdef char *lg = self.lg
         cdef int64_t *ws = self._writer_stats()  # claimed before the lock: it may scan the slots
         self._lock()
         cdef int64_t begin_ns = mq_now_ns()
         cdef int64_t begin_ms = begin_ns // 1000000
-        mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_OWNER_PID), _pid)
-        mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), begin_ms)
-        cdef int64_t wrote = mq_load(mq_cell(ctl, MQ_CTL_WROTE))
-        mq_store_relaxed(mq_cell(ctl, MQ_CTL_LOCK_ENTRY_WROTE), wrote)
+        mq_store_relaxed(mq_cell(lg, MQ_CTL_LOCK_OWNER_PID), _pid)
+        mq_store(mq_cell(lg, MQ_CTL_LOCK_BEGIN_MS), begin_ms)
+        cdef int64_t wrote = mq_load(mq_cell(lg, MQ_CTL_WROTE))
+        mq_store_relaxed(mq_cell(lg, MQ_CTL_LOCK_ENTRY_WROTE), wrote)
         cdef int64_t file_pos = wrote - self.cur_from
         cdef int64_t remaining, acc, q, hold, need
         cdef int i, tx, ts_pos
@@ -1200,16 +1213,16 @@ cdef class CommitLogAppender:
                 # the bytes this append writes: its records and room for the next blank, or the blank
                 need = wrote + (total + MQ_END_FILE_MIN_BLANK_LENGTH if total + MQ_END_FILE_MIN_BLANK_LENGTH <= remaining
                                 else MQ_END_FILE_MIN_BLANK_LENGTH)
-                if self.space_provider is not None and mq_load(mq_cell(ctl, MQ_CTL_RESERVED)) < need:
+                if self.space_provider is not None and mq_load(mq_cell(lg, MQ_CTL_RESERVED)) < need:
                     out.need_offset = need
                     result = APPEND_NEED_SPACE
                 elif total + MQ_END_FILE_MIN_BLANK_LENGTH > remaining:
                     # spec §1.7: blank record, file full, the put goes to the next file
                     mq_put_i32(self.cur_base + file_pos, <int32_t>remaining)
                     mq_put_i32(self.cur_base + file_pos + 4, MQ_BLANK_MAGIC_CODE)
-                    mq_store(mq_cell(ctl, MQ_CTL_WROTE), self.cur_from + self.file_size)
+                    mq_store(mq_cell(lg, MQ_CTL_WROTE), self.cur_from + self.file_size)
                     if not self.pool_buffers:
-                        mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
+                        mq_store(mq_cell(lg, MQ_CTL_COMMITTED), self.cur_from + self.file_size)
                     mq_add_owned(&ws[MQ_STAT_ROLLS], 1)
                     out.need_offset = self.cur_from + self.file_size
                     result = APPEND_END_OF_FILE
@@ -1233,31 +1246,36 @@ cdef class CommitLogAppender:
                         # a flush failing from here on may have covered these records: read before
                         # they are published, so a later msync that succeeds over pages the kernel
                         # already failed to write (and marked clean) cannot turn the put into PUT_OK
-                        out.flush_errors = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT))
+                        out.flush_errors = mq_load(mq_cell(lg, MQ_CTL_FLUSH_ERROR_COUNT))
                     # publish the write position before the queue offset (see _repair_after_takeover)
-                    mq_store(mq_cell(ctl, MQ_CTL_WROTE), wrote + total)
+                    mq_store(mq_cell(lg, MQ_CTL_WROTE), wrote + total)
                     if not self.pool_buffers:  # no transient pool: committed == wrote
-                        mq_store(mq_cell(ctl, MQ_CTL_COMMITTED), wrote + total)
+                        mq_store(mq_cell(lg, MQ_CTL_COMMITTED), wrote + total)
                     if advance:
                         mq_store(&slot.next_offset, q + n)
-                    mq_store(mq_cell(ctl, MQ_CTL_LAST_STORE_TS), begin_ms)
+                    mq_store(mq_cell(lg, MQ_CTL_LAST_STORE_TS), begin_ms)
                     out.wrote_offset = wrote
                     out.wrote_bytes = total
                     out.queue_offset = q
                     out.store_timestamp = begin_ms
                     mq_add_owned(&ws[MQ_STAT_PUT_MESSAGES], n)
                     mq_add_owned(&ws[MQ_STAT_PUT_BYTES], total)
+                    mq_add_owned(&self.lhead[MQ_LOG_PUTS // 8], n)  # the log's cells: its lock is held
+                    mq_add_owned(&self.lhead[MQ_LOG_BYTES // 8], total)
         hold = mq_now_ns() - begin_ns  # wall clock, as RocketMQ's beginTimeInLock; a clock step counts 0
         if hold < 0:
             hold = 0
         mq_add_owned(&ws[MQ_STAT_LOCK_ACQUIRES], 1)
         mq_add_owned(&ws[MQ_STAT_LOCK_HOLD_NS_TOTAL], hold)
+        mq_add_owned(&self.lhead[MQ_LOG_HOLD_NS_TOTAL // 8], hold)
+        if hold > self.lhead[MQ_LOG_HOLD_NS_MAX // 8]:
+            mq_store_relaxed(&self.lhead[MQ_LOG_HOLD_NS_MAX // 8], hold)
         if hold > ws[MQ_STAT_LOCK_HOLD_NS_MAX]:
             mq_max(&ws[MQ_STAT_LOCK_HOLD_NS_MAX], hold)
         if hold > self.lock_hold_warn_ns:
             mq_add_owned(&ws[MQ_STAT_LOCK_HOLD_WARNS], 1)
-        mq_store(mq_cell(ctl, MQ_CTL_LOCK_BEGIN_MS), 0)
-        mq_put_unlock(ctl, self.lock_kind)
+        mq_store(mq_cell(lg, MQ_CTL_LOCK_BEGIN_MS), 0)
+        mq_put_unlock(lg, self.lock_kind)
         return result
 
     # -- after the lock: flush handling (spec §8.2) -------------------------------------------------
@@ -1277,16 +1295,16 @@ cdef class CommitLogAppender:
         res._record_sizes = record_sizes
         if not self.pool_buffers:  # with the pool, the commit that makes the put readable wakes it
             mq_wake_idle_dispatcher(self.ctl)
-            mq_ha_data(self.ctl)
+            mq_ha_data(self.lg)
         if self.pool_buffers:
-            mq_notify(self.ctl, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush
+            mq_notify(self.lg, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush
         elif self.sync_flush:
             if wait:
                 self._wait_flushed(res, out.wrote_offset + out.wrote_bytes, out.flush_errors)
             else:
-                mq_notify(self.ctl, MQ_CH_FLUSH)
+                mq_notify(self.lg, MQ_CH_FLUSH)
         elif self.wake_flusher:
-            mq_notify(self.ctl, MQ_CH_FLUSH)
+            mq_notify(self.lg, MQ_CH_FLUSH)
         if self.sync_master and wait:
             self._wait_replicated(res, out.wrote_offset + out.wrote_bytes)
         return res
@@ -1299,9 +1317,10 @@ cdef class CommitLogAppender:
         one broadcast the HA service makes when a slave reports, so the waits batch like group
         commit. The replication status wins over the flush's, as in 4.9.7's putMessage."""
         cdef char *ctl = self.ctl
-        cdef int64_t *confirmed = mq_cell(ctl, MQ_CTL_CONFIRMED)
-        cdef uint32_t *seq = <uint32_t *>(ctl + MQ_CTL_HA_SEQ)
-        cdef int64_t slaves = mq_load(mq_cell(ctl, MQ_CTL_HA_SLAVES))
+        cdef char *lg = self.lg
+        cdef int64_t *confirmed = mq_cell(lg, MQ_CTL_CONFIRMED)
+        cdef uint32_t *seq = <uint32_t *>(lg + MQ_CTL_HA_SEQ)
+        cdef int64_t slaves = mq_load(mq_cell(lg, MQ_CTL_HA_SLAVES))
         cdef int64_t behind = end - mq_load(confirmed)
         if slaves <= 0 or behind >= self.slave_fallbehind_max:
             res.c_status = MQ_PUT_SLAVE_NOT_AVAILABLE
@@ -1331,16 +1350,17 @@ cdef class CommitLogAppender:
         error count read before the records were published: any flush failure after it may have
         covered them, and the put is then FLUSH_DISK_TIMEOUT even if a later flush succeeds."""
         cdef char *ctl = self.ctl
-        cdef int64_t *flushed = mq_cell(ctl, MQ_CTL_FLUSHED)
+        cdef char *lg = self.lg
+        cdef int64_t *flushed = mq_cell(lg, MQ_CTL_FLUSHED)
         cdef int64_t t0 = mq_mono_ns()
         cdef int64_t deadline = t0 + self.sync_flush_timeout_ms * 1000000
         cdef int64_t left
-        cdef uint32_t *seq = mq_ch_seq(ctl, MQ_CH_FLUSHED)
+        cdef uint32_t *seq = mq_ch_seq(lg, MQ_CH_FLUSHED)
         cdef uint32_t s
-        cdef int64_t *errors = mq_cell(ctl, MQ_CTL_FLUSH_ERROR_COUNT)
+        cdef int64_t *errors = mq_cell(lg, MQ_CTL_FLUSH_ERROR_COUNT)
         cdef bint failed
         mq_add_relaxed(mq_stat(ctl, MQ_STAT_GROUP_COMMIT_WAITS), 1)
-        mq_max(mq_cell(ctl, MQ_CTL_FLUSH_REQUEST_UPTO), end)
+        mq_max(mq_cell(lg, MQ_CTL_FLUSH_REQUEST_UPTO), end)
         cdef int tries = 0
         if self.flush_provider is not None:
             while tries < 3 and mq_load(flushed) < end and mq_load(errors) == errors0:
@@ -1348,7 +1368,7 @@ cdef class CommitLogAppender:
                 if not self.flush_provider():
                     break  # another thread is flushing: wait for it below
         with nogil:
-            mq_notify(ctl, MQ_CH_FLUSH)
+            mq_notify(lg, MQ_CH_FLUSH)
             while True:
                 s = mq_load32(seq)
                 if mq_load(flushed) >= end:
@@ -1365,7 +1385,7 @@ cdef class CommitLogAppender:
             mq_add_relaxed(mq_stat(ctl, MQ_STAT_FLUSH_TIMEOUTS), 1)
             res.c_status = MQ_PUT_FLUSH_DISK_TIMEOUT
             if failed:
-                err = mq_load(mq_cell(ctl, MQ_CTL_FLUSH_LAST_ERRNO))
+                err = mq_load(mq_cell(lg, MQ_CTL_FLUSH_LAST_ERRNO))
                 res.c_detail = f"the flush failed: {os.strerror(err)} (errno {err})"
             else:
                 res.c_detail = f"not flushed within sync_flush_timeout={self.sync_flush_timeout_ms} ms"

@@ -17,6 +17,10 @@ cdef class ControlBlock:
     cdef char *_b(self) except NULL
     # the same for a caller that writes; ValueError on a read-only attach
     cdef char *_w(self) except NULL
+    # the base of a log's cells (mq_log); ValueError for a log the store does not have
+    cdef char *_lg(self, int log, bint write) except NULL
+    cdef int64_t *_named(self, str name, int log, bint write) except NULL
+    cdef char *_channel_base(self, str channel, int log, bint write) except NULL
 
 
 cdef class TransientStorePool:

@@ -47,6 +47,10 @@ LOCK_MUTEX = MQ_LOCK_MUTEX
 HEADER_SIZE = MQ_CTL_HEADER_SIZE
 SLOT_SIZE = MQ_TQ_SLOT_SIZE
 
+LOG_SHIFT = MQ_LOG_SHIFT
+LOG_MAX = MQ_LOG_MAX
+LOG_STATES = {MQ_LOG_UNUSED: "unused", MQ_LOG_ONLINE: "online", MQ_LOG_OFFLINE: "offline", MQ_LOG_FULL: "full"}
+
 CHANNELS = {"flush": MQ_CH_FLUSH, "flushed": MQ_CH_FLUSHED, "alloc": MQ_CH_ALLOC, "alloc_done": MQ_CH_ALLOC_DONE,
             "commit": MQ_CH_COMMIT, "dispatch": MQ_CH_DISPATCH, "dispatched": MQ_CH_DISPATCHED,
             "clean": MQ_CH_CLEAN}
@@ -71,6 +75,12 @@ STAT_NAMES = (
     "pool_exhausted", "dispatch_skipped_records",
 )
 assert len(STAT_NAMES) == MQ_STAT_COUNT
+#: the statistics of a log's header line (puts into that log), in their cell order
+LOG_STAT_NAMES = ("puts", "bytes", "lock_hold_ns_total", "lock_hold_ns_max", "lock_waits")
+#: channels whose futex words every log has its own of; the others are the store's
+_LOG_CHANNELS = frozenset({"flush", "flushed", "alloc_done", "commit"})
+#: named cells that are the store's, not a log's
+_STORE_CELLS = frozenset({"running_flags", "manual_delete_request", "dispatch_idle", "ha_port"})
 
 _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": MQ_CTL_FLUSHED,
               "dispatched": MQ_CTL_DISPATCHED, "confirmed": MQ_CTL_CONFIRMED, "min_phy": MQ_CTL_MIN_PHY,
@@ -130,11 +140,14 @@ cdef class ControlBlock:
 
     @staticmethod
     def create(str path, *, int64_t table_slots, int64_t file_size, str lock_kind, bint sync_flush,
-               int64_t pool_buffers=0):
+               int64_t pool_buffers=0, int log_count=1):
         """Lay out a fresh block in a new file (atomically renamed over any old one).
 
         pool_buffers: buffers of the transient store pool (0: no pool; then the put path
         moves the committed position with the wrote position).
+
+        log_count: the store's CommitLogs (commit_log_count). Every log's position cells start
+        at its first encoded offset (log k: k << LOG_SHIFT), its state online.
 
         The whole file is allocated up front so a full disk fails here, not as SIGBUS later.
         On a full disk (ENOSPC, EDQUOT) an old block of the same size at path is laid out
@@ -149,6 +162,8 @@ cdef class ControlBlock:
             raise ValueError(f"table_slots={table_slots} must be a power of two >= 64")
         if lock_kind not in ("spin", "mutex"):
             raise ValueError(f"lock_kind={lock_kind!r} must be 'spin' or 'mutex'")
+        if not 1 <= log_count <= MQ_LOG_MAX:
+            raise ValueError(f"log_count={log_count} must be 1 .. {MQ_LOG_MAX}")
         cdef int64_t size = control_block_size(table_slots)
         tmp = f"{path}.tmp{os.getpid()}"
         cdef bytes tmp_b = os.fsencode(tmp)
@@ -193,11 +208,22 @@ cdef class ControlBlock:
         mq_cell(cb.base, MQ_CTL_FLUSH_DISK_TYPE)[0] = 1 if sync_flush else 0
         mq_cell(cb.base, MQ_CTL_POOL_BUFFERS)[0] = pool_buffers
         mq_cell(cb.base, MQ_CTL_CREATED_MS)[0] = max(mq_now_ms(), after_ms + 1)
-        mq_cell(cb.base, MQ_CTL_ALLOC_READY_UPTO)[0] = -1
-        mq_cell(cb.base, MQ_CTL_ALLOC_REQUEST_UPTO)[0] = -1
-        r = mq_mutex_init(cb.base)
-        if r != 0:
-            raise OSError(r, f"cannot initialise the process-shared put mutex: {os.strerror(r)}")
+        mq_cell(cb.base, MQ_CTL_LOG_COUNT)[0] = log_count
+        mq_cell(cb.base, MQ_CTL_LOG_SHIFT_OFF)[0] = MQ_LOG_SHIFT
+        cdef int k, c
+        cdef char *lg
+        for k in range(log_count):
+            lg = mq_log(cb.base, k)
+            mq_cell(mq_log_head(cb.base, k), MQ_LOG_ID)[0] = k
+            mq_cell(mq_log_head(cb.base, k), MQ_LOG_STATE)[0] = MQ_LOG_ONLINE
+            for c in (MQ_CTL_WROTE, MQ_CTL_RESERVED, MQ_CTL_COMMITTED, MQ_CTL_FLUSHED, MQ_CTL_DISPATCHED,
+                      MQ_CTL_CONFIRMED, MQ_CTL_MIN_PHY, MQ_CTL_FLUSH_REQUEST_UPTO):
+                mq_cell(lg, c)[0] = mq_log_start(k)
+            mq_cell(lg, MQ_CTL_ALLOC_READY_UPTO)[0] = -1
+            mq_cell(lg, MQ_CTL_ALLOC_REQUEST_UPTO)[0] = -1
+            r = mq_mutex_init(lg)
+            if r != 0:
+                raise OSError(r, f"cannot initialise the process-shared put mutex of log {k}: {os.strerror(r)}")
         mq_store(mq_cell(cb.base, MQ_CTL_STATE), MQ_STATE_BUILDING)
         if not in_place:
             os.rename(tmp, path)
@@ -225,6 +251,8 @@ cdef class ControlBlock:
         cb._map(size)
         if (<uint64_t *>cb.base)[0] != MQ_CTL_MAGIC or mq_cell(cb.base, MQ_CTL_VERSION_OFF)[0] != MQ_CTL_VERSION:
             raise ValueError(f"{path} is not an mqstore control block of layout version {MQ_CTL_VERSION}")
+        if not 1 <= mq_cell(cb.base, MQ_CTL_LOG_COUNT)[0] <= MQ_LOG_MAX:
+            raise ValueError(f"{path}: header says {mq_cell(cb.base, MQ_CTL_LOG_COUNT)[0]} CommitLogs")
         if mq_cell(cb.base, MQ_CTL_TOTAL_SIZE)[0] != size:
             raise ValueError(f"{path}: header says {mq_cell(cb.base, MQ_CTL_TOTAL_SIZE)[0]} bytes, file has {size}")
         return cb
@@ -248,6 +276,25 @@ cdef class ControlBlock:
             raise ValueError(f"control block {self.path} is attached read-only")
         return self._b()
 
+    cdef char *_lg(self, int log, bint write) except NULL:
+        """The base of log ``log``'s cells (the block's for log 0); ValueError for a log the
+        store does not have."""
+        cdef char *b = self._w() if write else self._b()
+        if not 0 <= log < mq_cell(b, MQ_CTL_LOG_COUNT)[0]:
+            raise ValueError(f"log {log} does not exist: the store has {mq_cell(b, MQ_CTL_LOG_COUNT)[0]} "
+                             "CommitLog(s) (commit_log_count)")
+        return mq_log(b, log)
+
+    cdef int64_t *_named(self, str name, int log, bint write) except NULL:
+        if log and name in _STORE_CELLS:
+            raise ValueError(f"{name} is the store's cell, not a log's (log={log})")
+        return mq_cell(self._lg(log, write), _POSITIONS[name])
+
+    cdef char *_channel_base(self, str channel, int log, bint write) except NULL:
+        if log and channel not in _LOG_CHANNELS:
+            raise ValueError(f"the {channel!r} channel is the store's, not a log's (log={log})")
+        return self._lg(log, write)
+
     def close(self):
         if self.base != NULL:
             munmap(self.base, self.size)
@@ -255,6 +302,30 @@ cdef class ControlBlock:
         if self.fd >= 0:
             c_close(self.fd)
             self.fd = -1
+
+    # -- logs -----------------------------------------------------------------------------
+    @property
+    def log_count(self) -> int:
+        """The store's CommitLogs (commit_log_count)."""
+        return mq_cell(self._b(), MQ_CTL_LOG_COUNT)[0]
+
+    def log_state(self, int log) -> str:
+        """'online', 'offline' (an I/O error took it offline) or 'full' (its disk is)."""
+        self._lg(log, False)
+        return LOG_STATES.get(mq_load(mq_cell(mq_log_head(self._b(), log), MQ_LOG_STATE)), "unknown")
+
+    def set_log_state(self, int log, str state):
+        cdef dict codes = {v: k for k, v in LOG_STATES.items()}
+        if state not in codes or state == "unused":
+            raise ValueError(f"state {state!r} is not one of online, offline, full")
+        self._lg(log, True)
+        mq_store(mq_cell(mq_log_head(self._b(), log), MQ_LOG_STATE), codes[state])
+
+    def log_stats(self, int log) -> dict:
+        """The statistics of the puts into one log (its header line)."""
+        self._lg(log, False)
+        cdef char *h = mq_log_head(self._b(), log)
+        return {n: mq_load_relaxed(mq_cell(h, MQ_LOG_PUTS + 8 * i)) for i, n in enumerate(LOG_STAT_NAMES)}
 
     # -- header ---------------------------------------------------------------------------
     @property
@@ -307,41 +378,42 @@ cdef class ControlBlock:
         mq_store(mq_cell(self._w(), MQ_CTL_STATE), MQ_STATE_CLOSED)
 
     # -- cells ----------------------------------------------------------------------------
-    def get(self, str name) -> int:
-        """Atomic read of a named cell (positions, flush/alloc cells, running flags)."""
-        return mq_load(mq_cell(self._b(), _POSITIONS[name]))
+    def get(self, str name, int log=0) -> int:
+        """Atomic read of a named cell (positions, flush/alloc cells, running flags); a
+        position of log ``log`` (an encoded offset)."""
+        return mq_load(self._named(name, log, False))
 
-    def set(self, str name, int64_t value):
+    def set(self, str name, int64_t value, int log=0):
         """Atomic store. Only the owner rebuilding the block, or tests, move positions back."""
-        mq_store(mq_cell(self._w(), _POSITIONS[name]), value)
+        mq_store(self._named(name, log, True), value)
 
-    def advance(self, str name, int64_t value) -> int:
+    def advance(self, str name, int64_t value, int log=0) -> int:
         """Raise a position to at least value (positions only move forward); returns the new value."""
-        return mq_max(mq_cell(self._w(), _POSITIONS[name]), value)
+        return mq_max(self._named(name, log, True), value)
 
-    def ha_data_seq(self) -> int:
+    def ha_data_seq(self, int log=0) -> int:
         """The sequence puts bump while slaves are connected (new data for the HA writers)."""
-        return mq_load32(<uint32_t *>(self._b() + MQ_CTL_HA_DATA_SEQ))
+        return mq_load32(<uint32_t *>(self._lg(log, False) + MQ_CTL_HA_DATA_SEQ))
 
-    def wait_ha_data(self, uint32_t seen, double timeout_ms) -> bool:
+    def wait_ha_data(self, uint32_t seen, double timeout_ms, int log=0) -> bool:
         """Block until a put bumps the HA data sequence past seen, or timeout; True if it did."""
-        cdef uint32_t *seq = <uint32_t *>(self._b() + MQ_CTL_HA_DATA_SEQ)
+        cdef uint32_t *seq = <uint32_t *>(self._lg(log, False) + MQ_CTL_HA_DATA_SEQ)
         cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
         with nogil:
             if mq_load32(seq) == seen:
                 mq_futex_wait(seq, seen, ns)
         return mq_load32(seq) != seen
 
-    def ha_broadcast(self):
+    def ha_broadcast(self, int log=0):
         """The confirmed position (what a slave holds) or the slave count changed: wake every
         SYNC_MASTER put waiting for its slave."""
-        mq_ha_broadcast(self._w())
+        mq_ha_broadcast(self._lg(log, True))
 
-    def positions(self) -> dict:
+    def positions(self, int log=0) -> dict:
         """The store's positions. Read trailing position first (confirmed, dispatched, flushed,
         committed, then wrote): each only grows and each trails the next, so the values read
-        while writers run are still ordered (flushed <= committed <= wrote)."""
-        cdef char *b = self._b()
+        while writers run are still ordered (flushed <= committed <= wrote). Log ``log``'s."""
+        cdef char *b = self._lg(log, False)
         got = {n: mq_load(mq_cell(b, _POSITIONS[n])) for n in ("min_phy", "confirmed", "dispatched", "flushed",
                                                                "committed", "wrote")}
         return {n: got[n] for n in ("wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy")}
@@ -416,23 +488,23 @@ cdef class ControlBlock:
         """Wake the dispatcher if it sleeps idle (after moving the committed position)."""
         mq_wake_idle_dispatcher(self._w())
 
-    def notify(self, str channel):
+    def notify(self, str channel, int log=0):
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
-        cdef char *b = self._w()
+        cdef char *b = self._channel_base(channel, log, True)
         cdef int ch = CHANNELS[channel]
         with nogil:
             mq_notify(b, ch)
 
-    def broadcast(self, str channel):
+    def broadcast(self, str channel, int log=0):
         """Wake every waiter of channel (e.g. sync writers waiting for 'flushed')."""
-        cdef char *b = self._w()
+        cdef char *b = self._channel_base(channel, log, True)
         cdef int ch = CHANNELS[channel]
         with nogil:
             mq_broadcast(b, ch)
 
-    def wait_notified(self, str channel, double timeout_ms) -> bool:
+    def wait_notified(self, str channel, double timeout_ms, int log=0) -> bool:
         """Wait for a notify on channel or the timeout (RocketMQ waitForRunning); True if notified."""
-        cdef char *b = self._w()
+        cdef char *b = self._channel_base(channel, log, True)
         cdef int ch = CHANNELS[channel]
         cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
         cdef int r
@@ -440,12 +512,12 @@ cdef class ControlBlock:
             r = mq_wait_notified(b, ch, ns)
         return r == 1
 
-    def channel_seq(self, str channel) -> int:
-        return mq_load32(mq_ch_seq(self._b(), CHANNELS[channel]))
+    def channel_seq(self, str channel, int log=0) -> int:
+        return mq_load32(mq_ch_seq(self._channel_base(channel, log, False), CHANNELS[channel]))
 
-    def wait_seq_change(self, str channel, uint32_t seen, double timeout_ms) -> bool:
+    def wait_seq_change(self, str channel, uint32_t seen, double timeout_ms, int log=0) -> bool:
         """Block until the channel's sequence differs from seen, or timeout; True if it changed."""
-        cdef char *b = self._b()
+        cdef char *b = self._channel_base(channel, log, False)
         cdef uint32_t *seq = mq_ch_seq(b, CHANNELS[channel])
         cdef int64_t ns = <int64_t>(timeout_ms * 1e6)
         with nogil:
@@ -453,11 +525,10 @@ cdef class ControlBlock:
                 mq_futex_wait(seq, seen, ns)
         return mq_load32(seq) != seen
 
-    def wait_position(self, str name, int64_t target, str channel, double timeout_ms) -> bool:
-        """Wait until position name reaches target, woken by broadcasts on channel."""
-        cdef char *b = self._b()
-        cdef int64_t *cell = mq_cell(b, _POSITIONS[name])
-        cdef uint32_t *seq = mq_ch_seq(b, CHANNELS[channel])
+    def wait_position(self, str name, int64_t target, str channel, double timeout_ms, int log=0) -> bool:
+        """Wait until position name (of log ``log``) reaches target, woken by broadcasts on channel."""
+        cdef int64_t *cell = self._named(name, log, False)
+        cdef uint32_t *seq = mq_ch_seq(self._channel_base(channel, log, False), CHANNELS[channel])
         cdef int64_t deadline = mq_mono_ns() + <int64_t>(timeout_ms * 1e6)
         cdef int64_t left
         cdef uint32_t s
@@ -473,11 +544,11 @@ cdef class ControlBlock:
         return mq_load(cell) >= target
 
     # -- put lock (tools and tests; the put path uses the same C functions) ---------------
-    def acquire_put_lock(self) -> bool:
-        """Take the put lock as a put would (sets begin_time_in_lock); True if it was taken
-        over from a dead holder."""
-        cdef char *b = self._w()
-        cdef int kind = <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0]
+    def acquire_put_lock(self, int log=0) -> bool:
+        """Take log ``log``'s put lock as a put would (sets begin_time_in_lock); True if it was
+        taken over from a dead holder."""
+        cdef int kind = <int>mq_cell(self._w(), MQ_CTL_LOCK_KIND)[0]
+        cdef char *b = self._lg(log, True)
         cdef int64_t token = mq_lock_token()
         cdef int r = mq_put_trylock(b, kind, token)
         if r == EBUSY:
@@ -490,11 +561,11 @@ cdef class ControlBlock:
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_NS), mq_mono_ns())
         return r == EOWNERDEAD
 
-    def try_acquire_put_lock(self) -> bool:
-        """Take the put lock if it is free (or its holder died: taken over); False when a live
-        holder has it. Sets begin_time_in_lock like acquire_put_lock."""
-        cdef char *b = self._w()
-        cdef int kind = <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0]
+    def try_acquire_put_lock(self, int log=0) -> bool:
+        """Take log ``log``'s put lock if it is free (or its holder died: taken over); False
+        when a live holder has it. Sets begin_time_in_lock like acquire_put_lock."""
+        cdef int kind = <int>mq_cell(self._w(), MQ_CTL_LOCK_KIND)[0]
+        cdef char *b = self._lg(log, True)
         cdef int64_t token = mq_lock_token()
         cdef int64_t cur
         cdef int r = mq_put_trylock(b, kind, token)
@@ -510,18 +581,23 @@ cdef class ControlBlock:
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), mq_now_ms())
         return True
 
-    def release_put_lock(self):
-        cdef char *b = self._w()
+    def release_put_lock(self, int log=0):
+        cdef int kind = <int>mq_cell(self._w(), MQ_CTL_LOCK_KIND)[0]
+        cdef char *b = self._lg(log, True)
         mq_store(mq_cell(b, MQ_CTL_LOCK_BEGIN_MS), 0)
-        mq_put_unlock(b, <int>mq_cell(b, MQ_CTL_LOCK_KIND)[0])
+        mq_put_unlock(b, kind)
 
-    def page_cache_busy(self, int64_t timeout_ms) -> bool:
-        return mq_page_cache_busy(self._b(), mq_now_ms(), timeout_ms)
+    def page_cache_busy(self, int64_t timeout_ms, int log=0) -> bool:
+        return mq_page_cache_busy(self._lg(log, False), mq_now_ms(), timeout_ms)
 
     @property
     def lock_holder(self):
-        """(pid, tid) of the spin-lock holder, or None (the mutex kind does not record one)."""
-        cdef int64_t w = mq_load(mq_cell(self._b(), MQ_CTL_LOCK_WORD))
+        """(pid, tid) of log 0's spin-lock holder, or None (the mutex kind does not record one)."""
+        return self.log_lock_holder(0)
+
+    def log_lock_holder(self, int log):
+        """(pid, tid) of log ``log``'s spin-lock holder, or None."""
+        cdef int64_t w = mq_load(mq_cell(self._lg(log, False), MQ_CTL_LOCK_WORD))
         return None if w == 0 else (w >> 32, w & 0xFFFFFFFF)
 
     # -- topic-queue table ----------------------------------------------------------------
@@ -584,7 +660,7 @@ cdef class ControlBlock:
         cdef mq_tq_slot *slots = mq_tq_slots(b)
         out = []
         for i in range(n):
-            if slots[i].state != 0:
+            if slots[i].state & 1:  # published (a claimed slot is even)
                 out.append((slots[i].topic[:slots[i].topic_len].decode("utf-8", "replace"), slots[i].queue_id,
                             mq_load(&slots[i].next_offset)))
         return out
@@ -786,3 +862,14 @@ cdef class TransientStorePool:
         if self.fd >= 0:
             c_close(self.fd)
             self.fd = -1
+
+
+def log_of_queue(str topic, int32_t queue_id, int log_count) -> int:
+    """The CommitLog (0 .. log_count - 1) the queue topic/queue_id is written to: FNV-1a 64 of
+    the topic's UTF-8 bytes plus the queue id (as an unsigned 32-bit number), modulo
+    log_count (docs/parallel-commitlogs.md "Queue to log binding"; twin:
+    mqstore.twin.logs.log_of_queue)."""
+    if not 1 <= log_count <= MQ_LOG_MAX:
+        raise ValueError(f"log_count={log_count} must be 1 .. {MQ_LOG_MAX}")
+    cdef bytes t = topic.encode("utf-8")
+    return mq_log_of_queue(t, len(t), queue_id, log_count)
