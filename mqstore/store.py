@@ -24,6 +24,7 @@ from mqstore.log.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
 from mqstore.log.directory import check_store_dir, release_store_lock, take_store_lock
+from mqstore.log.mapped_file_queue import mapped_file_names
 from mqstore.parts import StoreParts, open_parts
 from mqstore.geometry import adopt_commit_log_path, adopt_store_sizes, check_root_dir
 from mqstore.procs import stopped
@@ -482,6 +483,11 @@ class MessageStore(StoreBase):
         self.abort_path = abort_path(self.root)
         self._abort_created = False
         check_store_dir(self.root)
+        if os.path.isdir(commit_dir := self.config.commit_log_dir(self.root)):
+            # a file name no store of this code writes (the fence of a store with several
+            # CommitLogs, docs/parallel-commitlogs.md) refuses the store before anything in it
+            # changes: the lock file, the clean-close record, the control block
+            mapped_file_names(commit_dir)
         os.makedirs(self.root, exist_ok=True)
         self._take_lock()
         try:
