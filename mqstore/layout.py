@@ -12,7 +12,8 @@ __all__ = [
     "ABORT_NAME", "BLANK_MAGIC_CODE", "CHECKPOINT_NAME", "COMMITLOG_DIR", "CONFIG_NAME", "CONSUMEQUEUE_DIR",
     "CLEAN_CLOSE_NAME", "CONTROL_BLOCK_NAME", "CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "INDEX_DIR", "LOCK_NAME", "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2", "NODE_INFO_NAME", "OS_PAGE_SIZE", "STORE_ENTRIES",
-    "LOCAL_MASK", "LOG_SHIFT", "abort_path", "checkpoint_path", "config_path", "consumequeue_dir", "file_start_of",
+    "LOCAL_MASK", "LOG_SHIFT", "MAX_LOGS", "abort_path", "checkpoint_path", "commit_log_k_dir", "config_path",
+    "consumequeue_dir", "file_start_of",
     "index_dir", "local_of", "log_base", "log_of", "queue_dir",
 ]
 
@@ -33,13 +34,25 @@ CONFIG_NAME = "mqstore.config.json"
 NODE_INFO_NAME = "mqstore.node.json"
 #: what a clean shutdown leaves for the next open (mqstore.log.clean_close)
 CLEAN_CLOSE_NAME = "mqstore.clean.json"
-#: every name a store directory may hold (RocketMQ's and mqstore's own)
+#: the most CommitLogs a store has (docs/parallel-commitlogs.md; ext/include/mq_ctl.h MQ_LOG_MAX)
+MAX_LOGS = 32
+#: every name a store directory may hold (RocketMQ's and mqstore's own; log k >= 1 of a store
+#: with several CommitLogs has commitlog-k, index-k and checkpoint-k)
 STORE_ENTRIES = frozenset({COMMITLOG_DIR, CONSUMEQUEUE_DIR, "consumequeue_ext", INDEX_DIR, CHECKPOINT_NAME,
                            ABORT_NAME, LOCK_NAME, "config", CONTROL_BLOCK_NAME, CONFIG_NAME, NODE_INFO_NAME,
-                           CLEAN_CLOSE_NAME})
+                           CLEAN_CLOSE_NAME} | {f"{name}-{k}" for name in (COMMITLOG_DIR, INDEX_DIR, CHECKPOINT_NAME)
+                                                for k in range(1, MAX_LOGS)})
 
 # -- paths under a store's root (the CommitLog's: StoreConfig.commit_log_dir, which honours
 # store_path_commit_log) -----------------------------------------------------------------------
+
+
+def commit_log_k_dir(root: str, log_id: int) -> str:
+    """The directory of CommitLog log_id >= 1 of a store with several: ROOT/commitlog-<log_id>
+    (log 0's is StoreConfig.commit_log_dir, which honours store_path_commit_log)."""
+    if not 1 <= log_id < MAX_LOGS:
+        raise ValueError(f"CommitLog {log_id}: logs past 0 are 1 .. {MAX_LOGS - 1}")
+    return os.path.join(root, f"{COMMITLOG_DIR}-{log_id}")
 
 
 def consumequeue_dir(root: str) -> str:

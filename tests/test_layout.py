@@ -17,6 +17,8 @@ def test_the_kernels_compile_the_same_constants():
         _codec.MESSAGE_MAGIC_CODE, _codec.MESSAGE_MAGIC_CODE_V2, _codec.BLANK_MAGIC_CODE)
     assert layout.CQ_STORE_UNIT_SIZE == _consumequeue.CQ_STORE_UNIT_SIZE == _search.CQ_STORE_UNIT_SIZE
     assert layout.OS_PAGE_SIZE == _mapped.OS_PAGE_SIZE == _search.OS_PAGE_SIZE
+    from mqstore import _shm
+    assert (layout.LOG_SHIFT, layout.MAX_LOGS) == (_shm.LOG_SHIFT, _shm.LOG_MAX)
 
 
 def test_the_twins_written_from_the_spec_agree():

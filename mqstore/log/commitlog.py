@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from mqstore.layout import OS_PAGE_SIZE, file_start_of
+from mqstore.layout import OS_PAGE_SIZE, commit_log_k_dir, file_start_of, log_base
 from mqstore._commitlog import CommitLogAppender
 from mqstore.log.mapped_file_queue import MappedFileQueue, reservation_step
 from mqstore.log.pool import commit_range
@@ -45,13 +45,20 @@ def allocate_step_of(config: StoreConfig) -> int:
 
 
 class CommitLog:
+    """One CommitLog: log 0 (every store has it, at ``store_path_commit_log``), or log ``log``
+    of a store with several (docs/parallel-commitlogs.md), at ROOT/commitlog-<log>, whose
+    offsets start at ``layout.log_base(log)`` and whose cells are its section of the control
+    block."""
+
     def __init__(self, root: str, config: StoreConfig, ctl: ControlBlock,
-                 pool: TransientStorePool | None = None) -> None:
+                 pool: TransientStorePool | None = None, log: int = 0) -> None:
         self.config = config
         self.ctl = ctl
         self.pool = pool
+        self.log_id = log
         self.file_size = config.mapped_file_size_commit_log
-        self.queue = MappedFileQueue(config.commit_log_dir(root), self.file_size)
+        directory = config.commit_log_dir(root) if log == 0 else commit_log_k_dir(config.root_dir(root), log)
+        self.queue = MappedFileQueue(directory, self.file_size, base=log_base(log))
         #: new files get this much of their disk space at creation, the rest as puts reach it
         self.allocate_step = allocate_step_of(config)
         self.queue.allocate_step = self.allocate_step
@@ -77,6 +84,7 @@ class CommitLog:
             sync_master=config.broker_role is BrokerRole.SYNC_MASTER,
             slave_timeout_ms=config.slave_timeout,
             slave_fallbehind_max=config.ha_slave_fallbehind_max,
+            log=log,
         )
 
     # -- files for the put path (called by the kernel outside the put lock) ---------------
@@ -116,7 +124,7 @@ class CommitLog:
             mf = self.queue.get(file_from)
             if mf is None:
                 return f"CommitLog file {file_from:020d} is not mapped: cannot allocate up to {end}"
-        start = max(self.ctl.get("reserved"), file_from) - file_from
+        start = max(self.ctl.get("reserved", log=self.log_id), file_from) - file_from
         step = reservation_step(end - file_from, self.allocate_step)
         need = min(self.file_size, (end - file_from + step - 1) // step * step)
         try:
@@ -136,14 +144,14 @@ class CommitLog:
                 target = ahead
             except OSError:
                 pass
-        self.ctl.advance("reserved", file_from + target)
+        self.ctl.advance("reserved", file_from + target, log=self.log_id)
         if target > start and mf.hold():
             threading.Thread(target=_populate, args=(mf, start, target), name="mqstore-populate", daemon=True).start()
         return None
 
     def prepare_for_writes(self) -> None:
         """Point the put path at the file holding the write position, if it exists."""
-        wrote = self.ctl.get("wrote")
+        wrote = self.ctl.get("wrote", log=self.log_id)
         mf = self.queue.find_mapped_file_by_offset(wrote)
         if mf is not None and wrote < mf.file_from + self.file_size:
             self.appender.set_current_file(mf)
@@ -153,7 +161,7 @@ class CommitLog:
     def max_offset(self) -> int:
         """End of readable data (spec §6.2 getMaxOffset): the committed position (with the
         transient store pool the bytes past it are still in the write buffers)."""
-        return self.ctl.get("committed")
+        return self.ctl.get("committed", log=self.log_id)
 
     # -- commit (spec §7) -------------------------------------------------------------------
     def commit(self, least_pages: int) -> bool:
@@ -166,18 +174,18 @@ class CommitLog:
         if pool is None:
             return False
         with self._commit_lock:
-            ts = self.ctl.get("last_store_timestamp")  # read before wrote: covered by [0, wrote)
-            wrote = self.ctl.get("wrote")
-            committed = self.ctl.get("committed")
+            ts = self.ctl.get("last_store_timestamp", log=self.log_id)  # read before wrote: covered by [0, wrote)
+            wrote = self.ctl.get("wrote", log=self.log_id)
+            committed = self.ctl.get("committed", log=self.log_id)
             if self._not_due(committed, wrote, least_pages):
                 return False
             t0 = time.monotonic_ns()
             commit_range(pool, self.queue, committed, wrote)
             elapsed = time.monotonic_ns() - t0
-            self.ctl.advance("committed", wrote)
+            self.ctl.advance("committed", wrote, log=self.log_id)
             self.ctl.wake_idle_dispatcher()
             if ts > 0:
-                self.ctl.advance("committed_store_timestamp", ts)
+                self.ctl.advance("committed_store_timestamp", ts, log=self.log_id)
             self.ctl.add_stat("commit_count")
             self.ctl.add_stat("commit_bytes", wrote - committed)
             self.ctl.add_stat("commit_ns_total", elapsed)
@@ -190,12 +198,12 @@ class CommitLog:
         next file always goes)."""
         if end <= start:
             return True
-        same_file = start // self.file_size == end // self.file_size
+        same_file = file_start_of(start, self.file_size) == file_start_of(end, self.file_size)
         return least_pages > 0 and same_file and end // OS_PAGE_SIZE - start // OS_PAGE_SIZE < least_pages
 
     @property
     def min_offset(self) -> int:
-        """Start of the first available file (spec §6.2), 0 when empty."""
+        """Start of the first available file (spec §6.2); the log's first offset when empty."""
         return self.queue.min_available_offset()
 
     # -- flush (spec §8) --------------------------------------------------------------------
@@ -224,9 +232,10 @@ class CommitLog:
     def _flush_locked(self, least_pages: int) -> bool:
         """flush() with its lock held."""
         # the store timestamp read first is covered by the position read after it
-        ts = self.ctl.get("committed_store_timestamp" if self.pool is not None else "last_store_timestamp")
-        target = self.ctl.get("committed")
-        flushed = self.ctl.get("flushed")
+        ts = self.ctl.get("committed_store_timestamp" if self.pool is not None else "last_store_timestamp",
+                          log=self.log_id)
+        target = self.ctl.get("committed", log=self.log_id)
+        flushed = self.ctl.get("flushed", log=self.log_id)
         if self._not_due(flushed, target, least_pages):
             return False
         t0 = time.monotonic_ns()
@@ -235,22 +244,23 @@ class CommitLog:
         try:
             self.queue.flush_between(flushed, target)
         except OSError as exc:
-            self.ctl.set("flush_last_errno", exc.errno or 5)
-            self.ctl.set("flush_error_offset", flushed)
-            self.ctl.advance("flush_error_count", self.ctl.get("flush_error_count") + 1)
+            self.ctl.set("flush_last_errno", exc.errno or 5, log=self.log_id)
+            self.ctl.set("flush_error_offset", flushed, log=self.log_id)
+            self.ctl.advance("flush_error_count", self.ctl.get("flush_error_count", log=self.log_id) + 1,
+                             log=self.log_id)
             self.ctl.add_stat("flush_errors")
-            self.ctl.broadcast("flushed")
+            self.ctl.broadcast("flushed", log=self.log_id)
             raise
         elapsed = time.monotonic_ns() - t0
-        self.ctl.advance("flushed", target)
+        self.ctl.advance("flushed", target, log=self.log_id)
         if ts > 0:
-            self.ctl.advance("flushed_store_timestamp", ts)
+            self.ctl.advance("flushed_store_timestamp", ts, log=self.log_id)
         self.ctl.add_stat("flush_count")
         self.ctl.add_stat("flush_ns_total", elapsed)
         self.ctl.max_stat("flush_ns_max", elapsed)
         self.ctl.set_stat("flush_ns_last", elapsed)
         self.ctl.add_stat("flush_bytes", target - flushed)
-        self.ctl.broadcast("flushed")
+        self.ctl.broadcast("flushed", log=self.log_id)
         return True
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
-from mqstore.layout import file_start_of
+from mqstore.layout import file_start_of, log_of
 from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
 from mqstore.procs import dead_allocation
@@ -88,11 +88,17 @@ def reservation_step(pos: int, max_step: int) -> int:
 
 
 class MappedFileQueue:
-    """Files of one directory keyed by start offset, each exactly ``file_size`` bytes."""
+    """Files of one directory keyed by start offset, each exactly ``file_size`` bytes.
 
-    def __init__(self, store_path: str, file_size: int) -> None:
+    ``base``: the offset of the directory's first possible byte. 0 for a ConsumeQueue and for
+    CommitLog 0; ``layout.log_base(k)`` for CommitLog k of a store with several
+    (docs/parallel-commitlogs.md): its files are named base + j * file_size, and an empty
+    queue's ends are base."""
+
+    def __init__(self, store_path: str, file_size: int, base: int = 0) -> None:
         self.store_path = store_path
         self.file_size = file_size
+        self.base = base
         self._files: SortedDict = SortedDict()
         self._lock = threading.RLock()
         # bumped whenever a file is added, removed or shut down for deletion (readers cache file maps)
@@ -240,6 +246,10 @@ class MappedFileQueue:
         if starts and file_start_of(starts[0], self.file_size) != starts[0]:
             raise NotAStoreError(f"{self.store_path}: first file {file_name(starts[0])} is not aligned to "
                                  f"the file size {self.file_size}")
+        if starts and (starts[0] < self.base or log_of(starts[-1]) != log_of(self.base)):
+            raise NotAStoreError(f"{self.store_path}: files {file_name(starts[0])} .. {file_name(starts[-1])} are not "
+                                 f"all of CommitLog {log_of(self.base)} (offsets {self.base} and on)",
+                                 hint="a file was moved here from another CommitLog's directory")
 
     # -- lookup --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -256,9 +266,9 @@ class MappedFileQueue:
 
     @property
     def mapped_end(self) -> int:
-        """End offset of the last mapped file (0 when none)."""
+        """End offset of the last mapped file (the base when none)."""
         with self._lock:
-            return self._files.peekitem(-1)[0] + self.file_size if self._files else 0
+            return self._files.peekitem(-1)[0] + self.file_size if self._files else self.base
 
     def first(self) -> MappedFile | None:
         with self._lock:
@@ -280,10 +290,10 @@ class MappedFileQueue:
 
     def min_available_offset(self) -> int:
         """spec §6.2 CommitLog minOffset: the first file's start if it is available, else the
-        start of the file after it (its deletion has begun); 0 when empty."""
+        start of the file after it (its deletion has begun); the base when empty."""
         first = self.first()
         if first is None:
-            return 0
+            return self.base
         return first.file_from if first.is_available else first.file_from + self.file_size
 
     def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
@@ -353,8 +363,11 @@ class MappedFileQueue:
             self.version += 1
             return mf
 
-    def get_last_mapped_file(self, start_offset: int = 0, create: bool = True) -> MappedFile | None:
-        """spec §6.2 getLastMappedFile: the last file, or a new one if none / the last is full."""
+    def get_last_mapped_file(self, start_offset: int | None = None, create: bool = True) -> MappedFile | None:
+        """spec §6.2 getLastMappedFile: the last file, or a new one if none / the last is full
+        (the first at the file holding start_offset, the base when not given)."""
+        if start_offset is None:
+            start_offset = self.base
         with self._lock:
             last = self.last()
             if last is not None and not last.is_full:
