@@ -45,6 +45,9 @@ class ConsumeQueueKernel:
     @property
     def queue_id(self) -> int: ...
     @property
+    def log_id(self) -> int:
+        """The CommitLog the queue's units point into."""
+    @property
     def file_size(self) -> int: ...
     max_physic_offset: int
     min_logic_offset: int
@@ -52,7 +55,7 @@ class ConsumeQueueKernel:
     queue_map: Any
     @property
     def gaps(self) -> int: ...
-    def __init__(self, topic: str, queue_id: int, file_size: int) -> None: ...
+    def __init__(self, topic: str, queue_id: int, file_size: int, log_id: int = 0) -> None: ...
     def set_current_file(self, mapped_file: MappedFile | None) -> None:
         """Make mapped_file (the queue's last file) the append target, at its wrote_position."""
 

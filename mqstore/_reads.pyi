@@ -148,7 +148,9 @@ class ReadKernel:
     in one call (units of a queue's current file read through its C append state)."""
 
     check_crc_on_read: bool
-    def __init__(self, queues: dict[tuple[str, int], Any], log_files: Any, control_block: Any) -> None: ...
+    def __init__(self, queues: dict[tuple[str, int], Any], log_files: Any, control_block: Any) -> None:
+        """log_files: the CommitLog's MappedFileQueue, or a list of them, one per CommitLog of a
+        store with several (docs/parallel-commitlogs.md)."""
     def set_transfer_limits(
         self, *, max_bytes_memory: int, max_count_memory: int, max_bytes_disk: int, max_count_disk: int
     ) -> None:
@@ -160,8 +162,9 @@ class ReadKernel:
 
     @in_memory_limit.setter
     def in_memory_limit(self, value: int) -> None: ...
-    def log_map(self) -> LogMap:
-        """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
+    def log_map(self, log: int = 0) -> LogMap:
+        """The files of CommitLog ``log`` as the C readers see them (rebuilt when a file is
+        added or removed); an empty map for a log this store does not have."""
 
     def follow_with(self, follower: Any) -> None:
         """Reads in a process that follows what other processes build: the look-ups by queue

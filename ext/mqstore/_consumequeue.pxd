@@ -37,6 +37,7 @@ cdef class ConsumeQueueKernel:
     cdef readonly str topic
     cdef readonly bytes topic_b
     cdef readonly int queue_id
+    cdef readonly int log_id                # the CommitLog its units point into (docs/parallel-commitlogs.md)
     cdef readonly int64_t file_size
     cdef public int64_t max_physic_offset   # phyOffset + size of the last unit built, -1 none
     cdef public int64_t min_logic_offset    # byte offset of the first unit in use

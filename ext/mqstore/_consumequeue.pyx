@@ -148,9 +148,10 @@ cdef class ConsumeQueueKernel:
 
     # attributes: _consumequeue.pxd
 
-    def __init__(self, str topic, int queue_id, int64_t file_size):
+    def __init__(self, str topic, int queue_id, int64_t file_size, int log_id=0):
         if file_size <= 0 or file_size % CQ_UNIT:
             raise ValueError(f"ConsumeQueue file size {file_size} is not a positive multiple of {CQ_UNIT}")
+        self.log_id = log_id
         self.topic = topic
         self.topic_b = topic.encode()
         self.queue_id = queue_id

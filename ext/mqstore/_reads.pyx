@@ -633,11 +633,11 @@ cdef class ReadKernel:
     """
 
     cdef dict k_queues
-    cdef object k_log_files
+    cdef list k_log_files                # the MappedFileQueue of each CommitLog, by log id
     cdef object k_ctl_obj
     cdef char *k_ctl
-    cdef LogMap k_lmap
-    cdef object k_lmap_version
+    cdef list k_lmaps                    # a cached LogMap per CommitLog (None: to build)
+    cdef list k_lmap_versions
     cdef dict k_tag_cache
     cdef ScanLimits k_lim
     cdef public bint check_crc_on_read   # the look-ups check the record they return
@@ -645,12 +645,18 @@ cdef class ReadKernel:
     cdef int64_t k_seen_min_phy          # the min_phy the follower last caught up to
 
     def __init__(self, dict queues, log_files, control_block):
+        """log_files: the CommitLog's MappedFileQueue, or a list of them, one per CommitLog of a
+        store with several (docs/parallel-commitlogs.md): a queue's units are read in the log
+        its ConsumeQueue names (log_id), a record by its offset in the log the offset names."""
         self.k_queues = queues
-        self.k_log_files = log_files
+        self.k_log_files = list(log_files) if isinstance(log_files, (list, tuple)) else [log_files]
         self.k_ctl_obj = control_block
         self.k_ctl = (<ControlBlock?>control_block)._b()
-        self.k_lmap = None
-        self.k_lmap_version = None
+        if len(self.k_log_files) > (<ControlBlock>control_block).log_count:
+            raise ValueError(f"{len(self.k_log_files)} CommitLogs given, the control block has "
+                             f"{(<ControlBlock>control_block).log_count}")
+        self.k_lmaps = [None] * len(self.k_log_files)
+        self.k_lmap_versions = [None] * len(self.k_log_files)
         self.k_tag_cache = {}
         self.k_follower = None
         self.k_seen_min_phy = -1
@@ -679,14 +685,18 @@ cdef class ReadKernel:
     def in_memory_limit(self, int64_t value):
         self.k_lim.in_memory_bytes_limit = value
 
-    cpdef LogMap log_map(self):
-        """The CommitLog files as the C readers see them (rebuilt when a file is added or removed)."""
-        version = self.k_log_files.version
-        cdef LogMap lmap = self.k_lmap
-        if lmap is None or version != self.k_lmap_version:
-            lmap = LogMap(self.k_log_files.files, self.k_log_files.file_size)
-            self.k_lmap = lmap
-            self.k_lmap_version = version
+    cpdef LogMap log_map(self, int log=0):
+        """The files of CommitLog ``log`` as the C readers see them (rebuilt when a file is
+        added or removed); an empty map for a log this store does not have."""
+        if not 0 <= log < len(self.k_log_files):
+            return LogMap((), 4096)
+        files = self.k_log_files[log]
+        version = files.version
+        cdef LogMap lmap = self.k_lmaps[log]
+        if lmap is None or version != self.k_lmap_versions[log]:
+            lmap = LogMap(files.files, files.file_size)
+            self.k_lmaps[log] = lmap
+            self.k_lmap_versions[log] = version
         return lmap
 
     def follow_with(self, follower):
@@ -714,19 +724,23 @@ cdef class ReadKernel:
     cdef object _view(self, int64_t phy):
         """The record at phy; a following reader maps the CommitLog file another process
         created since, when phy lies in one it has not mapped yet."""
-        view = c_view_at(self.log_map(), phy)
+        view = c_view_at(self.log_map(mq_log_of(phy)), phy)
         if view is None and self.k_follower is not None:
             self._follow()
-            view = c_view_at(self.log_map(), phy)
+            view = c_view_at(self.log_map(mq_log_of(phy)), phy)
         return view
 
     def forget_log_map(self):
         """Drop the cached LogMap (its file list changed): the mappings of deleted files go
         as soon as no result or view taken from it is left (MappedFileQueue.on_files_removed)."""
-        self.k_lmap = None
+        self.k_lmaps = [None] * len(self.k_log_files)
 
-    cdef inline int64_t readable_end(self) noexcept:
-        return mq_load(mq_cell(self.k_ctl, MQ_CTL_WROTE))
+    cdef inline int64_t readable_end(self, int log) noexcept:
+        """The end of what is readable in CommitLog ``log`` (its wrote position); 0 for a log
+        this store does not have."""
+        if not 0 <= log < len(self.k_log_files):
+            return 0
+        return mq_load(mq_cell(mq_log(self.k_ctl, log), MQ_CTL_WROTE))
 
     cpdef object tag_codes(self, tags):
         """Tags codes of a subscription expression "A || B" (spec §11), cached; None = all."""
@@ -785,13 +799,13 @@ cdef class ReadKernel:
         if offset > max_offset:
             return self._result(MQ_GET_OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         codes = self.tag_codes(tags)
-        cdef LogMap lmap = self.log_map()
+        cdef LogMap lmap = self.log_map(cq.log_id)
         cdef GetMessageResult r = self._result(MQ_GET_NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
         cdef int64_t logic = offset * CQ_UNIT, consumed = 0, end, per_file
         cdef const char *older = NULL
         cdef int status
         cdef const unsigned char[::1] view
-        lim.max_phy = self.readable_end()
+        lim.max_phy = self.readable_end(cq.log_id)
         lim.min_phy = lmap.first_from
         lim.max_msg_nums = max_msg_nums
         lim.scan_bytes_max = max(16000, <int64_t>max_msg_nums * CQ_UNIT)
@@ -884,7 +898,7 @@ cdef class ReadKernel:
         not the start of a message; spec §11 lookMessageByOffset). With check (default:
         check_crc_on_read), CorruptRecordError when its record fails its structure checks or
         body CRC."""
-        if phy_offset < 0 or phy_offset >= self.readable_end():
+        if phy_offset < 0 or phy_offset >= self.readable_end(mq_log_of(phy_offset)):
             return None
         if self.k_follower is not None and self._min_phy_moved():
             self._follow()
@@ -901,7 +915,7 @@ cdef class ReadKernel:
         if cq_obj is None:
             return None
         cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
-        if phy < 0 or phy >= self.readable_end():
+        if phy < 0 or phy >= self.readable_end(mq_log_of(phy)):
             return None
         return _checked(self._view(phy), self.check_crc_on_read)
 
@@ -911,6 +925,6 @@ cdef class ReadKernel:
         if cq_obj is None:
             return -1
         cdef int64_t phy = self._unit_phy(<ConsumeQueueKernel>cq_obj, cq_obj, queue_offset)
-        if phy < 0 or phy >= self.readable_end():
+        if phy < 0 or phy >= self.readable_end(mq_log_of(phy)):
             return -1
-        return self.log_map().store_timestamp(phy)
+        return self.log_map(mq_log_of(phy)).store_timestamp(phy)

@@ -33,6 +33,7 @@ from mqstore._consumequeue import (
 )
 from mqstore._commitlog import topic_problem_of
 from mqstore._mapped import MappedFile
+from mqstore._shm import log_of_queue
 from mqstore.errors import NotAStoreError
 from mqstore.log.mapped_file_queue import MappedFileQueue, mapped_file_names
 from mqstore.log.scan import nonzero_extent
@@ -72,8 +73,8 @@ class QueueRecovery:
 class ConsumeQueue(ConsumeQueueKernel):
     """One queue's files and state. Appends go through the compiled kernel (put_unit)."""
 
-    def __init__(self, root: str, topic: str, queue_id: int, file_size: int) -> None:
-        super().__init__(topic, queue_id, file_size)
+    def __init__(self, root: str, topic: str, queue_id: int, file_size: int, log_id: int = 0) -> None:
+        super().__init__(topic, queue_id, file_size, log_id)
         self.store_path = os.path.join(root, topic, str(queue_id))
         self.files = MappedFileQueue(self.store_path, file_size)
         # a new file gets one page of disk and grows with its units (the kernel allocates ahead
@@ -506,11 +507,14 @@ def queue_problem(topic: str, queue_id: int) -> str | None:
 
 
 class ConsumeQueueTable:
-    """Every ConsumeQueue of a store, by (topic, queue_id)."""
+    """Every ConsumeQueue of a store, by (topic, queue_id). With several CommitLogs
+    (``log_count``), each queue knows the log its units point into (the binding of
+    docs/parallel-commitlogs.md)."""
 
-    def __init__(self, root: str, file_size: int) -> None:
+    def __init__(self, root: str, file_size: int, log_count: int = 1) -> None:
         self.root = root
         self.file_size = file_size
+        self.log_count = log_count
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.RLock()
         self._publish_ctl: Any = None
@@ -540,9 +544,13 @@ class ConsumeQueueTable:
                 if not os.path.isdir(path):
                     raise NotAStoreError(f"{path} is not a directory (where queue {qid} of {topic} keeps its files)",
                                          hint="move it out of the store")
-                cq = ConsumeQueue(self.root, topic, int(qid), self.file_size)
+                cq = self._new(topic, int(qid))
                 cq.load()
                 self._queues[(topic, int(qid))] = cq
+
+    def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(self.root, topic, queue_id, self.file_size,
+                            log_of_queue(topic, queue_id, self.log_count) if self.log_count > 1 else 0)
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         with self._lock:
@@ -582,7 +590,7 @@ class ConsumeQueueTable:
             with self._lock:
                 cq = self._queues.get((topic, queue_id))
                 if cq is None:
-                    cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                    cq = self._new(topic, queue_id)
                     if self._publish_ctl is not None:
                         cq.publish_to(self._publish_ctl)
                     self._queues[(topic, queue_id)] = cq
@@ -605,40 +613,50 @@ class ConsumeQueueTable:
         with self._lock:
             cq = self._queues.get((topic, queue_id))
             if cq is None:
-                cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+                cq = self._new(topic, queue_id)
                 cq.files.map_new_files()
                 self._queues[(topic, queue_id)] = cq
         return cq
 
-    def recover(self) -> list[QueueRecovery]:
-        return [cq.recover() for cq in self]
+    def of_log(self, log: int | None) -> list[ConsumeQueue]:
+        """The queues whose units point into CommitLog ``log`` (every queue for None)."""
+        return list(self) if log is None else [cq for cq in self if cq.log_id == log]
+
+    def recover(self, log: int | None = None) -> list[QueueRecovery]:
+        return [cq.recover() for cq in self.of_log(log)]
 
     @property
     def max_physic_offset(self) -> int:
-        return max((cq.max_physic_offset for cq in self), default=-1)
+        return self.max_physic_offset_of(None)
 
-    def truncate_dirty(self, phy_offset: int) -> dict[tuple[str, int], int]:
-        """truncateDirtyLogicFiles on every queue; returns units dropped per queue."""
+    def max_physic_offset_of(self, log: int | None) -> int:
+        return max((cq.max_physic_offset for cq in self.of_log(log)), default=-1)
+
+    def truncate_dirty(self, phy_offset: int, log: int | None = None) -> dict[tuple[str, int], int]:
+        """truncateDirtyLogicFiles on every queue (of CommitLog ``log``: phy_offset is that
+        log's end); returns units dropped per queue."""
         dropped = {}
-        for cq in self:
+        for cq in self.of_log(log):
             if cq.max_physic_offset > phy_offset or cq.max_physic_offset < 0:
                 n = cq.truncate_dirty_logic_files(phy_offset)
                 if n:
                     dropped[(cq.topic, cq.queue_id)] = n
         return dropped
 
-    def correct_min_offsets(self, min_phy: int) -> None:
-        for cq in self:
+    def correct_min_offsets(self, min_phy: int, log: int | None = None) -> None:
+        for cq in self.of_log(log):
             cq.correct_min_offset(min_phy)
 
     def flush(self, least_pages: int = 0) -> int:
         return sum(1 for cq in self if cq.flush(least_pages))
 
-    def destroy_all(self) -> None:
+    def destroy_all(self, log: int | None = None) -> None:
+        """Destroy every queue (of CommitLog ``log``)."""
         with self._lock:
-            for cq in self._queues.values():
-                cq.destroy()
-            self._queues.clear()
+            for key, cq in list(self._queues.items()):
+                if log is None or cq.log_id == log:
+                    cq.destroy()
+                    del self._queues[key]
 
     def close(self) -> None:
         with self._lock:

@@ -60,6 +60,9 @@ class Dispatcher:
         if pool_threads < 1 or batch_bytes < 1:
             raise ValueError(f"pool_threads ({pool_threads}) and batch_bytes ({batch_bytes}) must be >= 1")
         self.commitlog = commitlog
+        #: the CommitLog this dispatcher follows (its own dispatched cursor); the ConsumeQueues
+        #: it writes are those of that log's queues (docs/parallel-commitlogs.md)
+        self.log_id = commitlog.log_id
         self.queues = queues
         self.index = index
         self.index_error = False  # WRITE_INDEX_FILE_ERROR set by this dispatcher and not cleared yet
@@ -100,23 +103,23 @@ class Dispatcher:
 
     @property
     def dispatched(self) -> int:
-        return self.ctl.get("dispatched")
+        return self.ctl.get("dispatched", log=self.log_id)
 
     def behind(self) -> int:
         """dispatch_behind_bytes: readable end minus the dispatched position (spec §10.1)."""
-        return max(0, self.ctl.get("committed") - self.ctl.get("dispatched"))
+        return max(0, self.ctl.get("committed", log=self.log_id) - self.ctl.get("dispatched", log=self.log_id))
 
     def lag_ms(self) -> int:
         """Store time of the newest written record minus that of the newest dispatched one."""
         if self.behind() == 0:
             return 0
-        written = self.ctl.get("last_store_timestamp")
-        done = self.ctl.get("dispatched_store_timestamp")
+        written = self.ctl.get("last_store_timestamp", log=self.log_id)
+        done = self.ctl.get("dispatched_store_timestamp", log=self.log_id)
         return max(0, written - done) if done > 0 else 0
 
     def reset(self, start: int) -> None:
         """Start dispatching at start (start-up: after recovery)."""
-        self.ctl.set("dispatched", start)
+        self.ctl.set("dispatched", start, log=self.log_id)
         self.kernel.forget()
 
     def close(self) -> None:
@@ -143,18 +146,18 @@ class Dispatcher:
         queue = self.commitlog.queue
         total = 0
         done_bytes = 0
-        first = ctl.get("dispatched")
+        first = ctl.get("dispatched", log=self.log_id)
         # one pass goes up to the readable end seen when it starts: with writers appending
         # continuously, re-reading it per step would chase them in steps of a few records
-        end = ctl.get("committed")
+        end = ctl.get("committed", log=self.log_id)
         while True:
-            start = ctl.get("dispatched")
+            start = ctl.get("dispatched", log=self.log_id)
             min_offset = self.commitlog.min_offset
             if start < min_offset:
                 log.warning("dispatch position %d is below the CommitLog's first file; jumping to %d", start,
                             min_offset)
                 start = min_offset
-                ctl.set("dispatched", start)
+                ctl.set("dispatched", start, log=self.log_id)
             if start >= end:
                 if start != first and not self.notify_arrival:
                     ctl.broadcast("dispatched")  # caught up: wake wait_dispatched() callers once
@@ -189,13 +192,13 @@ class Dispatcher:
                 ctl.add_stat("dispatch_skipped_bytes", skip_to - new)
                 new = skip_to
             if new > file_start + stop:
-                ctl.advance("dispatched", new)
+                ctl.advance("dispatched", new, log=self.log_id)
                 if self.notify_arrival:
                     ctl.broadcast("dispatched")
             total += records
             done_bytes += new - start
             if progress is not None:
-                progress("dispatch", ctl.get("dispatched") - first, end - first)
+                progress("dispatch", ctl.get("dispatched", log=self.log_id) - first, end - first)
 
     def _publish(self, new: int, records: int, units: int, last_ts: int, t0: int) -> None:
         """Make one applied batch visible: timestamps, position, counters, arrival notification.
@@ -203,9 +206,9 @@ class Dispatcher:
         batch (its parse ran in the pool)."""
         ctl = self.ctl
         if last_ts > 0:
-            ctl.set("dispatched_store_timestamp", last_ts)
+            ctl.set("dispatched_store_timestamp", last_ts, log=self.log_id)
             self.logics_store_timestamp = last_ts
-        ctl.advance("dispatched", new)
+        ctl.advance("dispatched", new, log=self.log_id)
         ctl.add_stat("dispatch_records", records)
         ctl.add_stat("dispatch_units", units)
         ctl.add_stat("dispatch_batches")

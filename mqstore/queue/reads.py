@@ -22,6 +22,7 @@ from mqstore._consumequeue import CQ_STORE_UNIT_SIZE
 from mqstore._reads import GetMessageResult, LogMap, MessageView, ReadKernel, record_problem
 from mqstore._search import RECORD_OK, first_corrupt, offset_by_time, record_status
 from mqstore.errors import CorruptRecordError
+from mqstore.layout import log_of
 from mqstore.status import GetMessageStatus
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ class MessageReader(ReadKernel):
 
     def _offset_by_time(self, cq: ConsumeQueue, files: list[Any], timestamp: int,
                         warm_bytes: int | None) -> TimeLookup:
-        return offset_by_time_in_files(files, lambda mf: self._unit_range(cq, mf), self.log_map(),
+        return offset_by_time_in_files(files, lambda mf: self._unit_range(cq, mf), self.log_map(cq.log_id),
                                        self.commitlog.min_offset, timestamp,
                                        self.warm_bytes if warm_bytes is None else warm_bytes,
                                        cq.max_offset_in_queue)
@@ -304,7 +305,8 @@ class MessageReader(ReadKernel):
         and each result they give is checked again."""
         limit = max_msg_nums
         while len(result):
-            bad, status = first_corrupt(result.physical_offsets, self.log_map())
+            phys = result.physical_offsets
+            bad, status = first_corrupt(phys, self.log_map(log_of(phys[0]) if len(phys) else 0))
             if bad < 0:
                 break
             if bad > 0:
