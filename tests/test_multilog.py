@@ -113,3 +113,145 @@ def test_a_second_commit_log_is_written_in_its_own_directory_offsets_and_cells(t
         for cl in logs:
             cl.close()
         ctl.close()
+
+
+def test_two_logs_dispatched_apart_and_read_by_queue_and_by_offset(tmp_path):
+    """Each log's dispatcher builds the ConsumeQueues of its own queues from its own cursor;
+    the read kernel reads a queue's messages in the log its ConsumeQueue names and a record
+    by offset in the log the offset names; an offset of a log the store does not have is
+    not found."""
+    from mqstore import Message, _shm
+    from mqstore._reads import ReadKernel
+    from mqstore.config import StoreConfig
+    from mqstore.layout import log_base, log_of
+    from mqstore.log.commitlog import CommitLog
+    from mqstore.queue.consume_queue import ConsumeQueueTable
+    from mqstore.queue.dispatch import Dispatcher
+    from mqstore.status import GetMessageStatus
+
+    size = 12 * 1024
+    root = str(tmp_path)
+    cfg = StoreConfig(mapped_file_size_commit_log=size, store_host="10.0.0.1:10911")
+    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=size, lock_kind="spin",
+                                   sync_flush=False, log_count=2)
+    logs = [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)]
+    queues = ConsumeQueueTable(str(tmp_path / "consumequeue"), 20 * 64, log_count=2)
+    dispatchers = [Dispatcher(cl, queues, None, ctl) for cl in logs]
+    try:
+        bound = {q: _shm.log_of_queue("T", q, 2) for q in range(4)}
+        assert sorted(bound.values()) == [0, 0, 1, 1]
+        sent: dict[int, list[tuple[bytes, int]]] = {q: [] for q in range(4)}
+        for i in range(400):
+            q = i % 4
+            body = b"%d:" % i + b"y" * (i * 53 % 700)
+            r = logs[bound[q]].appender.put_message(Message("T", body, queue_id=q, tags="t%d" % (i % 3))).check()
+            sent[q].append((body, r.wrote_offset))
+        assert dispatchers[1].dispatch_available() == 200
+        assert ctl.get("dispatched", log=1) == ctl.get("wrote", log=1) and ctl.get("dispatched") == 0
+        assert dispatchers[0].dispatch_available() == 200
+        assert ctl.get("dispatched") == ctl.get("wrote")
+        reader = ReadKernel(queues.by_key, [cl.queue for cl in logs], ctl)
+        for q in range(4):
+            cq = queues.get("T", q)
+            assert cq.log_id == bound[q] and cq.max_offset_in_queue == 100
+            got = []
+            offset = 0
+            while offset < 100:
+                res = reader.get_message("g", "T", q, offset, 32, capped=False)
+                assert res.status == GetMessageStatus.FOUND
+                got.extend((bytes(m.body), m.physical_offset) for m in res)
+                offset = res.next_begin_offset
+            assert got == sent[q]
+            assert all(log_of(phy) == bound[q] for _, phy in got)
+            body, phy = sent[q][57]
+            assert bytes(reader.look_message_by_offset(phy).body) == body
+            assert bytes(reader.look_message_by_queue_offset("T", q, 57).body) == body
+            assert reader.get_message_store_timestamp("T", q, 57) > 0
+        assert reader.look_message_by_offset(log_base(2)) is None, "a log the store does not have"
+        assert reader.look_message_by_offset(ctl.get("wrote", log=1)) is None, "past log 1's end"
+        tagged = reader.get_message("g", "T", 3, 0, 32, tags="t1", capped=False)
+        # one get reads one ConsumeQueue file (64 units here), as RocketMQ's getIndexBuffer does
+        assert tagged.next_begin_offset == 64
+        assert [bytes(m.body) for m in tagged] == [b for b, _ in sent[3][:64] if int(b.split(b":")[0]) % 3 == 1]
+    finally:
+        for d in dispatchers:
+            d.close()
+        queues.close()
+        for cl in logs:
+            cl.close()
+        ctl.close()
+
+
+def test_a_log_that_lost_its_tail_is_recovered_alone(tmp_path):
+    """T6 for the parts: log 1 loses its tail (the file holding a record zeroed from it on,
+    the files after it gone) while log 0 is whole. Recovering each log cuts log 1 at that
+    record, drops the units of log 1's queues that pointed past it, and leaves log 0's
+    queues, units and table entries as they were."""
+    from mqstore import Message, _shm
+    from mqstore.config import StoreConfig
+    from mqstore.layout import file_start_of, log_base
+    from mqstore.log.commitlog import CommitLog
+    from mqstore.queue.consume_queue import ConsumeQueueTable
+    from mqstore.queue.dispatch import Dispatcher
+    from mqstore.queue.recovery import recover_store
+
+    size = 12 * 1024
+    root = str(tmp_path)
+    cfg = StoreConfig(mapped_file_size_commit_log=size, store_host="10.0.0.1:10911")
+    shm = str(tmp_path / "mqstore.shm")
+    cq_root = str(tmp_path / "consumequeue")
+
+    def open_parts() -> tuple[_shm.ControlBlock, list[CommitLog], ConsumeQueueTable]:
+        ctl = _shm.ControlBlock.create(shm, table_slots=64, file_size=size, lock_kind="spin", sync_flush=False,
+                                       log_count=2)
+        return ctl, [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)], ConsumeQueueTable(cq_root, 20 * 64, log_count=2)
+
+    def close(ctl, logs, queues) -> None:
+        queues.close()
+        for cl in logs:
+            cl.close()
+        ctl.close()
+
+    ctl, logs, queues = open_parts()
+    bound = {q: _shm.log_of_queue("T", q, 2) for q in range(4)}
+    sent: dict[int, list[int]] = {q: [] for q in range(4)}
+    for i in range(400):
+        q = i % 4
+        r = logs[bound[q]].appender.put_message(Message("T", b"%d" % i + b"z" * (i * 31 % 500), queue_id=q)).check()
+        sent[q].append(r.wrote_offset)
+    for cl in logs:
+        assert Dispatcher(cl, queues, None, ctl).dispatch_available() == 200
+        cl.flush(0)
+    queues.flush()
+    ends = [ctl.get("wrote", log=k) for k in (0, 1)]
+    close(ctl, logs, queues)
+
+    lost_queue = next(q for q in range(4) if bound[q] == 1)
+    cut = sent[lost_queue][60]
+    cut_file = file_start_of(cut, size)
+    log1_dir = tmp_path / "commitlog-1"
+    with open(log1_dir / f"{cut_file:020d}", "r+b") as fh:
+        fh.seek(cut - cut_file)
+        fh.write(bytes(size - (cut - cut_file)))
+    for name in os.listdir(log1_dir):
+        if int(name) > cut_file:
+            os.unlink(log1_dir / name)
+
+    ctl, logs, queues = open_parts()
+    try:
+        for cl in logs:
+            cl.queue.load()
+        queues.load()
+        reports = [recover_store(logs[k].queue, ctl, queues, None, check_crc=True, clean_shutdown=False, log_id=k)
+                   for k in (0, 1)]
+        assert reports[0].valid_end == ends[0] and reports[1].valid_end == cut > log_base(1)
+        assert ctl.get("wrote") == ends[0] and ctl.get("wrote", log=1) == cut
+        for q in range(4):
+            kept = sum(1 for phy in sent[q] if bound[q] == 0 or phy < cut)
+            assert queues.get("T", q).max_offset_in_queue == kept, q
+            assert ctl.table_get("T", q) == kept, q
+        assert reports[0].queue_units_dropped == {} and reports[0].queues == 2
+        assert sum(reports[1].queue_units_dropped.values()) == sum(
+            1 for q in range(4) if bound[q] == 1 for phy in sent[q] if phy >= cut)
+    finally:
+        close(ctl, logs, queues)

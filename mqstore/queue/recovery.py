@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from mqstore.layout import FILLER_SIZE, file_start_of
 from mqstore._codec import check_record, decode_record
 from mqstore._commitlog import scan_records
+from mqstore._shm import log_of_queue
 from mqstore.errors import CorruptRecordError
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.log.clean_close import mismatch as clean_close_mismatch
@@ -325,13 +326,14 @@ def _check_last_units(cq: ConsumeQueue, queue: MappedFileQueue, min_phy: int) ->
     return problem
 
 
-def _check_first_file(cq: ConsumeQueue, min_phy: int) -> str:
+def _check_first_file(cq: ConsumeQueue, min_phy: int, base: int = 0) -> str:
     """A queue whose first file starts above queue offset 0 with a real unit (not the pre-fill
-    of a queue that started above 0) while the CommitLog still starts at 0: its first files
-    were lost (retention deletes a queue's files only after the log's). Its files are
-    deleted, to be rebuilt from the log's start. Returns what was wrong, "" if nothing."""
+    of a queue that started above 0) while the CommitLog still starts at its first offset
+    (base: 0, or log_base(k) for CommitLog k): its first files were lost (retention deletes a
+    queue's files only after the log's). Its files are deleted, to be rebuilt from the log's
+    start. Returns what was wrong, "" if nothing."""
     first = cq.files.first()
-    if min_phy != 0 or first is None or first.file_from == 0:
+    if min_phy != base or first is None or first.file_from == 0:
         return ""
     phy, size, _ = _UNIT.unpack(first.read(0, _UNIT.size))
     if phy == 0 and size == FILLER_SIZE:
@@ -345,9 +347,14 @@ def _check_first_file(cq: ConsumeQueue, min_phy: int) -> str:
 def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueueTable | None,
                   checkpoint: StoreCheckpoint | None, *, check_crc: bool, clean_shutdown: bool,
                   index_safe: bool = False, progress: Callable[[int, int], None] | None = None,
-                  index: Any = None, clean_close: CleanClose | None = None) -> RecoveryReport:
+                  index: Any = None, clean_close: CleanClose | None = None, log_id: int = 0) -> RecoveryReport:
     """Recover the CommitLog and the ConsumeQueues (and the index files, when given); rebuild
     the (fresh) control block. Sets report.dispatch_from: where the start-up dispatch must begin.
+
+    ``log_id``: with several CommitLogs (docs/parallel-commitlogs.md), ``queue`` is CommitLog
+    ``log_id``'s files, and only the ConsumeQueues of that log's queues, its cells of the control
+    block and its table entries are recovered here (offsets are that log's encoded offsets);
+    each log is recovered by its own call.
 
     After a clean shutdown, a clean-close record (mqstore.log.clean_close) that agrees with the
     files stands for the scan of the last files: its write position is the valid end and its
@@ -364,8 +371,9 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
                                 for name, size in getattr(queue, "extended_empty", [])]
     damaged: dict[tuple[str, int], str] = {}
     files = queue.files
+    base = queue.base
     if queues is not None:
-        for r in queues.recover():
+        for r in queues.recover(log_id):
             report.queue_files_deleted += r.deleted_files
             if r.damaged:
                 damaged[(r.topic, r.queue_id)] = "; ".join(r.damage)
@@ -375,18 +383,18 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
             # before the CommitLog's truncation can delete the files that show the loss (a
             # queue whose remaining files all point past a shortened log would otherwise keep
             # its raised min offset and never get its lost first units back)
-            for cq in queues:
-                problem = _check_first_file(cq, files[0].file_from)
+            for cq in queues.of_log(log_id):
+                problem = _check_first_file(cq, files[0].file_from, base)
                 if problem:
                     key = (cq.topic, cq.queue_id)
                     damaged[key] = f"{damaged[key]}; {problem}" if key in damaged else problem
                     log.error("ConsumeQueue %s/%d: %s; dropped", cq.topic, cq.queue_id, problem)
     scan_start = 0
     if not files:
-        if queues is not None and len(queues):
-            log.warning("the CommitLog is empty: destroying %d ConsumeQueues", len(queues))
-            queues.destroy_all()
-        report.valid_end = 0
+        if queues is not None and queues.of_log(log_id):
+            log.warning("CommitLog %d is empty: destroying its %d ConsumeQueues", log_id, len(queues.of_log(log_id)))
+            queues.destroy_all(log_id)
+        report.valid_end = base
     else:
         trusted = None
         if clean_shutdown and clean_close is not None:
@@ -422,31 +430,33 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
                       report.dropped_bytes,
                       f", files {', '.join(report.deleted_files)} deleted" if report.deleted_files else "")
         if queues is not None:
-            for (topic, qid), n in queues.truncate_dirty(valid_end).items():
+            for (topic, qid), n in queues.truncate_dirty(valid_end, log_id).items():
                 name = f"{topic}/{qid}"
                 report.queue_units_dropped[name] = report.queue_units_dropped.get(name, 0) + n
     files = queue.files
-    min_phy = files[0].file_from if files else 0
-    log_next = {(topic, qid): n for topic, qid, n in ctl.table_items() if n > 0}
+    min_phy = files[0].file_from if files else base
+    count = queues.log_count if queues is not None else 1
+    log_next = {(topic, qid): n for topic, qid, n in ctl.table_items()
+                if n > 0 and (count == 1 or log_of_queue(topic, qid, count) == log_id)}
     ends: tuple[CellName, ...] = ("wrote", "committed", "flushed", "confirmed")
     for name in ends:
-        ctl.set(name, report.valid_end)
-    ctl.set("min_phy", min_phy)
+        ctl.set(name, report.valid_end, log=log_id)
+    ctl.set("min_phy", min_phy, log=log_id)
     if report.last_store_timestamp > 0:
-        ctl.set("last_store_timestamp", report.last_store_timestamp)
-        ctl.set("flushed_store_timestamp", report.last_store_timestamp)
+        ctl.set("last_store_timestamp", report.last_store_timestamp, log=log_id)
+        ctl.set("flushed_store_timestamp", report.last_store_timestamp, log=log_id)
     max_phy_cq = -1
     rebuild: list[tuple[int, str]] = []  # (offset to dispatch from, why)
     if queues is not None:
         if files:
-            for cq in queues:
+            for cq in queues.of_log(log_id):
                 problem = _check_last_units(cq, queue, min_phy)
                 if problem:
                     key = (cq.topic, cq.queue_id)
                     damaged[key] = f"{damaged[key]}; {problem}" if key in damaged else problem
                     log.error("ConsumeQueue %s/%d: %s; dropped", cq.topic, cq.queue_id, problem)
-        queues.correct_min_offsets(min_phy)
-        for cq in queues:
+        queues.correct_min_offsets(min_phy, log_id)
+        for cq in queues.of_log(log_id):
             key = (cq.topic, cq.queue_id)
             have = cq.max_offset_in_queue
             in_log = log_next.get(key, 0)
@@ -461,8 +471,8 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
                 report.queue_units_missing[f"{key[0]}/{key[1]}"] = in_log
                 if clean_shutdown:
                     rebuild.append((min_phy, f"{key[0]}/{key[1]} has no ConsumeQueue"))
-        max_phy_cq = queues.max_physic_offset
-        report.queues = len(queues)
+        max_phy_cq = queues.max_physic_offset_of(log_id)
+        report.queues = len(queues.of_log(log_id))
         report.damaged_queues = {f"{t}/{q}": why for (t, q), why in damaged.items()}
     if index is not None:
         _recover_index(index, queue, report, rebuild, min_phy)
