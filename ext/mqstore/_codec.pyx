@@ -70,7 +70,7 @@ def properties_to_string(props, bint java_order=True) -> str:
     return properties_string(dict(props), java_order)
 
 
-def string_to_properties(str s) -> dict:
+cpdef dict string_to_properties(str s):
     """Properties string -> map with RocketMQ's parsing rules (spec §1.4)."""
     cdef dict out = {}
     cdef Py_ssize_t idx
@@ -90,7 +90,7 @@ def record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_le
     return mq_record_length(max(body_len, 0), topic_len, max(props_len, 0), sys_flag, v2)
 
 
-def msg_id(store_host, int64_t physical_offset) -> str:
+cpdef str msg_id(store_host, int64_t physical_offset):
     """Offset message id: hex of store address + port + physical offset (spec §1.2)."""
     return (encode_host(store_host) + physical_offset.to_bytes(8, "big", signed=True)).hex().upper()
 
@@ -294,6 +294,10 @@ def decode_record(buf, Py_ssize_t offset=0, *, bint check_crc=True, bint read_bo
     Raises CorruptRecordError naming what is wrong: blank record, bad magic, truncation,
     length mismatch, CRC mismatch, bad UTF-8.
     """
+    return decode_at(buf, offset, check_crc, read_body)
+
+
+cdef object decode_at(buf, Py_ssize_t offset, bint check_crc, bint read_body):
     try:
         return _parse(buf, offset, check_crc, read_body, True, False)
     except _Blank:

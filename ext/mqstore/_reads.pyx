@@ -28,6 +28,7 @@ from mq_status cimport *
 from mq_check cimport REC_CRC_MISMATCH, REC_OK, c_record_status, mq_crc_fold_detect
 from mq_inflate cimport MQ_COMPRESSED_FLAG, mq_body_bytes
 
+from mqstore._codec cimport decode_at, msg_id, string_to_properties
 from mqstore._consumequeue cimport CQ_UNIT, FILLER_SIZE, ConsumeQueueKernel
 from mqstore._mapped cimport MappedFile
 from mqstore._shm cimport ControlBlock
@@ -491,7 +492,6 @@ cdef class MessageView:
     @property
     def properties(self) -> dict:
         """The properties as a dict (TAGS, KEYS, UNIQ_KEY, user properties ...)."""
-        from mqstore._codec import string_to_properties
         return string_to_properties(self.properties_string)
 
     @property
@@ -507,15 +507,13 @@ cdef class MessageView:
     @property
     def msg_id(self) -> str:
         """RocketMQ's offset message id: the store host and the physical offset, in hex."""
-        from mqstore._codec import msg_id
         return msg_id(self.decode(read_body=False).store_host, self._phy)
 
     def decode(self, *, bint read_body=True, bint check_crc=False):
         """Every field as a mqstore.log.record.DecodedRecord (copies the body): the record as
         stored, its body too (compressed when sys_flag says so; what a re-put keeps, with the
         flag; ``body_bytes()`` gives it as sent)."""
-        from mqstore._codec import decode_record
-        return decode_record(self._file_view(), 0, check_crc=check_crc, read_body=read_body)
+        return decode_at(self._file_view(), 0, check_crc, read_body)
 
     def __repr__(self):
         return (f"MessageView(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
@@ -755,8 +753,12 @@ cdef class ReadKernel:
         if not expression or expression == "*":
             codes = None
         else:
-            from mqstore._codec import java_string_hash
-            codes = frozenset(map(java_string_hash, filter(None, map(str.strip, expression.split("||")))))
+            hashes = []
+            for part in expression.split("||"):
+                part = part.strip()
+                if part:
+                    hashes.append(mq_java_hash(part))
+            codes = frozenset(hashes)
         if len(self.k_tag_cache) >= TAG_CACHE_MAX:
             self.k_tag_cache.clear()
         self.k_tag_cache[tags] = codes
