@@ -255,3 +255,40 @@ def test_a_log_that_lost_its_tail_is_recovered_alone(tmp_path):
             1 for q in range(4) if bound[q] == 1 for phy in sent[q] if phy >= cut)
     finally:
         close(ctl, logs, queues)
+
+
+def test_each_log_has_its_own_flush_service_woken_by_its_puts(tmp_path):
+    """A flush service per CommitLog waits on its log's FLUSH channel: a put into log 1 wakes
+    log 1's service (a 10 min period, so only the wake-up can make it flush within the minute
+    waited), which flushes log 1 to its end and leaves log 0's flushed position alone."""
+    from mqstore import Message, _shm
+    from mqstore.config import StoreConfig
+    from mqstore.log.commitlog import CommitLog
+    from mqstore.services.flush import FlushRealTimeService
+
+    size = 64 * 1024
+    cfg = StoreConfig(mapped_file_size_commit_log=size, flush_interval_commit_log=600_000,
+                      flush_commit_log_thorough_interval=600_000, flush_commit_log_least_pages=0,
+                      flush_commit_log_timed=False)
+    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=size, lock_kind="spin",
+                                   sync_flush=False, log_count=2)
+    logs = [CommitLog(str(tmp_path), cfg, ctl, log=k) for k in (0, 1)]
+    services = [FlushRealTimeService(cl) for cl in logs]
+    try:
+        assert [s.name for s in services] == ["flush-commitlog", "flush-commitlog-1"]
+        for s in services:
+            s.start()
+        logs[0].appender.put_message(Message("A", b"zero", queue_id=0)).check()
+        assert ctl.wait_position("flushed", ctl.get("wrote"), "flushed", 60_000)
+        flushed0 = ctl.get("flushed")
+        for i in range(20):
+            logs[1].appender.put_message(Message("B", b"one-%d" % i, queue_id=1)).check()
+        end = ctl.get("wrote", log=1)
+        assert ctl.wait_position("flushed", end, "flushed", 60_000, log=1), "log 1's service flushed its log"
+        assert ctl.get("flushed") == flushed0
+    finally:
+        for s in services:
+            s.shutdown()
+        for cl in logs:
+            cl.close()
+        ctl.close()

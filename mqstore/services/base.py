@@ -20,6 +20,8 @@ class ServiceThread:
     """Base class: subclasses implement ``run_once`` and may override ``on_shutdown``."""
 
     channel: Channel | None = None  # a timed service without wake-ups has none
+    #: the CommitLog whose channel it is, for a per-log channel (flush, commit; docs/parallel-commitlogs.md)
+    channel_log: int = 0
     join_timeout_s: float = 30.0
 
     def __init__(self, name: str, ctl: ControlBlock) -> None:
@@ -66,7 +68,7 @@ class ServiceThread:
         """Sleep until woken on the service's channel or interval_ms passes."""
         if self.channel is None:
             return self._stopped.wait(interval_ms / 1000)
-        return self.ctl.wait_notified(self.channel, interval_ms)
+        return self.ctl.wait_notified(self.channel, interval_ms, log=self.channel_log)
 
     def sleep(self, interval_ms: float) -> None:
         """Sleep that only shutdown interrupts (timed services ignore wake-ups)."""
@@ -74,13 +76,13 @@ class ServiceThread:
 
     def wakeup(self) -> None:
         if self.channel is not None:
-            self.ctl.notify(self.channel)
+            self.ctl.notify(self.channel, log=self.channel_log)
 
     def shutdown(self) -> None:
         """Stop the loop, let on_shutdown run, and wait for the thread."""
         self._stopped.set()
         if self.channel is not None:
-            self.ctl.notify(self.channel)
+            self.ctl.notify(self.channel, log=self.channel_log)
         if self._thread is not None:
             self._thread.join(self.join_timeout_s)
             if self._thread.is_alive():

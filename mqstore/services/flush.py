@@ -26,8 +26,10 @@ class _FlushService(ServiceThread):
     channel = "flush"
 
     def __init__(self, name: str, commitlog: CommitLog) -> None:
-        super().__init__(name, commitlog.ctl)
+        # one flush service per CommitLog, each woken on its log's FLUSH channel
+        super().__init__(name if commitlog.log_id == 0 else f"{name}-{commitlog.log_id}", commitlog.ctl)
         self.commitlog = commitlog
+        self.channel_log = commitlog.log_id
 
     def _flush(self, least_pages: int) -> None:
         try:
@@ -96,6 +98,7 @@ class CommitRealTimeService(ServiceThread):
     def __init__(self, commitlog: CommitLog) -> None:
         super().__init__("commit-commitlog", commitlog.ctl)
         self.commitlog = commitlog
+        self.channel_log = commitlog.log_id
         cfg = commitlog.config
         self.interval_ms = cfg.commit_interval_commit_log
         self.least_pages = cfg.commit_commit_log_least_pages
@@ -108,11 +111,11 @@ class CommitRealTimeService(ServiceThread):
         if now >= self._last_commit_ms + self.thorough_ms:
             self._last_commit_ms = now
             least = 0
-        elif self.ctl.get("flush_request_upto") > self.ctl.get("committed"):
+        elif self.ctl.get("flush_request_upto", log=self.channel_log) > self.ctl.get("committed", log=self.channel_log):
             least = 0  # MessageStore.commit/flush asked (with the pool the flush is async only)
         if self._commit(least):
             self._last_commit_ms = time.monotonic() * 1000
-            self.ctl.notify("flush")
+            self.ctl.notify("flush", log=self.channel_log)
         self.wait_for_running(self.interval_ms)
 
     def _commit(self, least_pages: int) -> bool:
