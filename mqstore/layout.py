@@ -64,12 +64,15 @@ def queue_dir(root: str, topic: str, queue_id: int) -> str:
     return os.path.join(root, CONSUMEQUEUE_DIR, topic, str(queue_id))
 
 
-def index_dir(root: str) -> str:
-    return os.path.join(root, INDEX_DIR)
+def index_dir(root: str, log_id: int = 0) -> str:
+    """ROOT/index: the IndexFiles of CommitLog 0 (every store's); ROOT/index-<k> those of log k
+    of a store with several (docs/parallel-commitlogs.md)."""
+    return os.path.join(root, INDEX_DIR if log_id == 0 else f"{INDEX_DIR}-{log_id}")
 
 
-def checkpoint_path(root: str) -> str:
-    return os.path.join(root, CHECKPOINT_NAME)
+def checkpoint_path(root: str, log_id: int = 0) -> str:
+    """ROOT/checkpoint: CommitLog 0's checkpoint (RocketMQ's file); ROOT/checkpoint-<k> log k's."""
+    return os.path.join(root, CHECKPOINT_NAME if log_id == 0 else f"{CHECKPOINT_NAME}-{log_id}")
 
 
 def abort_path(root: str) -> str:

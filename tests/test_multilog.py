@@ -292,3 +292,58 @@ def test_each_log_has_its_own_flush_service_woken_by_its_puts(tmp_path):
         for cl in logs:
             cl.close()
         ctl.close()
+
+
+def test_each_log_keeps_its_own_index_and_checkpoint(tmp_path):
+    """Log k's dispatcher writes log k's IndexFiles (ROOT/index-k), whose entries hold that
+    log's encoded offsets: a key finds its message through the index of the log it was put
+    to, and nothing through the other's; each log's checkpoint is its own file."""
+    import time
+
+    from mqstore import Message, _shm
+    from mqstore.config import StoreConfig
+    from mqstore.layout import checkpoint_path, index_dir, log_of
+    from mqstore.log.checkpoint import StoreCheckpoint
+    from mqstore.log.commitlog import CommitLog
+    from mqstore.queue.consume_queue import ConsumeQueueTable
+    from mqstore.queue.dispatch import Dispatcher
+    from mqstore.queue.index import IndexService
+
+    root = str(tmp_path)
+    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024, max_hash_slot_num=256, max_index_num=1024,
+                      store_host="10.0.0.1:10911")
+    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=64 * 1024,
+                                   lock_kind="spin", sync_flush=False, log_count=2)
+    logs = [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)]
+    checkpoints = [StoreCheckpoint(checkpoint_path(root, k)) for k in (0, 1)]
+    indexes = [IndexService(root, cfg, checkpoints[k], log=k) for k in (0, 1)]
+    queues = ConsumeQueueTable(str(tmp_path / "consumequeue"), 20 * 256, log_count=2)
+    try:
+        for ix in indexes:
+            ix.load(True)
+        dispatchers = [Dispatcher(logs[k], queues, indexes[k], ctl) for k in (0, 1)]
+        bound = {q: _shm.log_of_queue("T", q, 2) for q in range(4)}
+        where: dict[str, int] = {}
+        for i in range(200):
+            q = i % 4
+            r = logs[bound[q]].appender.put_message(Message("T", b"b%d" % i, queue_id=q, keys=["key-%d" % i])).check()
+            where["key-%d" % i] = r.wrote_offset
+        for d in dispatchers:
+            d.dispatch_available()
+        now = int(time.time() * 1000)
+        for key, phy in where.items():
+            k = log_of(phy)
+            assert indexes[k].query_offset("T", key, 10, 0, now + 60_000).phy_offsets == [phy]
+            assert phy not in indexes[1 - k].query_offset("T", key, 10, 0, now + 60_000).phy_offsets
+        assert os.listdir(index_dir(root, 1)) and os.listdir(index_dir(root, 0))
+        assert all(f.begin_phy_offset >= 1 << 56 for f in indexes[1].files)
+        assert checkpoint_path(root, 1).endswith("checkpoint-1") and index_dir(root, 1).endswith("index-1")
+    finally:
+        for ix in indexes:
+            ix.close()
+        queues.close()
+        for cl in logs:
+            cl.close()
+        for c in checkpoints:
+            c.close()
+        ctl.close()

@@ -337,10 +337,13 @@ def _slot_table_problem(path: str, hash_slot_num: int, count: int, slot_count: i
 
 
 class IndexService:
-    """The index files of one store (spec §4.4); see the module docstring."""
+    """The index files of one store (spec §4.4), or of one of its CommitLogs (``log``: the
+    IndexFiles of log k >= 1 are in ROOT/index-k, their offsets that log's; each log's
+    dispatcher writes its own, docs/parallel-commitlogs.md); see the module docstring."""
 
-    def __init__(self, root: str, config: StoreConfig, checkpoint: StoreCheckpoint) -> None:
-        self.store_path = index_dir(root)
+    def __init__(self, root: str, config: StoreConfig, checkpoint: StoreCheckpoint, log: int = 0) -> None:
+        self.store_path = index_dir(root, log)
+        self.log_id = log
         self.config = config
         self.checkpoint = checkpoint
         self.hash_slot_num = int(config.max_hash_slot_num)
