@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from mqstore import _shm
+from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError
+from mqstore.log.commitlog import CommitLog
 
 from golden_store import GOLDEN, golden_digest
+
+
+@contextlib.contextmanager
+def two_logs(root: Any, **config: Any) -> Iterator[tuple[_shm.ControlBlock, list[CommitLog], contextlib.ExitStack]]:
+    """A control block with two CommitLogs at root (a fresh block each time: the positions
+    start at each log's first offset, as an owner's do before it recovers) and log 0's and
+    log 1's CommitLog. What a test adds to the ExitStack closes first, then the logs and the
+    block."""
+    cfg = StoreConfig(**{"store_host": "10.0.0.1:10911", **config})
+    ctl = _shm.ControlBlock.create(os.path.join(root, "mqstore.shm"), table_slots=64,
+                                   file_size=cfg.mapped_file_size_commit_log, lock_kind="spin", sync_flush=False,
+                                   log_count=2)
+    with contextlib.ExitStack() as closing:
+        closing.callback(ctl.close)
+        logs = [CommitLog(str(root), cfg, ctl, log=k) for k in (0, 1)]
+        for cl in logs:
+            closing.callback(cl.close)
+        yield ctl, logs, closing
 
 
 def test_one_commit_log_store_is_byte_identical_to_the_golden_digest(tmp_path):
@@ -58,21 +82,15 @@ def test_a_second_commit_log_is_written_in_its_own_directory_offsets_and_cells(t
     file size that does not divide 2^56, records whose PHYSICALOFFSET is the encoded offset
     their put answered, its own positions, flush and statistics; log 0 untouched by it; a
     reload finds the same contiguous files."""
-    from mqstore import Message, _shm
+    from mqstore import Message
     from mqstore._codec import decode_record
-    from mqstore.config import StoreConfig
     from mqstore.layout import commit_log_k_dir, file_start_of, local_of, log_base, log_of
-    from mqstore.log.commitlog import CommitLog
     from mqstore.log.mapped_file_queue import MappedFileQueue
 
     size = 12 * 1024
     assert (1 << 56) % size
     root = str(tmp_path)
-    cfg = StoreConfig(mapped_file_size_commit_log=size, store_host="10.0.0.1:10911")
-    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=size, lock_kind="spin",
-                                   sync_flush=False, log_count=2)
-    logs = [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)]
-    try:
+    with two_logs(tmp_path, mapped_file_size_commit_log=size) as (ctl, logs, _):
         puts: list[tuple[int, int, bytes, int]] = []
         for i in range(300):
             k = i % 3 % 2  # two of every three to log 0
@@ -109,10 +127,6 @@ def test_a_second_commit_log_is_written_in_its_own_directory_offsets_and_cells(t
         with pytest.raises(NotAStoreError, match="not all of CommitLog 0"):
             misplaced.load()
         misplaced.close()
-    finally:
-        for cl in logs:
-            cl.close()
-        ctl.close()
 
 
 def test_two_logs_dispatched_apart_and_read_by_queue_and_by_offset(tmp_path):
@@ -120,24 +134,19 @@ def test_two_logs_dispatched_apart_and_read_by_queue_and_by_offset(tmp_path):
     the read kernel reads a queue's messages in the log its ConsumeQueue names and a record
     by offset in the log the offset names; an offset of a log the store does not have is
     not found."""
-    from mqstore import Message, _shm
+    from mqstore import Message
     from mqstore._reads import ReadKernel
-    from mqstore.config import StoreConfig
     from mqstore.layout import log_base, log_of
-    from mqstore.log.commitlog import CommitLog
     from mqstore.queue.consume_queue import ConsumeQueueTable
     from mqstore.queue.dispatch import Dispatcher
     from mqstore.status import GetMessageStatus
 
-    size = 12 * 1024
-    root = str(tmp_path)
-    cfg = StoreConfig(mapped_file_size_commit_log=size, store_host="10.0.0.1:10911")
-    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=size, lock_kind="spin",
-                                   sync_flush=False, log_count=2)
-    logs = [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)]
-    queues = ConsumeQueueTable(str(tmp_path / "consumequeue"), 20 * 64, log_count=2)
-    dispatchers = [Dispatcher(cl, queues, None, ctl) for cl in logs]
-    try:
+    with two_logs(tmp_path, mapped_file_size_commit_log=12 * 1024) as (ctl, logs, closing):
+        queues = ConsumeQueueTable(str(tmp_path / "consumequeue"), 20 * 64, log_count=2)
+        closing.callback(queues.close)
+        dispatchers = [Dispatcher(cl, queues, None, ctl) for cl in logs]
+        for d in dispatchers:
+            closing.callback(d.close)
         bound = {q: _shm.log_of_queue("T", q, 2) for q in range(4)}
         assert sorted(bound.values()) == [0, 0, 1, 1]
         sent: dict[int, list[tuple[bytes, int]]] = {q: [] for q in range(4)}
@@ -173,13 +182,6 @@ def test_two_logs_dispatched_apart_and_read_by_queue_and_by_offset(tmp_path):
         # one get reads one ConsumeQueue file (64 units here), as RocketMQ's getIndexBuffer does
         assert tagged.next_begin_offset == 64
         assert [bytes(m.body) for m in tagged] == [b for b, _ in sent[3][:64] if int(b.split(b":")[0]) % 3 == 1]
-    finally:
-        for d in dispatchers:
-            d.close()
-        queues.close()
-        for cl in logs:
-            cl.close()
-        ctl.close()
 
 
 def test_a_log_that_lost_its_tail_is_recovered_alone(tmp_path):
@@ -187,44 +189,28 @@ def test_a_log_that_lost_its_tail_is_recovered_alone(tmp_path):
     the files after it gone) while log 0 is whole. Recovering each log cuts log 1 at that
     record, drops the units of log 1's queues that pointed past it, and leaves log 0's
     queues, units and table entries as they were."""
-    from mqstore import Message, _shm
-    from mqstore.config import StoreConfig
+    from mqstore import Message
     from mqstore.layout import file_start_of, log_base
-    from mqstore.log.commitlog import CommitLog
     from mqstore.queue.consume_queue import ConsumeQueueTable
     from mqstore.queue.dispatch import Dispatcher
     from mqstore.queue.recovery import recover_store
 
     size = 12 * 1024
-    root = str(tmp_path)
-    cfg = StoreConfig(mapped_file_size_commit_log=size, store_host="10.0.0.1:10911")
-    shm = str(tmp_path / "mqstore.shm")
     cq_root = str(tmp_path / "consumequeue")
-
-    def open_parts() -> tuple[_shm.ControlBlock, list[CommitLog], ConsumeQueueTable]:
-        ctl = _shm.ControlBlock.create(shm, table_slots=64, file_size=size, lock_kind="spin", sync_flush=False,
-                                       log_count=2)
-        return ctl, [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)], ConsumeQueueTable(cq_root, 20 * 64, log_count=2)
-
-    def close(ctl, logs, queues) -> None:
-        queues.close()
-        for cl in logs:
-            cl.close()
-        ctl.close()
-
-    ctl, logs, queues = open_parts()
     bound = {q: _shm.log_of_queue("T", q, 2) for q in range(4)}
     sent: dict[int, list[int]] = {q: [] for q in range(4)}
-    for i in range(400):
-        q = i % 4
-        r = logs[bound[q]].appender.put_message(Message("T", b"%d" % i + b"z" * (i * 31 % 500), queue_id=q)).check()
-        sent[q].append(r.wrote_offset)
-    for cl in logs:
-        assert Dispatcher(cl, queues, None, ctl).dispatch_available() == 200
-        cl.flush(0)
-    queues.flush()
-    ends = [ctl.get("wrote", log=k) for k in (0, 1)]
-    close(ctl, logs, queues)
+    with two_logs(tmp_path, mapped_file_size_commit_log=size) as (ctl, logs, closing):
+        queues = ConsumeQueueTable(cq_root, 20 * 64, log_count=2)
+        closing.callback(queues.close)
+        for i in range(400):
+            q = i % 4
+            body = b"%d" % i + b"z" * (i * 31 % 500)
+            sent[q].append(logs[bound[q]].appender.put_message(Message("T", body, queue_id=q)).check().wrote_offset)
+        for cl in logs:
+            assert Dispatcher(cl, queues, None, ctl).dispatch_available() == 200
+            cl.flush(0)
+        queues.flush()
+        ends = [ctl.get("wrote", log=k) for k in (0, 1)]
 
     lost_queue = next(q for q in range(4) if bound[q] == 1)
     cut = sent[lost_queue][60]
@@ -237,8 +223,9 @@ def test_a_log_that_lost_its_tail_is_recovered_alone(tmp_path):
         if int(name) > cut_file:
             os.unlink(log1_dir / name)
 
-    ctl, logs, queues = open_parts()
-    try:
+    with two_logs(tmp_path, mapped_file_size_commit_log=size) as (ctl, logs, closing):
+        queues = ConsumeQueueTable(cq_root, 20 * 64, log_count=2)
+        closing.callback(queues.close)
         for cl in logs:
             cl.queue.load()
         queues.load()
@@ -253,31 +240,23 @@ def test_a_log_that_lost_its_tail_is_recovered_alone(tmp_path):
         assert reports[0].queue_units_dropped == {} and reports[0].queues == 2
         assert sum(reports[1].queue_units_dropped.values()) == sum(
             1 for q in range(4) if bound[q] == 1 for phy in sent[q] if phy >= cut)
-    finally:
-        close(ctl, logs, queues)
 
 
 def test_each_log_has_its_own_flush_service_woken_by_its_puts(tmp_path):
     """A flush service per CommitLog waits on its log's FLUSH channel: a put into log 1 wakes
     log 1's service (a 10 min period, so only the wake-up can make it flush within the minute
     waited), which flushes log 1 to its end and leaves log 0's flushed position alone."""
-    from mqstore import Message, _shm
-    from mqstore.config import StoreConfig
-    from mqstore.log.commitlog import CommitLog
+    from mqstore import Message
     from mqstore.services.flush import FlushRealTimeService
 
-    size = 64 * 1024
-    cfg = StoreConfig(mapped_file_size_commit_log=size, flush_interval_commit_log=600_000,
-                      flush_commit_log_thorough_interval=600_000, flush_commit_log_least_pages=0,
-                      flush_commit_log_timed=False)
-    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=size, lock_kind="spin",
-                                   sync_flush=False, log_count=2)
-    logs = [CommitLog(str(tmp_path), cfg, ctl, log=k) for k in (0, 1)]
-    services = [FlushRealTimeService(cl) for cl in logs]
-    try:
+    with two_logs(tmp_path, mapped_file_size_commit_log=64 * 1024, flush_interval_commit_log=600_000,
+                  flush_commit_log_thorough_interval=600_000, flush_commit_log_least_pages=0,
+                  flush_commit_log_timed=False) as (ctl, logs, closing):
+        services = [FlushRealTimeService(cl) for cl in logs]
         assert [s.name for s in services] == ["flush-commitlog", "flush-commitlog-1"]
         for s in services:
             s.start()
+            closing.callback(s.shutdown)
         logs[0].appender.put_message(Message("A", b"zero", queue_id=0)).check()
         assert ctl.wait_position("flushed", ctl.get("wrote"), "flushed", 60_000)
         flushed0 = ctl.get("flushed")
@@ -286,12 +265,6 @@ def test_each_log_has_its_own_flush_service_woken_by_its_puts(tmp_path):
         end = ctl.get("wrote", log=1)
         assert ctl.wait_position("flushed", end, "flushed", 60_000, log=1), "log 1's service flushed its log"
         assert ctl.get("flushed") == flushed0
-    finally:
-        for s in services:
-            s.shutdown()
-        for cl in logs:
-            cl.close()
-        ctl.close()
 
 
 def test_each_log_keeps_its_own_index_and_checkpoint(tmp_path):
@@ -300,25 +273,21 @@ def test_each_log_keeps_its_own_index_and_checkpoint(tmp_path):
     to, and nothing through the other's; each log's checkpoint is its own file."""
     import time
 
-    from mqstore import Message, _shm
-    from mqstore.config import StoreConfig
+    from mqstore import Message
     from mqstore.layout import checkpoint_path, index_dir, log_of
     from mqstore.log.checkpoint import StoreCheckpoint
-    from mqstore.log.commitlog import CommitLog
     from mqstore.queue.consume_queue import ConsumeQueueTable
     from mqstore.queue.dispatch import Dispatcher
     from mqstore.queue.index import IndexService
 
     root = str(tmp_path)
-    cfg = StoreConfig(mapped_file_size_commit_log=64 * 1024, max_hash_slot_num=256, max_index_num=1024,
-                      store_host="10.0.0.1:10911")
-    ctl = _shm.ControlBlock.create(str(tmp_path / "mqstore.shm"), table_slots=64, file_size=64 * 1024,
-                                   lock_kind="spin", sync_flush=False, log_count=2)
-    logs = [CommitLog(root, cfg, ctl, log=k) for k in (0, 1)]
-    checkpoints = [StoreCheckpoint(checkpoint_path(root, k)) for k in (0, 1)]
-    indexes = [IndexService(root, cfg, checkpoints[k], log=k) for k in (0, 1)]
-    queues = ConsumeQueueTable(str(tmp_path / "consumequeue"), 20 * 256, log_count=2)
-    try:
+    with two_logs(tmp_path, mapped_file_size_commit_log=64 * 1024, max_hash_slot_num=256,
+                  max_index_num=1024) as (ctl, logs, closing):
+        checkpoints = [StoreCheckpoint(checkpoint_path(root, k)) for k in (0, 1)]
+        indexes = [IndexService(root, logs[k].config, checkpoints[k], log=k) for k in (0, 1)]
+        queues = ConsumeQueueTable(str(tmp_path / "consumequeue"), 20 * 256, log_count=2)
+        for closeable in (*checkpoints, *indexes, queues):
+            closing.callback(closeable.close)
         for ix in indexes:
             ix.load(True)
         dispatchers = [Dispatcher(logs[k], queues, indexes[k], ctl) for k in (0, 1)]
@@ -338,12 +307,3 @@ def test_each_log_keeps_its_own_index_and_checkpoint(tmp_path):
         assert os.listdir(index_dir(root, 1)) and os.listdir(index_dir(root, 0))
         assert all(f.begin_phy_offset >= 1 << 56 for f in indexes[1].files)
         assert checkpoint_path(root, 1).endswith("checkpoint-1") and index_dir(root, 1).endswith("index-1")
-    finally:
-        for ix in indexes:
-            ix.close()
-        queues.close()
-        for cl in logs:
-            cl.close()
-        for c in checkpoints:
-            c.close()
-        ctl.close()
