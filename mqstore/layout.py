@@ -12,7 +12,7 @@ __all__ = [
     "ABORT_NAME", "BLANK_MAGIC_CODE", "CHECKPOINT_NAME", "COMMITLOG_DIR", "CONFIG_NAME", "CONSUMEQUEUE_DIR",
     "CLEAN_CLOSE_NAME", "CONTROL_BLOCK_NAME", "CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "INDEX_DIR", "LOCK_NAME", "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2", "NODE_INFO_NAME", "OS_PAGE_SIZE", "STORE_ENTRIES",
-    "LOCAL_MASK", "LOG_SHIFT", "MAX_LOGS", "abort_path", "checkpoint_path", "commit_log_k_dir", "config_path",
+    "FENCE_NAME", "LOCAL_MASK", "LOG_SHIFT", "MAX_LOGS", "abort_path", "checkpoint_path", "commit_log_k_dir", "config_path",
     "consumequeue_dir", "file_start_of",
     "index_dir", "local_of", "log_base", "log_of", "queue_dir",
 ]
@@ -36,6 +36,9 @@ NODE_INFO_NAME = "mqstore.node.json"
 CLEAN_CLOSE_NAME = "mqstore.clean.json"
 #: the most CommitLogs a store has (docs/parallel-commitlogs.md; ext/include/mq_ctl.h MQ_LOG_MAX)
 MAX_LOGS = 32
+#: the file a store with several CommitLogs keeps in commitlog/ so that a reader of one CommitLog
+#: refuses it: a 20-digit name past 2^63 - 1, which no CommitLog file can have
+FENCE_NAME = "99999999999999999999"
 #: every name a store directory may hold (RocketMQ's and mqstore's own; log k >= 1 of a store
 #: with several CommitLogs has commitlog-k, index-k and checkpoint-k)
 STORE_ENTRIES = frozenset({COMMITLOG_DIR, CONSUMEQUEUE_DIR, "consumequeue_ext", INDEX_DIR, CHECKPOINT_NAME,

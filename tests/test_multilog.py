@@ -57,6 +57,8 @@ def test_a_store_fenced_for_several_logs_is_refused_and_left_as_it_was(tmp_path)
     import hashlib
 
     from mqstore import Message, MessageStore
+    from mqstore.queue.snapshot import StoreSnapshot
+    from mqstore.tools.checker import check_store
 
     root = tmp_path / "store"
     with MessageStore(str(root), mapped_file_size_commit_log=64 * 1024) as store:
@@ -72,8 +74,12 @@ def test_a_store_fenced_for_several_logs_is_refused_and_left_as_it_was(tmp_path)
                 for p in sorted(root.rglob("*")) if p.is_file()}
 
     before = digest()
-    with pytest.raises(NotAStoreError, match="99999999999999999999"):
+    with pytest.raises(NotAStoreError, match="99999999999999999999: the store has several CommitLogs"):
         MessageStore(str(root))
+    with pytest.raises(NotAStoreError, match="several CommitLogs"):
+        StoreSnapshot(str(root))  # what the Spark source and the read-only tools open
+    report = check_store(str(root))
+    assert not report.ok and "several CommitLogs" in report.problems[0].message
     assert digest() == before
 
 

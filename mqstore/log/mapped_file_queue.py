@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
-from mqstore.layout import file_start_of, log_of
+from mqstore.layout import FENCE_NAME, file_start_of, log_of
 from mqstore._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
 from mqstore.procs import dead_allocation
@@ -65,6 +65,10 @@ def mapped_file_names(directory: str) -> list[str]:
         if len(name) != 20 or not name.isdigit():
             continue
         path = os.path.join(directory, name)
+        if name == FENCE_NAME:
+            raise NotAStoreError(f"{path}: the store has several CommitLogs (commit_log_count > 1), and this "
+                                 "reader reads stores with one", hint="open it with an mqstore that reads "
+                                 "several CommitLogs (docs/parallel-commitlogs.md)")
         if int(name) > MAX_FILE_START:
             raise NotAStoreError(f"{path}: a file name is its start offset, and {name} is past 2^63 - 1",
                                  hint="move the file out of the store")

@@ -43,7 +43,7 @@ from array import array
 from typing import TYPE_CHECKING
 
 from mqstore._index import index_key_hash
-from mqstore.layout import abort_path
+from mqstore.layout import FENCE_NAME, abort_path
 from mqstore.tools.checker.commitlog import LogScan, _commitlog_dir, scan_commitlog
 from mqstore.tools.checker.control_block import _check_control_block, _read_positions
 from mqstore.tools.checker.index import _check_index_files
@@ -108,6 +108,10 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     live_positions = None if quiescent else _read_positions(root)
     cdir = _commitlog_dir(root, config)
     names = sorted(n for n in os.listdir(cdir) if len(n) == 20 and n.isdigit()) if os.path.isdir(cdir) else []
+    if FENCE_NAME in names:
+        problem(FENCE_NAME, 0, "the store has several CommitLogs (commit_log_count > 1): this checker reads "
+                               "stores with one, and checks nothing else of it")
+        return report
     if not names:
         _check_control_block(root, report, problem, quiescent, live_positions)
         log = _Log(0)
