@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, abort_path
 from mqstore import _shm
-from mqstore._commitlog import Message, MessageBatch, PutMessageResult
+from mqstore._message import Message, MessageBatch, PutMessageResult
 from mqstore.log.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError

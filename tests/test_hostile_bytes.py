@@ -77,7 +77,7 @@ CHILD = textwrap.dedent('''
     warnings.simplefilter("ignore")
     from mqstore import MessageStore, MQStoreError
     from mqstore._codec import decode_record
-    from mqstore._commitlog import scan_records
+    from mqstore._scan import scan_records
     from mqstore._reput import BatchParser
     from mqstore._arrow import BatchColumns, RecordSource
     from mqstore.tools.checker import check_store
@@ -171,7 +171,7 @@ def source_store(tmp_path_factory):
 
 def test_the_minimal_input_that_crashed_scan_records_is_invalid_not_a_crash():
     """BODYLEN 0x7FFFFFFF in a 110-byte record wrapped the 32-bit length check."""
-    from mqstore._commitlog import scan_records
+    from mqstore._scan import scan_records
 
     data = bytes.fromhex(
         "0000006edaa320a703dcefb700000005000000000000000244efe1ed000000de1e5274a2000000100000000000"

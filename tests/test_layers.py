@@ -121,8 +121,10 @@ def test_no_import_cycles_even_through_lazy_imports():
 
 def test_the_kernels_imports_are_seen():
     graph = _graph()
-    assert {"mqstore._mapped", "mqstore._shm", "mqstore._consumequeue", "mqstore.errors"} <= graph["mqstore._commitlog"]
-    assert "mqstore._codec" in graph["mqstore._reads"]  # a lazy import inside a method
+    assert {"mqstore._mapped", "mqstore._shm", "mqstore._message", "mqstore._scan", "mqstore.errors"} <= graph[
+        "mqstore._commitlog"]
+    assert "mqstore._consumequeue" in graph["mqstore._scan"]  # a cimport
+    assert "mqstore._codec" in graph["mqstore._reads"]
     assert "mqstore.compression" in graph["mqstore._arrow"]  # from mqstore import compression as _compression
     # a kernel importing a module that imports it back is found
     graph["mqstore.errors"] = graph["mqstore.errors"] | {"mqstore._commitlog"}

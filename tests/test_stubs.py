@@ -48,7 +48,7 @@ from typing import Literal, assert_type
 
 from mqstore import Message, MessageBatch, MessageStore, PutMessageResult, PutMessageStatus
 from mqstore._codec import check_record, decode_batch_body, decode_record, encode_batch_body, encode_record
-from mqstore._commitlog import scan_records
+from mqstore._scan import scan_records
 from mqstore._mapped import MappedFile
 from mqstore._shm import ControlBlock
 from mqstore.log.record import DecodedRecord

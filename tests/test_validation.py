@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from mqstore import Message, MessageBatch, MessageStore, PutMessageStatus
 from mqstore._codec import encode_batch_body
-from mqstore._commitlog import properties_problem_of, topic_problem_of
+from mqstore._message import properties_problem_of, topic_problem_of
 from mqstore.tools.checker import check_store
 from mqstore.twin.codec import properties_problem, string_to_properties, topic_problem
 
@@ -35,7 +35,8 @@ values = st.one_of(st.none(), names, st.integers(-5, 5))
 def test_topic_check_matches_the_twin_and_rocketmq_rule(topic, max_length):
     got = topic_problem_of(topic, max_length)
     assert got == topic_problem(topic, max_length)
-    assert (got is None) == (bool(TOPIC_RE.match(topic)) and len(topic) <= max_length)
+    # fullmatch, as Java's Pattern.matches: Python's $ also matches before a trailing newline
+    assert (got is None) == (bool(TOPIC_RE.fullmatch(topic)) and len(topic) <= max_length)
 
 
 @given(props=st.dictionaries(names | st.integers(0, 3), values, max_size=5))

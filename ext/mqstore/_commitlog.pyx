@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""The CommitLog put path and record scanner (spec §9, §1.7, §5.3).
+"""The CommitLog put path (spec §9, §1.7): the appender. The message types it takes and gives are
+in ``mqstore._message``, the record scanner in ``mqstore._scan``.
 
 ``CommitLogAppender.put_message`` does everything of a put in C: the checks before the lock,
 encoding outside the lock, and inside it only the queue offset, physical offset and store
@@ -9,7 +10,6 @@ paths (mapping or allocating the next file) call back into Python outside the lo
 
 import os
 
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_GET_LENGTH, PyUnicode_DecodeUTF8
 from libc.errno cimport EBUSY
@@ -22,13 +22,13 @@ from mq_ctl cimport *
 from mq_record cimport *
 from mq_status cimport *
 
-from mqstore._consumequeue cimport MAX_GAP_UNITS
 from mqstore._mapped cimport MappedFile
+from mqstore._message cimport Message, MessageBatch, PutMessageResult, _result, wait_store_msg_ok
 from mqstore._shm cimport ControlBlock, TransientStorePool
 
-from mqstore.errors import PutMessageError, StoreClosedError
+from mqstore._scan import scan_records
+from mqstore.errors import StoreClosedError
 from mqstore.log.record import encode_host
-from mqstore.status import HINTS, PutMessageStatus
 
 cdef extern from "<errno.h>":
     int EOWNERDEAD
@@ -62,7 +62,6 @@ cdef tuple _RUNNING_FLAG_WHY = (
     ("WRITE_INDEX_FILE_ERROR (the index could not be written)", MQ_WRITE_INDEX_FILE_ERROR),
     ("DISK_FULL (the disk is above disk_space_warning_level_ratio)", MQ_DISK_FULL),
 )
-cdef tuple _STATUSES = tuple(PutMessageStatus)
 
 
 cdef dict _status_list(const char *(*entry)(int, int *) noexcept nogil):
@@ -94,247 +93,6 @@ def _refresh_pid():
 
 
 os.register_at_fork(after_in_child=_refresh_pid)
-
-
-cdef inline bint wait_store_msg_ok(dict props):
-    """WAIT property absent or anything but "false" (case-insensitive): wait for the flush."""
-    return not props or props.get("WAIT", "true").lower() != "false"
-
-
-@cython.freelist(1024)
-@cython.no_gc
-cdef class Message:
-    # no_gc: a Message is built per message (1,000 per put_messages call), and a tracked one
-    # makes every ~700 of them run a young-generation collection (40 ns a message measured).
-    # Its fields are str, bytes, ints, a str->str properties dict and born_host; a cycle
-    # through a Message needs the message put into its own properties or born_host (which a
-    # put refuses anyway), and such a cycle is then never collected, like one through a tuple
-    # the collector does not track.
-    """A message to put: topic, body and RocketMQ's message fields.
-
-    tags and keys are stored in the TAGS and KEYS properties; wait_store_msg_ok=False sets
-    WAIT=false (sync flush then returns without waiting for the disk). born_timestamp 0 means
-    "now" at put time; born_host None means the store host.
-    """
-
-    cdef public str topic
-    cdef public bytes body
-    cdef public int queue_id
-    cdef public int flag
-    cdef public int sys_flag
-    cdef public int64_t born_timestamp
-    cdef public object born_host
-    cdef public int reconsume_times
-    cdef public int64_t prepared_transaction_offset
-    cdef dict _properties
-
-    def __init__(self, str topic, body=b"", *, int queue_id=0, int flag=0, tags=None, keys=None,
-                 properties=None, wait_store_msg_ok=None, int64_t born_timestamp=0, born_host=None,
-                 int sys_flag=0, int reconsume_times=0, int64_t prepared_transaction_offset=0):
-        self.topic = topic
-        self.body = body if type(body) is bytes else bytes(body)
-        self.queue_id = queue_id
-        self.flag = flag
-        self.sys_flag = sys_flag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.reconsume_times = reconsume_times
-        self.prepared_transaction_offset = prepared_transaction_offset
-        self._properties = dict(properties) if properties else None
-        if tags is not None:
-            self.properties["TAGS"] = tags
-        if keys is not None:
-            self.properties["KEYS"] = keys if isinstance(keys, str) else " ".join(keys)
-        if wait_store_msg_ok is not None:
-            self.properties["WAIT"] = "true" if wait_store_msg_ok else "false"
-
-    @property
-    def properties(self) -> dict:
-        """The message's properties (TAGS, KEYS, WAIT and the user's), a dict to change in place."""
-        if self._properties is None:
-            self._properties = {}
-        return self._properties
-
-    @properties.setter
-    def properties(self, value):
-        self._properties = dict(value) if value else None
-
-    @property
-    def tags(self):
-        """The TAGS property, or None."""
-        return None if self._properties is None else self._properties.get("TAGS")
-
-    @property
-    def keys(self) -> list:
-        """The KEYS property split on spaces (the keys the index finds the message by)."""
-        if self._properties is None:
-            return []
-        return [k for k in self._properties.get("KEYS", "").split(" ") if k]
-
-    @property
-    def wait_store_msg_ok(self) -> bool:
-        """False when WAIT=false: a SYNC_FLUSH put then returns without waiting for the disk."""
-        return wait_store_msg_ok(self._properties)
-
-    def __repr__(self):
-        return f"Message(topic={self.topic!r}, queue_id={self.queue_id}, body={len(self.body)} bytes, properties={self._properties})"
-
-
-cdef class MessageBatch:
-    """A client batch (MessageExtBatch, spec §9.4): one topic and queue, a §1.10 batch body,
-    batch-level properties, flag, born timestamp and host."""
-
-    cdef public str topic
-    cdef public int queue_id
-    cdef public bytes body
-    cdef public dict properties
-    cdef public int sys_flag
-    cdef public int64_t born_timestamp
-    cdef public object born_host
-    cdef public int reconsume_times
-
-    def __init__(self, str topic, bytes body, *, int queue_id=0, properties=None, int sys_flag=0,
-                 int64_t born_timestamp=0, born_host=None, int reconsume_times=0):
-        self.topic = topic
-        self.body = body
-        self.queue_id = queue_id
-        self.properties = dict(properties) if properties else {}
-        self.sys_flag = sys_flag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.reconsume_times = reconsume_times
-
-    @staticmethod
-    def from_messages(messages, *, str topic=None, queue_id=None, properties=None):
-        """Encode messages into a batch body like the Java client's encodeMessages (§1.10)."""
-        from mqstore._codec import encode_batch_body
-        messages = list(messages)
-        if not messages:
-            raise ValueError("a batch needs at least one message")
-        first = messages[0]
-        topic = topic if topic is not None else first.topic
-        queue_id = queue_id if queue_id is not None else first.queue_id
-        cdef Message m
-        cdef list items = []
-        for item in messages:
-            m = <Message?>item
-            items.append((m.body, m._properties, m.flag))
-        body = encode_batch_body(items)
-        return MessageBatch(topic, body, queue_id=queue_id, properties=properties, sys_flag=first.sys_flag,
-                            born_timestamp=first.born_timestamp, born_host=first.born_host)
-
-
-def topic_problem_of(str topic, Py_ssize_t max_length=MQ_MAX_TOPIC_BYTES_V1):
-    """Why topic cannot be put (RocketMQ's TopicValidator: not empty, only letters, digits
-    and %|_-, at most max_length characters), or None: the put path's own check."""
-    return topic_problem(topic, max_length)
-
-
-def properties_problem_of(dict props not None):
-    """Why a properties map cannot be stored so that it reads back the same (a name or
-    value holding \\x01 or \\x02, an empty name or value, a name that is not a str), or
-    None: the put path's own check."""
-    try:
-        checked_properties_string(props)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-@cython.freelist(64)
-@cython.no_gc
-cdef class PutMessageResult:
-    # no_gc: its fields (ints, str, bytes, a list of ints) can never form a reference cycle
-    """Outcome of a put (RocketMQ PutMessageResult + AppendMessageResult)."""
-
-    cdef int c_status
-    cdef int64_t c_wrote_offset
-    cdef int64_t c_wrote_bytes
-    cdef int64_t c_queue_offset
-    cdef int64_t c_store_timestamp
-    cdef int c_msg_num
-    cdef object c_detail
-    cdef bytes _store_host
-    cdef object _record_sizes
-
-    @property
-    def status_code(self) -> int:
-        """The status as its number (RocketMQ's PutMessageStatus ordinal)."""
-        return self.c_status
-
-    @property
-    def wrote_offset(self) -> int:
-        """Where the (first) record starts in the CommitLog."""
-        return self.c_wrote_offset
-
-    @property
-    def wrote_bytes(self) -> int:
-        """Bytes appended: the record, or every record of a batch."""
-        return self.c_wrote_bytes
-
-    @property
-    def queue_offset(self) -> int:
-        """The (first) message's offset in its queue."""
-        return self.c_queue_offset
-
-    @property
-    def store_timestamp(self) -> int:
-        """When the store appended it (ms since the epoch)."""
-        return self.c_store_timestamp
-
-    @property
-    def msg_num(self) -> int:
-        """Messages stored by this put (1, or a batch's count; 0 when nothing was)."""
-        return self.c_msg_num
-
-    @property
-    def detail(self):
-        """Why a put failed (or its durability is not confirmed), in words; None when PUT_OK."""
-        return self.c_detail
-
-    @property
-    def status(self):
-        """The PutMessageStatus (PUT_OK, MESSAGE_ILLEGAL, ...)."""
-        return _STATUSES[self.c_status]
-
-    @property
-    def ok(self) -> bool:
-        """True for PUT_OK (stored and, under SYNC_FLUSH, flushed)."""
-        return self.c_status == MQ_PUT_OK
-
-    @property
-    def msg_id(self):
-        """Offset msgId(s) (spec §1.2); comma-joined for a batch (spec §9.4)."""
-        if self.c_msg_num == 0 or self._store_host is None:
-            return None
-        if self._record_sizes is None:
-            return (self._store_host + self.c_wrote_offset.to_bytes(8, "big")).hex().upper()
-        ids = []
-        off = self.c_wrote_offset
-        for size in self._record_sizes:
-            ids.append((self._store_host + off.to_bytes(8, "big")).hex().upper())
-            off += size
-        return ",".join(ids)
-
-    def check(self):
-        """Return self if PUT_OK, else raise PutMessageError naming the status and its cause."""
-        if self.c_status == MQ_PUT_OK:
-            return self
-        st = self.status
-        raise PutMessageError(f"put failed: {st.name}" + (f": {self.c_detail}" if self.c_detail else ""),
-                              status=st, hint=HINTS.get(st))
-
-    def __repr__(self):
-        return (f"PutMessageResult(status={self.status.name}, wrote_offset={self.c_wrote_offset}, "
-                f"wrote_bytes={self.c_wrote_bytes}, queue_offset={self.c_queue_offset}, msg_num={self.c_msg_num}, "
-                f"store_timestamp={self.c_store_timestamp}" + (f", detail={self.c_detail!r})" if self.c_detail else ")"))
-
-
-cdef PutMessageResult _result(int status, object detail=None):
-    cdef PutMessageResult r = PutMessageResult.__new__(PutMessageResult)
-    r.c_status = status
-    r.c_detail = detail
-    return r
 
 
 cdef struct AppendOut:
@@ -1389,71 +1147,3 @@ cdef class CommitLogAppender:
                 res.c_detail = f"the flush failed: {os.strerror(err)} (errno {err})"
             else:
                 res.c_detail = f"not flushed within sync_flush_timeout={self.sync_flush_timeout_ms} ms"
-
-
-# -- record scanning (recovery, checker, table rebuild) ------------------------------------------
-
-def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint check_crc, control_block=None,
-                 on_record=None, bint check_header=False):
-    """Walk the records of one file from start while they are valid (spec §5.3/§5.4).
-
-    Returns (stop_position, reason, count, last_store_timestamp) with reason one of
-    "blank" (end-of-file record: continue with the next file), "end" (reached `end`),
-    "invalid" (bad magic, CRC, length or a record running past `end`), and with check_header
-    "header": a record that parses (and whose CRC matches) but whose PHYSICALOFFSET is not
-    file_from + its position or whose QUEUEID is negative, fields no CRC covers (recovery
-    stops trusting the log there; mqstore.queue.recovery.header_problem says which).
-    With control_block, raises each queue's next offset in its topic-queue table to
-    queue_offset + 1 (not for a queue offset MAX_GAP_UNITS or more past it: a damaged
-    QUEUEOFFSET, which dispatch skips too). on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
-    sys_flag, store_timestamp) is called per valid record if given.
-    """
-    cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
-    if end > view.shape[0]:
-        end = view.shape[0]
-    cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
-    cdef char *ctl = NULL
-    if control_block is not None:
-        ctl = (<ControlBlock?>control_block)._w()
-    cdef int64_t pos = start, count = 0, last_ts = -1, qoff, phy, ts
-    cdef int32_t qid, sf
-    cdef int r
-    cdef RecordHead h
-    cdef const char *p
-    cdef mq_tq_slot *slot
-    reason = "end"
-    while pos < end:
-        p = b + pos
-        r = parse_record_head(p, end - pos, &h)
-        if r == MQ_PARSE_BLANK:
-            reason = "blank"
-            break
-        if r != MQ_PARSE_OK:
-            reason = "invalid"
-            break
-        if check_crc and (mq_body_crc(p + h.body_pos, h.body_len) if h.body_len else 0) != mq_get_i32(p + MQ_POS_BODYCRC):
-            reason = "invalid"
-            break
-        sf = h.sys_flag
-        qid = mq_get_i32(p + MQ_POS_QUEUEID)
-        qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
-        phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
-        ts = mq_get_i64(p + store_timestamp_pos(sf))
-        if check_header and (phy != file_from + pos or qid < 0):
-            reason = "header"
-            break
-        if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
-                (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
-            slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)
-            if slot == NULL:
-                raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
-            # a queue offset far past the queue's next one is a damaged QUEUEOFFSET (no CRC covers
-            # it): dispatch gives such a record no unit, and the next puts must not continue from it
-            if slot.next_offset == 0 or qoff - slot.next_offset < MAX_GAP_UNITS:
-                mq_max(&slot.next_offset, qoff + 1)
-        if on_record is not None:
-            on_record(pos, h.size, p[h.topic_pos:h.topic_pos + h.topic_len], qid, qoff, phy, sf, ts)
-        last_ts = ts
-        count += 1
-        pos += h.size
-    return pos, reason, count, last_ts

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from mqstore._codec import string_to_properties
-from mqstore._commitlog import Message, MessageBatch
+from mqstore._message import Message, MessageBatch
 from mqstore._front import parse_send, send_ok_response
 from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.acl.holder import AclHolder

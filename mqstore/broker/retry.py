@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mqstore._commitlog import Message
+from mqstore._message import Message
 
 if TYPE_CHECKING:
     from mqstore._reads import MessageView

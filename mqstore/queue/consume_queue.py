@@ -31,7 +31,7 @@ from mqstore._consumequeue import (
     scan_units,
     truncate_point,
 )
-from mqstore._commitlog import topic_problem_of
+from mqstore._message import topic_problem_of
 from mqstore._mapped import MappedFile
 from mqstore._shm import log_of_queue
 from mqstore.errors import NotAStoreError

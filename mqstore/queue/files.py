@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from mqstore.layout import CONFIG_NAME, FILLER_SIZE, consumequeue_dir, file_start_of
-from mqstore._commitlog import scan_records
+from mqstore._scan import scan_records
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
 from mqstore._mapped import MappedFile
 from mqstore.config import StoreConfig

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from mqstore.layout import FILLER_SIZE, file_start_of
 from mqstore._codec import check_record, decode_record
-from mqstore._commitlog import scan_records
+from mqstore._scan import scan_records
 from mqstore._shm import log_of_queue
 from mqstore.errors import CorruptRecordError
 from mqstore.log.mapped_file_queue import MappedFileQueue

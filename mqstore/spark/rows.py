@@ -50,7 +50,7 @@ from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, MapTy
 
 from mqstore._arrow import BatchColumns
 from mqstore._codec import java_string_hash, record_length
-from mqstore._commitlog import MessageBatch, properties_problem_of, topic_problem_of
+from mqstore._message import MessageBatch, properties_problem_of, topic_problem_of
 from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError
 from mqstore.log.directory import lock_state, require_store

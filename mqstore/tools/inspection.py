@@ -47,7 +47,7 @@ from mqstore.layout import (CONTROL_BLOCK_NAME, INDEX_DIR, abort_path, checkpoin
                             index_dir, queue_dir)
 from mqstore import _shm
 from mqstore._codec import check_record, crc32, decode_record
-from mqstore._commitlog import scan_records
+from mqstore._scan import scan_records
 from mqstore._mapped import MappedFile
 from mqstore.tools.checker import IndexFileSummary, unit_mismatch
 from mqstore.log.checkpoint import StoreCheckpoint

@@ -1,0 +1,80 @@
+# cython: language_level=3
+"""The CommitLog record scanner (spec §5.3, §5.4): recovery, the checker, the table rebuild and
+the put path's repair after a lock takeover walk a file's records with it."""
+
+from libc.stdint cimport int32_t, int64_t
+
+from mq_bytes cimport *
+from mq_ctl cimport *
+from mq_record cimport *
+
+from mqstore._consumequeue cimport MAX_GAP_UNITS
+from mqstore._shm cimport ControlBlock
+
+mq_crc32_init()
+
+
+def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint check_crc, control_block=None,
+                 on_record=None, bint check_header=False):
+    """Walk the records of one file from start while they are valid (spec §5.3/§5.4).
+
+    Returns (stop_position, reason, count, last_store_timestamp) with reason one of
+    "blank" (end-of-file record: continue with the next file), "end" (reached `end`),
+    "invalid" (bad magic, CRC, length or a record running past `end`), and with check_header
+    "header": a record that parses (and whose CRC matches) but whose PHYSICALOFFSET is not
+    file_from + its position or whose QUEUEID is negative, fields no CRC covers (recovery
+    stops trusting the log there; mqstore.queue.recovery.header_problem says which).
+    With control_block, raises each queue's next offset in its topic-queue table to
+    queue_offset + 1 (not for a queue offset MAX_GAP_UNITS or more past it: a damaged
+    QUEUEOFFSET, which dispatch skips too). on_record(pos, size, topic_bytes, queue_id, queue_offset, physical_offset,
+    sys_flag, store_timestamp) is called per valid record if given.
+    """
+    cdef const unsigned char[::1] view = memoryview(mapped).cast("B")
+    if end > view.shape[0]:
+        end = view.shape[0]
+    cdef const char *b = <const char *>&view[0] if view.shape[0] else NULL
+    cdef char *ctl = NULL
+    if control_block is not None:
+        ctl = (<ControlBlock?>control_block)._w()
+    cdef int64_t pos = start, count = 0, last_ts = -1, qoff, phy, ts
+    cdef int32_t qid, sf
+    cdef int r
+    cdef RecordHead h
+    cdef const char *p
+    cdef mq_tq_slot *slot
+    reason = "end"
+    while pos < end:
+        p = b + pos
+        r = parse_record_head(p, end - pos, &h)
+        if r == MQ_PARSE_BLANK:
+            reason = "blank"
+            break
+        if r != MQ_PARSE_OK:
+            reason = "invalid"
+            break
+        if check_crc and (mq_body_crc(p + h.body_pos, h.body_len) if h.body_len else 0) != mq_get_i32(p + MQ_POS_BODYCRC):
+            reason = "invalid"
+            break
+        sf = h.sys_flag
+        qid = mq_get_i32(p + MQ_POS_QUEUEID)
+        qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
+        phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
+        ts = mq_get_i64(p + store_timestamp_pos(sf))
+        if check_header and (phy != file_from + pos or qid < 0):
+            reason = "header"
+            break
+        if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
+                (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
+            slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)
+            if slot == NULL:
+                raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
+            # a queue offset far past the queue's next one is a damaged QUEUEOFFSET (no CRC covers
+            # it): dispatch gives such a record no unit, and the next puts must not continue from it
+            if slot.next_offset == 0 or qoff - slot.next_offset < MAX_GAP_UNITS:
+                mq_max(&slot.next_offset, qoff + 1)
+        if on_record is not None:
+            on_record(pos, h.size, p[h.topic_pos:h.topic_pos + h.topic_len], qid, qoff, phy, sf, ts)
+        last_ts = ts
+        count += 1
+        pos += h.size
+    return pos, reason, count, last_ts
