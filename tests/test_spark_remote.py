@@ -183,6 +183,8 @@ def test_a_starting_timestamp_starts_each_queue_at_its_first_message_stored_at_o
         for name in by_name:
             _send(ns, name, topic, 24, tag=f"h{half}-")
         time.sleep(0.05)
+    for br in by_name.values():  # the local and the network reads see what is dispatched
+        assert br.store.wait_dispatched(timeout_ms=60_000)
     every = [r for br in by_name.values() for r in _store_rows(br.root, topic)]
     times = sorted({r["store_timestamp"] for r in every})
     for t in (times[0], times[len(times) // 2], times[-1]):
@@ -300,6 +302,7 @@ def test_pulls_go_to_the_slave_the_master_suggests_and_back(tmp_path):
         wait_until(lambda: "Backlog" in slave.controller.topics.table, 30, what="the slave to copy the topics")
         wait_until(lambda: route_addrs(ns, "Backlog") == {"0": master.address, "1": slave.address}, 30,
                    what="the NameServer to list the master and the slave")
+        assert master.store.wait_dispatched(timeout_ms=60_000)
         reader = NetworkBatchReader({"namesrv": ns, "topics": "Backlog", "pullBatchSize": "8"}, SCHEMA)
         rows = _network_rows(reader)
         assert not master_tap.errors and not slave_tap.errors
@@ -342,6 +345,7 @@ def test_with_the_acl_on_the_source_and_the_sink_sign_with_access_and_secret_key
             for topic in ("Secured", "Copied"):
                 for i in range(30):
                     admin.send(topic, b"s%d" % i, queue_id=i % 2)
+        assert broker.store.wait_dispatched(timeout_ms=60_000)  # a pull sees what is dispatched
         keys = {"accessKey": "sparkjob", "secretKey": "spark-secret"}
         rows = _network_rows(NetworkBatchReader({"namesrv": ns, "topics": "Secured", **keys}, SCHEMA))
         assert sorted(r["body"] for r in rows) == sorted(b"s%d" % i for i in range(30))
@@ -389,7 +393,12 @@ def _sink_rows(topic: str, n: int, tag: str = "") -> pa.RecordBatch:
                             "keys": [None if i % 3 else f"k{i}" for i in range(n)]})
 
 
-def _stored(ns: str, topic: str) -> list[dict[str, Any]]:
+def _stored(ns: str, topic: str, brokers: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every message of topic, read over the network once each broker has dispatched what it
+    acknowledged (a send is acknowledged when the CommitLog holds it; a pull sees it once its
+    ConsumeQueue unit is built, which a loaded machine can delay)."""
+    for broker in brokers.values():
+        assert broker.store.wait_dispatched(timeout_ms=60_000)
     with Cluster(ClusterConfig(ns), route_ttl=0.1) as cluster:
         wait_until(lambda: cluster.message_queues([topic], missing_ok=True), 30, "the topic's route")
     return _network_rows(NetworkBatchReader({"namesrv": ns, "topics": topic}, SCHEMA))
@@ -400,7 +409,7 @@ def test_a_task_retried_after_dying_half_way_sends_only_the_rest_and_a_replay_no
     counts the marked messages each queue holds from its begin record and sends the rest;
     after the driver's commit a replay of the micro-batch sends nothing; another query (a new
     checkpoint) with the same sinkId and batch id writes its rows."""
-    ns, _ = brokers
+    ns, by_name = brokers
     topic = f"Sunk{next(_topics)}"
     writer = NetworkStreamWriter({"namesrv": ns, "sinkId": f"etl{topic}"}, SINK_SCHEMA, False)
     rows = _sink_rows(topic, 3000)
@@ -416,11 +425,11 @@ def test_a_task_retried_after_dying_half_way_sends_only_the_rest_and_a_replay_no
     with pytest.raises(ConnectionError):
         writer.write_task(iter([rows]), 5, "query-1", 3)
     monkeypatch.setattr(SyncProducer, "send_batch", real)
-    before = len(_stored(ns, topic))
+    before = len(_stored(ns, topic, by_name))
     assert 0 < before < 3000
     report = writer.write_task(iter([rows]), 5, "query-1", 3)
     assert report.messages == 3000 - before
-    got = _stored(ns, topic)
+    got = _stored(ns, topic, by_name)
     assert sorted(r["body"] for r in got) == sorted(f"{i}".encode() for i in range(3000))
     assert {dict(r["properties"])[SINK_PROPERTY] for r in got} == {f"etl{topic}:5:3"}
     again = _sink_rows(topic, 3000)
@@ -428,7 +437,7 @@ def test_a_task_retried_after_dying_half_way_sends_only_the_rest_and_a_replay_no
     assert writer.write_task(iter([again]), 5, "query-1", 3).messages == 0
     assert writer.write_task(iter([_sink_rows(topic, 10, "b6-")]), 6, "query-1", 3).messages == 10
     assert writer.write_task(iter([_sink_rows(topic, 7, "q2-")]), 5, "query-2", 0).messages == 7
-    assert len(_stored(ns, topic)) == 3000 + 10 + 7
+    assert len(_stored(ns, topic, by_name)) == 3000 + 10 + 7
     # the sink's records and fences are topics of their own
     with Cluster(ClusterConfig(ns)) as cluster:
         assert cluster.message_queues([f"MQSTORE_SINK_etl{topic}"])
@@ -469,7 +478,7 @@ def test_spark_reads_and_writes_the_cluster_with_format_mqstore(spark, brokers, 
      .schema("topic string, queue_id int, broker string, body binary, keys string, tags string").load()
      .selectExpr(f"'{copy}' as topic", "queue_id", "broker", "body", "keys", "tags")
      .write.format("mqstore").option("namesrv", ns).mode("append").save())
-    copied = _stored(ns, copy)
+    copied = _stored(ns, copy, by_name)
     original = {(r["store_host"], r["queue_id"], r["body"]) for br in by_name.values() for r in _store_rows(br.root)}
     assert {(r["store_host"], r["queue_id"], r["body"]) for r in copied} == original and len(copied) == len(original)
 
@@ -490,9 +499,10 @@ def test_spark_reads_and_writes_the_cluster_with_format_mqstore(spark, brokers, 
     _send(ns, "broker-b", copy, 50, tag="late-")
     by_name["broker-b"].store.wait_dispatched()
     run()
-    streamed = Counter(r["body"] for r in _stored(ns, out))
+    streamed = Counter(r["body"] for r in _stored(ns, out, by_name))
     expected = Counter(r["body"] for r in copied) + Counter(
         (f"broker-b-late-{i}-".encode()) * (1 if i % 3 else 40) for i in range(50))
     assert streamed == expected
-    assert {json.loads(b)["kind"] for b in (r["body"] for r in _stored(ns, f"MQSTORE_SINK_{out}"))} >= {"begin", "done"}
+    sink_records = _stored(ns, f"MQSTORE_SINK_{out}", by_name)
+    assert {json.loads(r["body"])["kind"] for r in sink_records} >= {"begin", "done"}
 
