@@ -203,7 +203,9 @@ class ControlBlock:
         """Block until the channel's sequence differs from seen, or timeout; True if it changed."""
 
     def wait_position(self, name: CellName, target: int, channel: Channel, timeout_ms: float, log: int = 0) -> bool:
-        """Wait until position name reaches target, woken by broadcasts on channel."""
+        """Wait until position name (of log ``log``) reaches target, woken by broadcasts on channel
+        (the log's own channel for flush, flushed, alloc_done and commit; the store's one for the
+        others, which every log's service broadcasts on: dispatched)."""
 
     # -- put lock (tools and tests; the put path uses the same C functions)
     def acquire_put_lock(self, log: int = 0) -> bool:

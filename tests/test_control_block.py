@@ -880,6 +880,11 @@ def test_a_log_channel_wakes_only_its_log(tmp_path):
         seq = cb.channel_seq("flushed", log=1)
         cb.broadcast("flushed", log=0)
         assert cb.channel_seq("flushed", log=1) == seq
+        # a log's position waited for on a store-wide channel (every log's dispatcher broadcasts on it)
+        done, out = in_thread(cb.wait_position, "dispatched", (1 << 56) + 10, "dispatched", 60_000, 1)
+        cb.set("dispatched", (1 << 56) + 10, log=1)
+        cb.broadcast("dispatched")
+        assert done.wait(60) and out == [True]
     finally:
         cb.close()
 

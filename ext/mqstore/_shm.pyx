@@ -526,9 +526,12 @@ cdef class ControlBlock:
         return mq_load32(seq) != seen
 
     def wait_position(self, str name, int64_t target, str channel, double timeout_ms, int log=0) -> bool:
-        """Wait until position name (of log ``log``) reaches target, woken by broadcasts on channel."""
+        """Wait until position name (of log ``log``) reaches target, woken by broadcasts on channel
+        (the log's own channel for flush, flushed, alloc_done and commit; the store's one for the
+        others, which every log's service broadcasts on: dispatched)."""
         cdef int64_t *cell = self._named(name, log, False)
-        cdef uint32_t *seq = mq_ch_seq(self._channel_base(channel, log, False), CHANNELS[channel])
+        cdef char *chb = self._lg(log, False) if channel in _LOG_CHANNELS else self._b()
+        cdef uint32_t *seq = mq_ch_seq(chb, CHANNELS[channel])
         cdef int64_t deadline = mq_mono_ns() + <int64_t>(timeout_ms * 1e6)
         cdef int64_t left
         cdef uint32_t s
