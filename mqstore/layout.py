@@ -50,12 +50,17 @@ STORE_ENTRIES = frozenset({COMMITLOG_DIR, CONSUMEQUEUE_DIR, "consumequeue_ext", 
 # store_path_commit_log) -----------------------------------------------------------------------
 
 
+def _of_log(root: str, name: str, log_id: int) -> str:
+    """ROOT/<name> for CommitLog 0, ROOT/<name>-<k> for log k of a store with several."""
+    return os.path.join(root, name if log_id == 0 else f"{name}-{log_id}")
+
+
 def commit_log_k_dir(root: str, log_id: int) -> str:
     """The directory of CommitLog log_id >= 1 of a store with several: ROOT/commitlog-<log_id>
     (log 0's is StoreConfig.commit_log_dir, which honours store_path_commit_log)."""
     if not 1 <= log_id < MAX_LOGS:
         raise ValueError(f"CommitLog {log_id}: logs past 0 are 1 .. {MAX_LOGS - 1}")
-    return os.path.join(root, f"{COMMITLOG_DIR}-{log_id}")
+    return _of_log(root, COMMITLOG_DIR, log_id)
 
 
 def consumequeue_dir(root: str) -> str:
@@ -70,12 +75,12 @@ def queue_dir(root: str, topic: str, queue_id: int) -> str:
 def index_dir(root: str, log_id: int = 0) -> str:
     """ROOT/index: the IndexFiles of CommitLog 0 (every store's); ROOT/index-<k> those of log k
     of a store with several (docs/parallel-commitlogs.md)."""
-    return os.path.join(root, INDEX_DIR if log_id == 0 else f"{INDEX_DIR}-{log_id}")
+    return _of_log(root, INDEX_DIR, log_id)
 
 
 def checkpoint_path(root: str, log_id: int = 0) -> str:
     """ROOT/checkpoint: CommitLog 0's checkpoint (RocketMQ's file); ROOT/checkpoint-<k> log k's."""
-    return os.path.join(root, CHECKPOINT_NAME if log_id == 0 else f"{CHECKPOINT_NAME}-{log_id}")
+    return _of_log(root, CHECKPOINT_NAME, log_id)
 
 
 def abort_path(root: str) -> str:

@@ -148,10 +148,16 @@ static inline int mq_log_of(int64_t phy) { return (int)(phy >> MQ_LOG_SHIFT); }
  * binding"): FNV-1a 64 of the topic's bytes plus the queue id, modulo n. Consecutive queue ids
  * of a topic go to consecutive logs, so a topic whose queue count is a multiple of n puts the
  * same number of queues in each. */
-static inline int mq_log_of_queue(const char *topic, int len, int32_t queue_id, int n) {
+/* FNV-1a 64 of a topic's bytes: the binding's hash, and the first part of the table's key hash. */
+static inline uint64_t mq_fnv1a64(const char *topic, int len) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (int i = 0; i < len; i++) { h ^= (unsigned char)topic[i]; h *= 0x100000001b3ULL; }
-    return n <= 1 ? 0 : (int)((h + (uint32_t)queue_id) % (uint64_t)n);
+    return h;
+}
+
+static inline int mq_log_of_queue(const char *topic, int len, int32_t queue_id, int n) {
+    if (n <= 1) return 0;
+    return (int)((mq_fnv1a64(topic, len) + (uint32_t)queue_id) % (uint64_t)n);
 }
 
 static inline int64_t *mq_cell(char *ctl, int off) { return (int64_t *)(ctl + off); }
@@ -388,8 +394,7 @@ static inline int64_t mq_tq_wait_units(mq_tq_slot *s, int64_t above, int64_t tim
 }
 
 static inline uint64_t mq_tq_hash(const char *topic, int len, int32_t queue_id) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (int i = 0; i < len; i++) { h ^= (unsigned char)topic[i]; h *= 0x100000001b3ULL; }
+    uint64_t h = mq_fnv1a64(topic, len);
     for (int i = 0; i < 4; i++) { h ^= (uint8_t)(queue_id >> (8 * i)); h *= 0x100000001b3ULL; }
     return h | 1;
 }

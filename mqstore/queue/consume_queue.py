@@ -549,8 +549,7 @@ class ConsumeQueueTable:
                 self._queues[(topic, int(qid))] = cq
 
     def _new(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(self.root, topic, queue_id, self.file_size,
-                            log_of_queue(topic, queue_id, self.log_count) if self.log_count > 1 else 0)
+        return ConsumeQueue(self.root, topic, queue_id, self.file_size, log_of_queue(topic, queue_id, self.log_count))
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         with self._lock:

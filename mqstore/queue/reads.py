@@ -306,7 +306,7 @@ class MessageReader(ReadKernel):
         limit = max_msg_nums
         while len(result):
             phys = result.physical_offsets
-            bad, status = first_corrupt(phys, self.log_map(log_of(phys[0]) if len(phys) else 0))
+            bad, status = first_corrupt(phys, self.log_map(log_of(phys[0])))  # a queue's units: one log
             if bad < 0:
                 break
             if bad > 0:

@@ -437,7 +437,7 @@ def recover_store(queue: MappedFileQueue, ctl: ControlBlock, queues: ConsumeQueu
     min_phy = files[0].file_from if files else base
     count = queues.log_count if queues is not None else 1
     log_next = {(topic, qid): n for topic, qid, n in ctl.table_items()
-                if n > 0 and (count == 1 or log_of_queue(topic, qid, count) == log_id)}
+                if n > 0 and log_of_queue(topic, qid, count) == log_id}
     ends: tuple[CellName, ...] = ("wrote", "committed", "flushed", "confirmed")
     for name in ends:
         ctl.set(name, report.valid_end, log=log_id)
