@@ -30,9 +30,13 @@ def free_port() -> int:
 
 
 def broker_settings(**settings: Any) -> dict[str, Any]:
-    """Loopback, free ports, 2 fronts unless told otherwise (a setting given as None is left out)."""
-    base: dict[str, Any] = {"listen_port": 0, "namesrv_listen_port": 0, "bind_address": LOOPBACK,
-                            "broker_ip1": LOOPBACK, "front_processes": 2}
+    """Loopback, free ports, 2 fronts unless told otherwise (a setting given as None is left out).
+
+    The HA port is a free one too: a test that picks listen_port free would otherwise get
+    listen_port + 1 (BrokerStartup's default), which another test's socket may hold (two CI
+    failures, both 'the HA port ... is taken'); slaves learn it from the NameServer."""
+    base: dict[str, Any] = {"listen_port": 0, "namesrv_listen_port": 0, "ha_listen_port": 0,
+                            "bind_address": LOOPBACK, "broker_ip1": LOOPBACK, "front_processes": 2}
     base.update(settings)
     return {k: v for k, v in base.items() if v is not None}
 
