@@ -20,6 +20,8 @@ class TypedKeys:
 
     store_path_root_dir: str
     store_path_commit_log: str
+    commit_log_count: int
+    store_path_commit_logs: str
     broker_role: BrokerRole
     flush_disk_type: FlushDiskType
     store_host: str

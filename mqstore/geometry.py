@@ -17,19 +17,19 @@ import json
 import os
 from typing import Any
 
-from mqstore.layout import CONFIG_NAME, consumequeue_dir
+from mqstore.layout import CONFIG_NAME, FENCE_NAME, consumequeue_dir, fence_log_count
 from mqstore.config import DEFINITIONS, StoreConfig
 from mqstore.errors import ConfigError
 
 #: the name mqstore.node writes the owner's configuration under (kept in sync by a test)
 GEOMETRY_KEYS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_hash_slot_num",
-                 "max_index_num")
+                 "max_index_num", "commit_log_count")
 _CQ_UNIT = 20
 
 
 def _names(directory: str) -> list[int]:
     try:
-        return sorted(int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+        return sorted(int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit() and n != FENCE_NAME)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
@@ -50,7 +50,13 @@ def sizes_on_disk(root: str, config: StoreConfig) -> dict[str, int]:
     """The CommitLog and ConsumeQueue file sizes the files under root show (keys of
     GEOMETRY_KEYS; index sizes cannot be told from an index file and are not included)."""
     found: dict[str, int] = {}
-    commitlog = _size_from_files(config.commit_log_dir(root))
+    count = fence_log_count(config.commit_log_dir(root))
+    dirs = config.replace(commit_log_count=count).commit_log_dirs(root) if count else [config.commit_log_dir(root)]
+    commitlog = next((size for d in dirs if (size := _size_from_files(d)) is not None), None)
+    if count:  # a store with several CommitLogs whose mqstore.config.json is gone
+        found["commit_log_count"] = count
+    elif count is None and commitlog is not None:  # CommitLog files and no fence: a store with one
+        found["commit_log_count"] = 1
     if commitlog is not None:
         found["mapped_file_size_commit_log"] = commitlog
     cq_root = consumequeue_dir(root)
@@ -128,7 +134,8 @@ def adopt_store_sizes(root: str, config: StoreConfig) -> StoreConfig:
             clashes.append(f"{key}={asked}, but the store was created with {key}={size} ({source})")
     if clashes:
         raise ConfigError(f"{root}: " + "; ".join(clashes),
-                          hint="leave the file sizes out when reopening a store: it reuses its own")
+                          hint="leave the file sizes and commit_log_count out when reopening a store: it "
+                               "reuses its own")
     return config.replace(**changes) if changes else config
 
 
@@ -148,6 +155,7 @@ def adopt_commit_log_path(root: str, config: StoreConfig) -> StoreConfig:
     ROOT/commitlog empty and, as RocketMQ does with an empty CommitLog, destroy its
     ConsumeQueues. ConfigError when config sets another directory than the saved one while
     the saved one still holds CommitLog files (move the files first, then name where)."""
+    config = _adopt_commit_log_paths(root, config)
     saved = saved_commit_log_path(root)
     if saved is None:
         return config
@@ -162,6 +170,25 @@ def adopt_commit_log_path(root: str, config: StoreConfig) -> StoreConfig:
                           f"store's CommitLog is in {saved_dir} ({os.path.join(root, CONFIG_NAME)})",
                           hint="leave store_path_commit_log out to use the store's own, or move its CommitLog "
                                "files to the new directory first")
+    return config
+
+
+def _adopt_commit_log_paths(root: str, config: StoreConfig) -> StoreConfig:
+    """store_path_commit_logs as root's last owner had it, when config does not set it; a set
+    one naming other directories than the saved ones while those hold CommitLog files is
+    refused, as store_path_commit_log is."""
+    saved = (_saved_config(root) or {}).get("store_path_commit_logs")
+    if not isinstance(saved, str) or saved == config.store_path_commit_logs:
+        return config
+    if "store_path_commit_logs" not in config.explicit_keys:
+        return config.replace(store_path_commit_logs=saved)
+    wanted = config.commit_log_dirs(root)
+    held = [d for d in config.replace(store_path_commit_logs=saved).commit_log_dirs(root)
+            if d not in wanted and _names(d)]
+    if held:
+        raise ConfigError(f"{root}: store_path_commit_logs={config.store_path_commit_logs!r}, but the store's "
+                          f"CommitLog files are in {', '.join(held)} ({os.path.join(root, CONFIG_NAME)})",
+                          hint="leave store_path_commit_logs out to use the store's own, or move the files first")
     return config
 
 

@@ -12,7 +12,7 @@ __all__ = [
     "ABORT_NAME", "BLANK_MAGIC_CODE", "CHECKPOINT_NAME", "COMMITLOG_DIR", "CONFIG_NAME", "CONSUMEQUEUE_DIR",
     "CLEAN_CLOSE_NAME", "CONTROL_BLOCK_NAME", "CQ_STORE_UNIT_SIZE", "FILLER_SIZE", "INDEX_DIR", "LOCK_NAME", "MESSAGE_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE_V2", "NODE_INFO_NAME", "OS_PAGE_SIZE", "STORE_ENTRIES",
-    "FENCE_NAME", "LOCAL_MASK", "LOG_SHIFT", "MAX_LOGS", "abort_path", "checkpoint_path", "commit_log_k_dir", "config_path",
+    "FENCE_NAME", "LOCAL_MASK", "fence_log_count", "fence_text", "LOG_SHIFT", "MAX_LOGS", "abort_path", "checkpoint_path", "commit_log_k_dir", "config_path",
     "consumequeue_dir", "file_start_of",
     "index_dir", "local_of", "log_base", "log_of", "queue_dir",
 ]
@@ -39,6 +39,8 @@ MAX_LOGS = 32
 #: the file a store with several CommitLogs keeps in commitlog/ so that a reader of one CommitLog
 #: refuses it: a 20-digit name past 2^63 - 1, which no CommitLog file can have
 FENCE_NAME = "99999999999999999999"
+_FENCE_TEXT = ("mqstore store with {n} commit logs (commit_log_count={n}); open it with an mqstore that has "
+               "commit_log_count\n")
 #: every name a store directory may hold (RocketMQ's and mqstore's own; log k >= 1 of a store
 #: with several CommitLogs has commitlog-k, index-k and checkpoint-k)
 STORE_ENTRIES = frozenset({COMMITLOG_DIR, CONSUMEQUEUE_DIR, "consumequeue_ext", INDEX_DIR, CHECKPOINT_NAME,
@@ -70,6 +72,26 @@ def consumequeue_dir(root: str) -> str:
 def queue_dir(root: str, topic: str, queue_id: int) -> str:
     """One ConsumeQueue's directory: ROOT/consumequeue/<topic>/<queueId>."""
     return os.path.join(root, CONSUMEQUEUE_DIR, topic, str(queue_id))
+
+
+def fence_text(log_count: int) -> str:
+    """What the fence file of a store with log_count CommitLogs says (its name is what fences)."""
+    return _FENCE_TEXT.format(n=log_count)
+
+
+def fence_log_count(commit_log_dir: str) -> int | None:
+    """The CommitLog count the fence in commit_log_dir names, or None without a fence (a store
+    with one CommitLog); 0 for a fence whose text does not name a count."""
+    try:
+        with open(os.path.join(commit_log_dir, FENCE_NAME), encoding="utf-8", errors="replace") as fh:
+            text = fh.read(256)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return 0
+    head = "mqstore store with "
+    words = text[len(head):].split(" ", 1) if text.startswith(head) else []
+    return int(words[0]) if words and words[0].isdigit() and 1 < int(words[0]) <= MAX_LOGS else 0
 
 
 def index_dir(root: str, log_id: int = 0) -> str:

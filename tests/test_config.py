@@ -102,6 +102,8 @@ APPENDIX_A: dict[str, Any] = {
 }
 
 OWN_KEYS: dict[str, Any] = {
+    "commit_log_count": 1,
+    "store_path_commit_logs": "",
     "commit_log_allocate_step_bytes": 64 * 1024 * 1024,
     "store_host": "127.0.0.1:10911",
     "topic_queue_table_slots": 16384,
@@ -132,6 +134,7 @@ UNITS = {"bytes", "ms", "s", "pages", "hours", "percent", "count", "bits", "char
 STR_EXAMPLES: dict[str, list[str]] = {
     "store_path_root_dir": ["", "/data/store", "~/store", "relative/dir"],
     "store_path_commit_log": ["", "/data/commitlog", "cl"],
+    "store_path_commit_logs": ["", "/data/cl0;/data/cl1", "a;b;c"],
     "store_host": ["127.0.0.1:10911", "10.0.0.2:1", "[::1]:10911", "[fe80::2]:65535"],
     "message_delay_level": ["1s", "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "0s 7d"],
     "delete_when": ["04", "0", "23", "04;16", "1;2;3"],

@@ -59,7 +59,8 @@ def test_a_directory_without_the_config_file_gives_its_sizes_from_the_files(tmp_
     os.unlink(os.path.join(root, CONFIG_NAME))
     cfg = StoreConfig(max_hash_slot_num=64, max_index_num=256)
     assert sizes_on_disk(root, cfg) == {"mapped_file_size_commit_log": SIZES["mapped_file_size_commit_log"],
-                                        "mapped_file_size_consume_queue": SIZES["mapped_file_size_consume_queue"]}
+                                        "mapped_file_size_consume_queue": SIZES["mapped_file_size_consume_queue"],
+                                        "commit_log_count": 1}  # CommitLog files without the fence: one log
     adopted = adopt_store_sizes(root, cfg)
     assert adopted.mapped_file_size_commit_log == SIZES["mapped_file_size_commit_log"]
     with MessageStore(root, cfg, max_message_size=4096) as store:

@@ -15,8 +15,8 @@ from typing import Any
 
 from mqstore.errors import ConfigError
 from mqstore.roles import BrokerRole, FlushDiskType
-from mqstore.config.rules import (RECORD_HEADROOM, Rule, _BOOL, _COMMIT_LOG_PATH_RULE, _CQ_EXT_UNIT_HEADER,
-                                  _CQ_EXT_UNIT_MAX, _DELAY_RULE, _DELETE_WHEN_RULE, _HA_FRAME_HEADER,
+from mqstore.config.rules import (RECORD_HEADROOM, Rule, _BOOL, _COMMIT_LOG_PATH_RULE, _COMMIT_LOG_PATHS_RULE,
+                                  _CQ_EXT_UNIT_HEADER, _CQ_EXT_UNIT_MAX, _DELAY_RULE, _DELETE_WHEN_RULE, _HA_FRAME_HEADER,
                                   _HA_SLAVE_READ_BUFFER, _INT_MAX, _LONG_MAX, _NON_NEGATIVE, _PERCENT, _POSITIVE,
                                   _ROOT_DIR_RULE, _SERVICE_MODE_RULE, _HA_MASTER_RULE, _STORE_HOST_RULE, _IPV4_RULE,
                                   _NAME_RULE, _NAMESRV_RULE, _SERIALIZE_RULE, _enum_rule, _int_range,
@@ -158,6 +158,20 @@ _TABLE: tuple[Definition, ...] = (
          '"" = ROOT/commitlog. A relative path is taken from the root, not from the working '
          "directory, so every process agrees; 4.9's comma-separated multi-path is refused.",
          java="storePathCommitLog"),
+    _key("commit_log_count", int, 1, "count", _int_range(1, 32),
+         "CommitLogs written in parallel, each with its own directory, files, put lock, flush, "
+         "dispatch cursor and checkpoint; a topic-queue is bound to one of them "
+         "(docs/parallel-commitlogs.md). Fixed when the store is created (kept in "
+         "mqstore.config.json; another value on reopen is refused). 1 = RocketMQ 4.9.7's layout "
+         "byte for byte. More than 1 runs in service_mode=threads without HA or the transient "
+         "store pool for now.",
+         java=None, origin=_OWN),
+    _key("store_path_commit_logs", str, "", "-", _COMMIT_LOG_PATHS_RULE,
+         'The directory of each CommitLog when commit_log_count > 1, ";"-separated (exactly '
+         'commit_log_count distinct paths, relative ones taken from the root); "" = log 0 at '
+         "store_path_commit_log, log k at ROOT/commitlog-k. A log on its own disk is what makes "
+         "its copies and flushes independent.",
+         java=None, origin=_OWN),
     _key("broker_role", BrokerRole, BrokerRole.ASYNC_MASTER, "-", _enum_rule(BrokerRole),
          "ASYNC_MASTER replicates best-effort; SYNC_MASTER makes puts wait for a slave "
          "(FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE); SLAVE refuses puts and appends replicated bytes.",

@@ -150,6 +150,20 @@ def _check_commit_log_path(value: str) -> str | None:
     return None
 
 
+def _check_commit_log_paths(value: str) -> str | None:
+    if not value:
+        return None
+    paths = [p.strip() for p in value.split(";")]
+    if any(not p for p in paths):
+        return "an empty path in the list"
+    if any("," in p for p in paths):
+        return "a comma in a path (RocketMQ's comma-separated multi-path), not supported"
+    if len(set(paths)) != len(paths):
+        return "a path named twice (each CommitLog needs its own directory)"
+    return None
+
+
+_COMMIT_LOG_PATHS_RULE = Rule('"" or ";"-separated distinct paths, one per CommitLog', _check_commit_log_paths)
 _ROOT_DIR_RULE = Rule('"" or the directory passed to open', _no_check)
 _COMMIT_LOG_PATH_RULE = Rule('one path (no commas); "" = ROOT/commitlog', _check_commit_log_path)
 _DELAY_RULE = Rule("Ns, Nm, Nh or Nd, space-separated, at least one", _check_delay_levels)

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, Literal
 
 from mqstore.errors import ConfigError
+from mqstore.layout import commit_log_k_dir
 from mqstore.roles import BrokerRole, FlushDiskType
 from mqstore.config.definitions import DEFINITIONS, SECRET_KEYS, Definition, _FALSE_TEXT
 from mqstore.config.parsing import _read_broker_conf, parse_properties
@@ -55,6 +56,30 @@ def _index_file_too_big(cfg: StoreConfig) -> tuple[str, str] | None:
                 "(RocketMQ computes the size as a Java int)",
                 "lower max_index_num or max_hash_slot_num")
     return None
+
+
+def _several_logs(cfg: StoreConfig) -> tuple[str, str] | None:
+    n = cfg.commit_log_count
+    paths = cfg.store_path_commit_logs
+    if paths and len(paths.split(";")) != n:
+        return (f"store_path_commit_logs names {len(paths.split(';'))} path(s) for commit_log_count={n}",
+                "name one directory per CommitLog, or leave store_path_commit_logs empty")
+    if n == 1:
+        return None
+    refused = []
+    if cfg.service_mode == "processes":
+        refused.append("service_mode=processes")
+    if cfg.transient_store_pool_enable:
+        refused.append("transient_store_pool_enable=true")
+    if cfg.broker_role is not BrokerRole.ASYNC_MASTER:
+        refused.append(f"broker_role={cfg.broker_role.value}")
+    if "ha_listen_port" in cfg.explicit_keys:
+        refused.append("ha_listen_port (a master serving slaves)")
+    if not refused:
+        return None
+    return (f"commit_log_count={n} with {', '.join(refused)} is not built yet: several CommitLogs run "
+            "in service_mode=threads, without replication or the transient store pool "
+            "(docs/parallel-commitlogs.md)", "use commit_log_count=1 for these")
 
 
 @dataclass(frozen=True)
@@ -100,6 +125,10 @@ _COMBINATIONS: tuple[_Combination, ...] = (
                  "silently ignores the pool; mqstore refuses).", _pool_with_sync_flush),
     _Combination("`transient_store_pool_enable` with `broker_role=SLAVE` (RocketMQ silently "
                  "ignores the pool; mqstore refuses).", _pool_on_slave),
+    _Combination("`commit_log_count` > 1 with `service_mode=processes`, `transient_store_pool_enable`, "
+                 "a `broker_role` other than `ASYNC_MASTER` or an `ha_listen_port` (not built yet for "
+                 "several CommitLogs); `store_path_commit_logs` naming another number of paths than "
+                 "`commit_log_count`.", _several_logs),
     _Combination("`max_hash_slot_num` and `max_index_num` giving an index file above 2147483647 "
                  "bytes (40 + 4 x slots + 20 x entries).", _index_file_too_big),
 )
@@ -381,6 +410,16 @@ class StoreConfig(TypedKeys):
         if os.path.isabs(configured):
             return configured
         return os.path.join(self.root_dir(root), configured or "commitlog")
+
+    def commit_log_dirs(self, root: str | os.PathLike[str] | None = None) -> list[str]:
+        """The directory of each CommitLog (docs/parallel-commitlogs.md): store_path_commit_logs,
+        or log 0 at commit_log_dir() and log k at ROOT/commitlog-k."""
+        base = self.root_dir(root)
+        configured = str(self._values["store_path_commit_logs"])
+        if configured:
+            return [os.path.join(base, os.path.expanduser(p.strip())) for p in configured.split(";")]
+        return [self.commit_log_dir(root)] + [commit_log_k_dir(base, k)
+                                              for k in range(1, int(self._values["commit_log_count"]))]
 
     # --- broker.conf ----------------------------------------------------------------------------
 
