@@ -103,3 +103,18 @@ class CommitLogAppender:
         """Put many bodies of one topic and queue as one batch, without a Message each: every
         record gets the same properties (``properties`` and TAGS=tags) and flag, consecutive
         queue offsets and one store timestamp, like put_messages."""
+
+@disjoint_base
+class LogRouter:
+    """The put path of a store with several CommitLogs: each put goes to the appender of the
+    CommitLog its queue is bound to (a delayed message: SCHEDULE_TOPIC_XXXX's queue level - 1)."""
+
+    @property
+    def appenders(self) -> list[CommitLogAppender]: ...
+    def __init__(self, appenders: Iterable[CommitLogAppender]) -> None: ...
+    def log_of(self, topic: object, queue_id: int) -> int:
+        """The CommitLog a put to topic/queue_id is written to."""
+    def put_message(self, msg: Message) -> PutMessageResult: ...
+    def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult: ...
+    def put_bodies(self, topic: str, bodies: Iterable[bytes], queue_id: int = 0, *, tags: str | None = None,
+                   properties: dict[str, str] | None = None, flag: int = 0) -> PutMessageResult: ...

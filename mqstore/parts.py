@@ -10,7 +10,10 @@ role           what open_parts maps
 =============  ====================================================================================
 owner          the CommitLog over the pool the caller created (its files loaded as an open after
                a crash or a clean stop must see them), the checkpoint, the ConsumeQueues and the
-               index loaded, ready for recovery (mqstore.queue.recovery); no dispatcher yet
+               index loaded, ready for recovery (mqstore.queue.recovery); no dispatcher yet.
+               With several CommitLogs (commit_log_count): each log's CommitLog, checkpoint
+               and index (``commitlogs``, ``checkpoints``, ``indexes``); the other roles
+               serve a store with one for now
 attached       the CommitLog over the owner's pool (files the owner's allocator made, mapped as
                they appear), the ConsumeQueue table (queues opened as reads need them), a
                following index (reads only, no checkpoint) and a dispatcher that only follows
@@ -76,6 +79,17 @@ class StoreParts:
     pool: Any | None = None                    # the transient store pool, when enabled
     truncate: Callable[[], Any] | None = None  # the owner's truncation of a slave (threads only)
     closers: list[Any] = field(default_factory=list, repr=False)
+    #: every CommitLog's parts, by log id, for an owner of a store with several CommitLogs
+    #: (docs/parallel-commitlogs.md); the fields above are log 0's
+    commitlogs: list[CommitLog] = field(default_factory=list)
+    indexes: list[IndexService | None] = field(default_factory=list)
+    checkpoints: list[StoreCheckpoint] = field(default_factory=list)
+    dispatchers: list[Dispatcher] = field(default_factory=list)
+
+    @property
+    def log_count(self) -> int:
+        """The CommitLogs these parts hold (1 for every role but an owner of several)."""
+        return max(1, len(self.commitlogs))
 
     def _opened(self, obj: Any) -> Any:
         self.closers.append(obj)
@@ -114,13 +128,14 @@ def open_parts(root: str, config: StoreConfig, ctl: ControlBlock | None, role: s
 
 
 # -- one opener per role ---------------------------------------------------------------------
-def _commitlog(parts: StoreParts, pool: Any | None = None, *, map_files: bool = True) -> CommitLog:
+def _commitlog(parts: StoreParts, pool: Any | None = None, *, map_files: bool = True, log: int = 0) -> CommitLog:
     from mqstore.log.commitlog import CommitLog
 
-    commitlog = parts._opened(CommitLog(parts.root, parts.config, parts.ctl, pool))
+    commitlog = parts._opened(CommitLog(parts.root, parts.config, parts.ctl, pool, log=log))
     if map_files:
         commitlog.queue.map_new_files()
-    parts.commitlog = commitlog
+    if log == 0:
+        parts.commitlog = commitlog
     return commitlog
 
 
@@ -136,43 +151,54 @@ def _log_files(parts: StoreParts) -> MappedFileQueue:
 def _queues(parts: StoreParts, *, load: bool = True) -> ConsumeQueueTable:
     from mqstore.queue.consume_queue import ConsumeQueueTable
 
-    queues = parts._opened(ConsumeQueueTable(consumequeue_dir(parts.root), parts.config.mapped_file_size_consume_queue))
+    queues = parts._opened(ConsumeQueueTable(consumequeue_dir(parts.root), parts.config.mapped_file_size_consume_queue,
+                                             parts.config.commit_log_count))
     if load:
         queues.load()
     parts.consume_queues = queues
     return queues
 
 
-def _checkpoint(parts: StoreParts) -> StoreCheckpoint:
+def _checkpoint(parts: StoreParts, log: int = 0) -> StoreCheckpoint:
     from mqstore.log.checkpoint import StoreCheckpoint
 
-    parts.checkpoint = parts._opened(StoreCheckpoint(checkpoint_path(parts.root)))
-    return parts.checkpoint
+    checkpoint = parts._opened(StoreCheckpoint(checkpoint_path(parts.root, log)))
+    if log == 0:
+        parts.checkpoint = checkpoint
+    return checkpoint
 
 
-def _index(parts: StoreParts, *, clean: bool = True, with_checkpoint: bool = True) -> IndexService | None:
-    """The IndexService when message_index_enable; a follower's (with_checkpoint=False) only
-    maps and reads, it never touches the checkpoint, and is loaded by following."""
+def _index(parts: StoreParts, *, clean: bool = True, with_checkpoint: bool = True, log: int = 0,
+           checkpoint: StoreCheckpoint | None = None) -> IndexService | None:
+    """The IndexService (of CommitLog log) when message_index_enable; a follower's
+    (with_checkpoint=False) only maps and reads, it never touches the checkpoint, and is loaded
+    by following."""
     from mqstore.queue.index import IndexService
 
     if not parts.config.message_index_enable:
         return None
-    checkpoint = parts.checkpoint if with_checkpoint else None
-    index = parts._opened(IndexService(parts.root, parts.config, checkpoint))  # type: ignore[arg-type]
+    checkpoint = (checkpoint or parts.checkpoint) if with_checkpoint else None
+    index = parts._opened(IndexService(parts.root, parts.config, checkpoint, log=log))  # type: ignore[arg-type]
     if with_checkpoint:
         index.load(clean)
-    parts.index = index
+    if log == 0:
+        parts.index = index
     return index
 
 
 def _owner(parts: StoreParts, *, pool: Any | None, clean: bool) -> None:
+    """Every CommitLog with its checkpoint and index (log 0 alone for a store with one), and the
+    ConsumeQueues of all."""
     from mqstore.queue.recovery import commitlog_file_was_cut
 
     parts.pool = pool
-    _checkpoint(parts)
-    _commitlog(parts, pool, map_files=False).queue.load(commitlog_file_was_cut)
+    logs = range(parts.config.commit_log_count)
+    parts.checkpoints = [_checkpoint(parts, k) for k in logs]
+    parts.commitlogs = [_commitlog(parts, pool, map_files=False, log=k) for k in logs]
+    for commitlog in parts.commitlogs:
+        commitlog.queue.load(commitlog_file_was_cut)
     _queues(parts)
-    _index(parts, clean=clean)
+    parts.indexes = [_index(parts, clean=clean, log=k, checkpoint=parts.checkpoints[k]) for k in logs]
 
 
 def _attach_pool(parts: StoreParts) -> Any | None:

@@ -17,13 +17,14 @@ import time
 from collections.abc import Iterable
 from typing import Any, Self
 
-from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, abort_path
+from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, FENCE_NAME, abort_path, fence_text, log_of
 from mqstore import _shm
+from mqstore._commitlog import CommitLogAppender, LogRouter
 from mqstore._message import Message, MessageBatch, PutMessageResult
 from mqstore.log.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
-from mqstore.log.directory import check_store_dir, release_store_lock, take_store_lock
+from mqstore.log.directory import check_store_dir, release_store_lock, replace_file, take_store_lock
 from mqstore.log.mapped_file_queue import mapped_file_names
 from mqstore.parts import StoreParts, open_parts
 from mqstore.geometry import adopt_commit_log_path, adopt_store_sizes, check_root_dir
@@ -129,6 +130,11 @@ class StoreBase:
     cleaner: CleanService | None
     follower: NotFollowing
     _closed: bool
+    #: every CommitLog, by log id (one unless commit_log_count > 1), their dispatchers, and the
+    #: router that sends each put to its queue's log (None with one CommitLog)
+    commitlogs: list[CommitLog]
+    dispatchers: list[Dispatcher]
+    _router: LogRouter | None = None
 
     @property
     def attached(self) -> bool:
@@ -168,23 +174,27 @@ class StoreBase:
     def put_message(self, msg: Message) -> PutMessageResult:
         """Put one message; the result's status names any failure (spec §9). StoreClosedError
         after shutdown()."""
-        return self.commitlog.appender.put_message(msg)
+        return self._putter.put_message(msg)
 
     def put_messages(self, batch: MessageBatch | Iterable[Message]) -> PutMessageResult:
         """Put a batch of one topic and queue (spec §9.4): a MessageBatch (a client batch
         body) or a list of Messages. StoreClosedError after shutdown()."""
-        return self.commitlog.appender.put_messages(batch)
+        return self._putter.put_messages(batch)
 
     def put_bodies(self, topic: str, bodies: Iterable[bytes], queue_id: int = 0, *, tags: str | None = None,
                    properties: dict[str, str] | None = None, flag: int = 0) -> PutMessageResult:
         """Put many bodies of one topic and queue as one batch without building a Message each:
         the same properties (and TAGS=tags) and flag on every record; otherwise put_messages."""
-        return self.commitlog.appender.put_bodies(topic, bodies, queue_id, tags=tags, properties=properties,
-                                                  flag=flag)
+        return self._putter.put_bodies(topic, bodies, queue_id, tags=tags, properties=properties, flag=flag)
 
     def put(self, topic: str, body: bytes = b"", **fields: Any) -> PutMessageResult:
         """Convenience: build a Message from keyword fields and put it."""
-        return self.commitlog.appender.put_message(Message(topic, body, **fields))
+        return self._putter.put_message(Message(topic, body, **fields))
+
+    @property
+    def _putter(self) -> CommitLogAppender | LogRouter:
+        """The put path: the CommitLog's appender, or the router over every log's."""
+        return self.commitlog.appender if self._router is None else self._router
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -350,16 +360,29 @@ class StoreBase:
         except (TypeError, OverflowError) as exc:
             raise argument_error("get_min_offset_in_queue", exc, topic=topic, queue_id=queue_id) from None
 
-    def get_max_phy_offset(self) -> int:
-        """The CommitLog position after the last readable byte (RocketMQ getMaxPhyOffset)."""
+    def get_max_phy_offset(self, log: int = 0) -> int:
+        """The CommitLog position after the last readable byte (RocketMQ getMaxPhyOffset); of
+        CommitLog ``log`` of a store with several (an encoded offset, docs/parallel-commitlogs.md)."""
         self._check_open()
-        return self.commitlog.max_offset
+        return self._commitlog_of(log).max_offset
 
-    def get_min_phy_offset(self) -> int:
-        """The CommitLog position of the first byte still stored (RocketMQ getMinPhyOffset)."""
+    def get_min_phy_offset(self, log: int = 0) -> int:
+        """The CommitLog position of the first byte still stored (RocketMQ getMinPhyOffset); of
+        CommitLog ``log`` of a store with several."""
         self._check_open()
         self.follower.log()  # a node's owner: the files its other processes created or deleted
-        return self.commitlog.min_offset
+        return self._commitlog_of(log).min_offset
+
+    def logs(self) -> list[tuple[int, int, int]]:
+        """(log id, min offset, max offset) of every CommitLog (one unless commit_log_count > 1)."""
+        self._check_open()
+        self.follower.log()
+        return [(cl.log_id, cl.min_offset, cl.max_offset) for cl in self.commitlogs]
+
+    def _commitlog_of(self, log: int) -> CommitLog:
+        if type(log) is not int or not 0 <= log < len(self.commitlogs):
+            raise ValueError(f"log must be a CommitLog id 0 .. {len(self.commitlogs) - 1}, got {log!r}")
+        return self.commitlogs[log]
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
         """The store timestamp (ms) of the oldest message still stored: of the whole store, or
@@ -404,13 +427,13 @@ class StoreBase:
     def dispatch_behind_bytes(self) -> int:
         """CommitLog bytes written but not yet dispatched into the ConsumeQueues."""
         self._check_open()
-        return self.dispatcher.behind()
+        return sum(d.behind() for d in self.dispatchers)
 
     @property
     def dispatch_lag_ms(self) -> int:
         """How old the oldest written-but-not-dispatched message is, in ms (0 when none)."""
         self._check_open()
-        return self.dispatcher.lag_ms()
+        return max(d.lag_ms() for d in self.dispatchers)
 
     def wait_for_messages(self, topic: str, queue_id: int, offset: int, timeout_ms: float | None = None) -> bool:
         """Long polling for a reader in any process (spec §12): block until the queue has a
@@ -445,8 +468,17 @@ class StoreBase:
     def wait_dispatched(self, offset: int | None = None, timeout_ms: float = 5000) -> bool:
         """Wait until everything written (or up to offset) is dispatched; True when it is."""
         self._check_open()
-        target = self.ctl.get("committed") if offset is None else offset
-        return self.ctl.wait_position("dispatched", target, "dispatched", timeout_ms)
+        if offset is not None:
+            log_id = log_of(offset)
+            return self.ctl.wait_position("dispatched", offset, "dispatched", timeout_ms,
+                                          log=log_id if log_id < len(self.commitlogs) else 0)
+        deadline = time.monotonic() + timeout_ms / 1000
+        for cl in self.commitlogs:  # every log, each to what was written when it is looked at
+            left_ms = max(0.0, (deadline - time.monotonic()) * 1000)
+            if not self.ctl.wait_position("dispatched", self.ctl.get("committed", log=cl.log_id), "dispatched",
+                                          left_ms, log=cl.log_id):
+                return False
+        return True
 
     def __enter__(self) -> Self:
         return self
@@ -485,9 +517,10 @@ class MessageStore(StoreBase):
         check_store_dir(self.root)
         if os.path.isdir(commit_dir := self.config.commit_log_dir(self.root)):
             # a file name no store of this code writes (the fence of a store with several
-            # CommitLogs, docs/parallel-commitlogs.md) refuses the store before anything in it
-            # changes: the lock file, the clean-close record, the control block
-            mapped_file_names(commit_dir)
+            # CommitLogs, docs/parallel-commitlogs.md, opened as a store with one) refuses the
+            # store before anything in it changes: the lock file, the clean-close record, the
+            # control block
+            mapped_file_names(commit_dir, fenced=self.config.commit_log_count > 1)
         os.makedirs(self.root, exist_ok=True)
         self._take_lock()
         try:
@@ -553,6 +586,8 @@ class MessageStore(StoreBase):
         # bytes a dead owner's writers appended to its transient store pool go into the files
         # before they are recovered
         self.pool_replayed_bytes = transient_pool.replay(self.root, ctl_path, cfg.commit_log_dir(self.root))
+        if cfg.commit_log_count > 1:
+            _write_fence(cfg.commit_log_dir(self.root), cfg.commit_log_count)
         self.ctl = _shm.ControlBlock.create(
             ctl_path,
             table_slots=cfg.topic_queue_table_slots,
@@ -560,6 +595,7 @@ class MessageStore(StoreBase):
             lock_kind=cfg.put_lock_kind,
             sync_flush=cfg.is_sync_flush,
             pool_buffers=cfg.transient_store_pool_size if cfg.transient_store_pool_enable else 0,
+            log_count=cfg.commit_log_count,
         )
         if self.ctl.reused:
             log.warning("%s: no room for a new control block (the disk is full): the old one was laid out "
@@ -569,19 +605,51 @@ class MessageStore(StoreBase):
         assert parts.checkpoint is not None and parts.commitlog is not None and parts.consume_queues is not None
         self.checkpoint, self.commitlog = parts.checkpoint, parts.commitlog
         self.consume_queues, self.index = parts.consume_queues, parts.index
-        self.recovery: RecoveryReport = recover_store(
-            self.commitlog.queue, self.ctl, self.consume_queues, self.checkpoint,
+        self.commitlogs = parts.commitlogs
+        several = len(self.commitlogs) > 1
+        #: each log's recovery report (``recovery`` is log 0's); the clean-close record describes
+        #: one CommitLog, so a store with several scans the last files of each
+        self.recoveries: list[RecoveryReport] = [recover_store(
+            cl.queue, self.ctl, self.consume_queues, parts.checkpoints[k],
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
-            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=self.index,
-            clean_close=clean_close if self.last_exit_ok else None)
-        self.commitlog.prepare_for_writes()
+            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=parts.indexes[k],
+            clean_close=clean_close if self.last_exit_ok and not several else None, log_id=k)
+            for k, cl in enumerate(self.commitlogs)]
+        self.recovery: RecoveryReport = self.recoveries[0]
+        for cl in self.commitlogs:
+            cl.prepare_for_writes()
         self.consume_queues.publish_to(self.ctl)  # readers in other processes follow the queues
-        self.dispatcher = Dispatcher.from_config(self.commitlog, self.consume_queues, self.index, self.ctl, cfg)
-        # spec §5.2 step 4: dispatch until nothing is behind before serving
-        self.dispatcher.reset(self.recovery.dispatch_from)
-        logged = LogProgress(logging.getLogger("mqstore.recovery"), "start-up dispatch")
+        parts.dispatchers = self.dispatchers = [
+            Dispatcher.from_config(cl, self.consume_queues, parts.indexes[k], self.ctl, cfg)
+            for k, cl in enumerate(self.commitlogs)]
+        self.dispatcher = self.dispatchers[0]
+        for dispatcher, report in zip(self.dispatchers, self.recoveries):
+            self._start_up_dispatch(dispatcher, report)
+        self.reader = MessageReader(self.commitlogs if several else self.commitlog, self.consume_queues,
+                                    parts.indexes if several else self.index, cfg)
+        self.ctl.mark_ready()
+        with open(self.abort_path, "wb"):
+            pass
+        self._abort_created = True
+        # the hot path: put_message/put_messages go straight to the compiled appender (or the
+        # router over every log's), without a Python frame of this class in between (the
+        # methods below document the API)
+        if several:
+            self._router = LogRouter([cl.appender for cl in self.commitlogs])
+        putter = self._putter
+        self.put_message = putter.put_message  # type: ignore[method-assign]
+        self.put_messages = putter.put_messages  # type: ignore[method-assign]
+        self.put_bodies = putter.put_bodies  # type: ignore[method-assign]
+        self._truncate_as_requested()  # a slave's truncation its HA client asked for before it stopped
+        self._start_services()
+
+    def _start_up_dispatch(self, dispatcher: Dispatcher, report: RecoveryReport) -> None:
+        """spec §5.2 step 4: dispatch a log until nothing is behind before serving."""
+        dispatcher.reset(report.dispatch_from)
+        name = "start-up dispatch" if dispatcher.log_id == 0 else f"start-up dispatch of CommitLog {dispatcher.log_id}"
+        logged = LogProgress(logging.getLogger("mqstore.recovery"), name)
         try:
-            self.recovery.redispatched_records = self.dispatcher.dispatch_available(raise_table=True, progress=logged)
+            report.redispatched_records = dispatcher.dispatch_available(raise_table=True, progress=logged)
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -589,24 +657,11 @@ class MessageStore(StoreBase):
             # reput service retries, and WRITE_LOGICS_QUEUE_ERROR refuses puts until it gets through
             log.error("start-up dispatch stopped at offset %d: %s; the store opens with "
                       "WRITE_LOGICS_QUEUE_ERROR and dispatch resumes when there is room",
-                      self.dispatcher.dispatched, exc)
+                      dispatcher.dispatched, exc)
             self.ctl.add_stat("dispatch_errors")
             self.ctl.set_running_flag("WRITE_LOGICS_QUEUE_ERROR")
-        logged.finish(f"{self.recovery.redispatched_records:,} records")
-        log_report(self.recovery)
-        self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
-        self.ctl.mark_ready()
-        with open(self.abort_path, "wb"):
-            pass
-        self._abort_created = True
-        # the hot path: put_message/put_messages go straight to the compiled appender, without
-        # a Python frame of this class in between (the methods below document the API)
-        appender = self.commitlog.appender
-        self.put_message = appender.put_message  # type: ignore[method-assign]
-        self.put_messages = appender.put_messages  # type: ignore[method-assign]
-        self.put_bodies = appender.put_bodies  # type: ignore[method-assign]
-        self._truncate_as_requested()  # a slave's truncation its HA client asked for before it stopped
-        self._start_services()
+        logged.finish(f"{report.redispatched_records:,} records")
+        log_report(report)
 
     def _start_services(self) -> None:
         cfg = self.config
@@ -623,8 +678,9 @@ class MessageStore(StoreBase):
         """Build and start the service threads of ``kinds`` (all of them at open; all but the HA
         client after a slave's truncation, which runs in the HA client's thread)."""
         built = {kind: build_services(kind, self._parts, own_process=False) for kind in kinds}
-        self.commitlog.allocator = built["allocator"][0]  # type: ignore[assignment]
-        self.cq_flusher, self.reput = built["dispatcher"]
+        for cl, allocator in zip(self.commitlogs, built["allocator"], strict=True):
+            cl.allocator = allocator  # type: ignore[assignment]
+        self.cq_flusher, self.reput = built["dispatcher"][0], built["dispatcher"][-1]
         self.cleaner = built["cleaner"][0]  # type: ignore[assignment]
         # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
         # log are flushed (the pool's commit service before the flusher, whose final flush
@@ -706,7 +762,7 @@ class MessageStore(StoreBase):
         self._check_open()
         if self.pool is not None:
             self.commit()
-        return self.commitlog.flush(0)
+        return all([cl.flush(0) for cl in self.commitlogs])
 
     def commit(self, timeout_ms: float = 5000) -> bool:
         """With the transient store pool: have everything written so far committed to the
@@ -728,7 +784,8 @@ class MessageStore(StoreBase):
         if self._closed:
             return
         self._closed = True
-        self.commitlog.appender.closed = True
+        for cl in self.commitlogs:
+            cl.appender.closed = True
         _stop_writers(self.ctl)
         if self.pool is not None:
             # no writer can append any more: commit everything here (the commit service of
@@ -743,22 +800,28 @@ class MessageStore(StoreBase):
         if self.supervisor is not None:
             codes = self.supervisor.stop()
             errors += [f"the {kind} process exited with {code}" for kind, code in codes.items() if code != 0]
-        flushed_all = self.ctl.get("flushed") >= self.ctl.get("wrote")
-        behind = self.dispatcher.behind()
+        logs = [cl.log_id for cl in self.commitlogs]
+        flushed_all = all(self.ctl.get("flushed", log=k) >= self.ctl.get("wrote", log=k) for k in logs)
+        behind = sum(d.behind() for d in self.dispatchers)
         # what the clean-close record needs, read while the control block and files are open
+        # (a record of one CommitLog: a store with several scans each log's last files at open)
         wrote = self.ctl.get("wrote")
-        crc = clean_close_record.tail_crc(self.commitlog.queue, wrote)
+        crc = clean_close_record.tail_crc(self.commitlog.queue, wrote) if len(logs) == 1 else None
         closing = None if crc is None else CleanClose(
             wrote, crc, self.ctl.get("last_store_timestamp"), [(t, q, n) for t, q, n in self.ctl.table_items() if n > 0])
-        ts = self.ctl.get("flushed_store_timestamp")
-        if ts > 0:
-            self.checkpoint.physic_msg_timestamp = ts
-        if self.index is not None:
-            self.index.close()
+        for k, checkpoint in zip(logs, self._parts.checkpoints):
+            ts = self.ctl.get("flushed_store_timestamp", log=k)
+            if ts > 0:
+                checkpoint.physic_msg_timestamp = ts
+        for index in self._parts.indexes:
+            if index is not None:
+                index.close()
         self.consume_queues.close()
-        self.checkpoint.close()
+        for checkpoint in self._parts.checkpoints:
+            checkpoint.close()
         self.reader = None  # type: ignore[assignment]
-        self.commitlog.close()
+        for cl in self.commitlogs:
+            cl.close()
         if self.pool is not None:
             self.pool.close()
             if flushed_all:
@@ -779,6 +842,17 @@ class MessageStore(StoreBase):
     def __del__(self) -> None:
         if getattr(self, "_closed", True) is False and self._lock_fd >= 0:
             log.warning("MessageStore(%s) was garbage-collected without shutdown()", self.root)
+
+def _write_fence(commit_dir: str, log_count: int) -> None:
+    """The fence of a store with several CommitLogs (layout.FENCE_NAME in log 0's directory):
+    an mqstore that reads one CommitLog refuses the store rather than recover log 0 alone and
+    cut the other logs' ConsumeQueue units. Written (and made durable) before anything else."""
+    path = os.path.join(commit_dir, FENCE_NAME)
+    if os.path.exists(path):
+        return
+    os.makedirs(commit_dir, exist_ok=True)
+    replace_file(path, fence_text(log_count), fsync=True)
+
 
 ATTACH_WAIT_S = 60.0
 
@@ -805,6 +879,10 @@ class AttachedStore(StoreBase):
         try:
             self.config = self._owner_config(config, overrides)
             cfg = self.config
+            if cfg.commit_log_count > 1:
+                raise ConfigError(f"{self.root} has {cfg.commit_log_count} CommitLogs (commit_log_count), and "
+                                  "attaching to such a store is not built yet (docs/parallel-commitlogs.md)",
+                                  hint="read and write it through its owner, or use commit_log_count=1")
             self.last_exit_ok = True
             self.checkpoint = None  # type: ignore[assignment]
             parts = open_parts(self.root, cfg, self.ctl, "attached")
@@ -812,6 +890,7 @@ class AttachedStore(StoreBase):
             assert parts.commitlog is not None and parts.consume_queues is not None and parts.dispatcher is not None
             self.pool, self.commitlog = parts.pool, parts.commitlog
             self.consume_queues, self.index, self.dispatcher = parts.consume_queues, parts.index, parts.dispatcher
+            self.commitlogs, self.dispatchers = [self.commitlog], [self.dispatcher]
             self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
                                                       wait_timeout_ms=cfg.allocate_wait_timeout_ms)
             self.commitlog.prepare_for_writes()

@@ -27,7 +27,7 @@ ARGS = {
     "get_message_store_timestamp": ("T", 0, 0), "get_offset_in_queue_by_time": ("T", 0, 0),
     "offset_in_queue_by_time": ("T", 0, 0), "get_max_offset_in_queue": ("T", 0),
     "get_min_offset_in_queue": ("T", 0), "get_max_phy_offset": (), "get_min_phy_offset": (),
-    "get_earliest_message_time": (), "query_message": ("T", "k"), "execute_delete_files_manually": (),
+    "get_earliest_message_time": (), "query_message": ("T", "k"), "execute_delete_files_manually": (), "logs": (),
     "wait_for_messages": ("T", 0, 0, 10), "wait_dispatched": (None, 10),
 }
 # callable after shutdown on purpose

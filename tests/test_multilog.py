@@ -313,3 +313,267 @@ def test_each_log_keeps_its_own_index_and_checkpoint(tmp_path):
         assert os.listdir(index_dir(root, 1)) and os.listdir(index_dir(root, 0))
         assert all(f.begin_phy_offset >= 1 << 56 for f in indexes[1].files)
         assert checkpoint_path(root, 1).endswith("checkpoint-1") and index_dir(root, 1).endswith("index-1")
+
+
+# -- a store with several CommitLogs (commit_log_count) ------------------------------------------
+def _several(root: Any, n: int = 2, **config: Any) -> Any:
+    from mqstore import MessageStore
+
+    return MessageStore(str(root), commit_log_count=n, mapped_file_size_commit_log=64 * 1024, **config)
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"commit_log_count": 0}, "commit_log_count"),
+    ({"commit_log_count": 33}, "commit_log_count"),
+    ({"commit_log_count": 2, "store_path_commit_logs": "a;b;c"}, "names 3 path(s) for commit_log_count=2"),
+    ({"commit_log_count": 2, "store_path_commit_logs": "a;a"}, "named twice"),
+    ({"commit_log_count": 2, "service_mode": "processes"}, "service_mode=processes is not built yet"),
+    ({"commit_log_count": 2, "transient_store_pool_enable": True}, "transient_store_pool_enable=true"),
+    ({"commit_log_count": 2, "broker_role": "SLAVE"}, "broker_role=SLAVE"),
+    ({"commit_log_count": 2, "ha_listen_port": 0}, "ha_listen_port"),
+])
+def test_t2_settings_a_store_with_several_logs_cannot_have_are_refused_naming_them(tmp_path, settings, says):
+    from mqstore import MessageStore
+    from mqstore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        MessageStore(str(tmp_path / "s"), **settings)
+    assert not (tmp_path / "s" / "commitlog").exists(), "a refused configuration wrote nothing"
+
+
+def test_t2_the_count_is_fixed_at_creation_and_fenced(tmp_path):
+    """commit_log_count is saved with the store and kept when a reopen leaves it out; another
+    value is refused either way round; an N > 1 store's commitlog/ holds the fence naming N; a
+    store with one CommitLog and data (with or without mqstore.config.json, as RocketMQ
+    leaves it) is not turned into one with two."""
+    from mqstore import Message, MessageStore
+    from mqstore.errors import ConfigError
+    from mqstore.layout import FENCE_NAME, fence_log_count
+
+    root = tmp_path / "two"
+    with _several(root) as store:
+        store.put_message(Message("T", b"x")).check()
+    assert json.loads((root / "mqstore.config.json").read_text())["commit_log_count"] == 2
+    assert (root / "commitlog" / FENCE_NAME).read_text().startswith("mqstore store with 2 commit logs")
+    assert fence_log_count(str(root / "commitlog")) == 2
+    with MessageStore(str(root)) as store:  # left out: the store's own count
+        assert store.config.commit_log_count == 2 and len(store.logs()) == 2
+    with pytest.raises(ConfigError, match="commit_log_count=3, but the store was created with commit_log_count=2"):
+        MessageStore(str(root), commit_log_count=3)
+    (root / "mqstore.config.json").unlink()  # the fence still tells the count
+    with MessageStore(str(root)) as store:
+        assert store.config.commit_log_count == 2
+        assert store.read_messages("T", 0, 0).bodies() == [b"x"]
+
+    one = tmp_path / "one"
+    with MessageStore(str(one), mapped_file_size_commit_log=64 * 1024) as store:
+        store.put_message(Message("T", b"x")).check()
+    with pytest.raises(ConfigError, match="commit_log_count=2, but the store was created with commit_log_count=1"):
+        MessageStore(str(one), commit_log_count=2)
+    (one / "mqstore.config.json").unlink()
+    with pytest.raises(ConfigError, match="created with commit_log_count=1 \\(the files on disk\\)"):
+        MessageStore(str(one), commit_log_count=2)
+    assert not (one / "commitlog" / FENCE_NAME).exists()
+
+
+def _queue_log(topic: str, queue_id: int, n: int) -> int:
+    from mqstore.twin.logs import log_of_queue
+
+    return log_of_queue(topic, queue_id, n)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_t3_writers_over_several_logs_keep_each_queue_in_order_and_in_its_log(tmp_path, n):
+    """Four writer threads put into 12 queues of two topics of a store with n CommitLogs
+    (64 KiB files, so every log rolls): each queue reads back exactly what was put, in order,
+    at contiguous queue offsets, every unit in the queue's own log; every log got puts; after a
+    clean reopen the same, and puts go on at the next queue offsets."""
+    import threading
+
+    from mqstore import Message, MessageStore
+
+    queues = [(topic, q) for topic in ("TopicA", "TopicB") for q in range(6)]
+    per_writer = 600
+    sent: dict[tuple[str, int], list[bytes]] = {key: [] for key in queues}
+    lock = threading.Lock()
+    errors: list[Any] = []
+
+    def writer(store: Any, w: int) -> None:
+        for i in range(per_writer):
+            topic, q = queues[(w * 7 + i) % len(queues)]
+            body = b"w%d-%d-" % (w, i) + b"p" * (i % 700)
+            with lock:  # the order a queue's puts are made in is the order they must read back
+                r = store.put_message(Message(topic, body, queue_id=q))
+                if not r.ok:
+                    errors.append(r)
+                sent[(topic, q)].append(body)
+
+    def check(store: Any) -> None:
+        assert store.wait_dispatched(timeout_ms=30_000)
+        for (topic, q), bodies in sent.items():
+            got = store.read_messages(topic, q, 0, 10_000)
+            assert got.bodies() == bodies, f"{topic}/{q}"
+            assert {p >> 56 for p in got.physical_offsets} <= {_queue_log(topic, q, n)}
+            assert store.get_max_offset_in_queue(topic, q) == len(bodies)
+
+    root = tmp_path / "s"
+    with _several(root, n) as store:
+        threads = [threading.Thread(target=writer, args=(store, w)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors
+        check(store)
+        logs = store.logs()
+        assert [k for k, _, _ in logs] == list(range(n))
+        assert all(hi > lo for _, lo, hi in logs), f"a log got no puts: {logs}"
+        assert all(len(os.listdir(cl.queue.store_path)) > 2 for cl in store.commitlogs), "every log rolled"
+    with MessageStore(str(root)) as store:
+        assert store.last_exit_ok
+        check(store)
+        topic, q = queues[0]
+        r = store.put_message(Message(topic, b"next", queue_id=q))
+        assert r.ok and r.queue_offset == len(sent[(topic, q)])
+
+
+def test_t3_delays_batches_bodies_keys_and_times_route_by_the_stored_queue(tmp_path):
+    """A delayed message is stored in SCHEDULE_TOPIC_XXXX's queue level - 1 and so in that
+    queue's log; batches and put_bodies go to their queue's log; query_message finds keys in
+    every log's index; the earliest message time is the earliest over the logs; a look-up by
+    the physical offset of either log finds its message."""
+    from mqstore import Message
+
+    n = 4
+    with _several(tmp_path / "s", n) as store:
+        delayed = store.put_message(Message("TopicD", b"later", queue_id=1, properties={"DELAY": "3"}))
+        assert delayed.ok and delayed.wrote_offset >> 56 == _queue_log("SCHEDULE_TOPIC_XXXX", 2, n)
+        keyed = {}
+        for q in range(8):
+            r = store.put_message(Message("TopicK", b"k%d" % q, queue_id=q, keys=f"key{q} shared"))
+            assert r.ok and r.wrote_offset >> 56 == _queue_log("TopicK", q, n)
+            keyed[q] = r.wrote_offset
+        batch = store.put_messages([Message("TopicB", b"b%d" % i, queue_id=5) for i in range(3)])
+        assert batch.ok and batch.wrote_offset >> 56 == _queue_log("TopicB", 5, n)
+        bodies = store.put_bodies("TopicC", [b"c0", b"c1"], queue_id=7)
+        assert bodies.ok and bodies.wrote_offset >> 56 == _queue_log("TopicC", 7, n)
+        assert len({p >> 56 for p in keyed.values()}) > 1, "the keyed puts went to one log only"
+        assert store.wait_dispatched(timeout_ms=10_000)
+        assert store.read_messages("SCHEDULE_TOPIC_XXXX", 2, 0).bodies() == [b"later"]
+        assert store.read_messages("TopicB", 5, 0).bodies() == [b"b0", b"b1", b"b2"]
+        assert store.read_messages("TopicC", 7, 0).bodies() == [b"c0", b"c1"]
+        found = store.query_message("TopicK", "shared", max_num=64)
+        assert sorted(bytes(v.body) for v in found.messages) == [b"k%d" % q for q in range(8)]
+        assert [bytes(v.body) for v in store.query_message("TopicK", "key5").messages] == [b"k5"]
+        for q, phy in keyed.items():
+            view = store.look_message_by_offset(phy)
+            assert view is not None and bytes(view.body) == b"k%d" % q
+        first = min(store.look_message_by_offset(lo).store_timestamp for _, lo, hi in store.logs() if hi > lo)
+        assert store.get_earliest_message_time() == first
+        assert store.get_min_phy_offset(1) == 1 << 56 and store.get_max_phy_offset(1) >= 1 << 56
+        with pytest.raises(ValueError, match="CommitLog id 0 .. 3"):
+            store.get_max_phy_offset(4)
+
+
+_KILLED_WRITER = """
+import sys
+from mqstore import MessageStore, Message
+root, i = sys.argv[1], int(sys.argv[2])
+store = MessageStore(root, commit_log_count=2, mapped_file_size_commit_log=65536, flush_disk_type="SYNC_FLUSH")
+out = sys.stdout
+out.write("READY\\n"); out.flush()
+while True:
+    q = i % 6
+    r = store.put_message(Message("K", b"%d-" % i + b"p" * (i % 500), queue_id=q))
+    if r.ok:
+        out.write(f"{i} {q} {r.queue_offset} {r.wrote_offset}\\n"); out.flush()
+    i += 1
+"""
+
+
+@pytest.mark.multiprocess
+def test_t4_a_writer_of_two_logs_killed_at_random_moments_loses_no_acknowledged_message(tmp_path):
+    """A process owning a store with two CommitLogs (SYNC_FLUSH) is SIGKILLed at random moments,
+    three times: each reopen recovers both logs after the crash; every acknowledged message
+    reads back at its queue offset and physical offset, in its queue's log; each queue's
+    offsets run from 0 without a gap or a repeat, and the next writer goes on after them."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mqstore import MessageStore
+
+    root = str(tmp_path / "s")
+    rng = random.Random(os.getpid())
+    acked: dict[int, tuple[int, int, int]] = {}
+    start = 0
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, root, str(start)], stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+            time.sleep(rng.uniform(0.2, 1.2))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            out, _ = proc.communicate(timeout=60)
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) == 4:  # the last line may be cut by the kill
+                i, q, qoff, phy = map(int, fields)
+                acked[i] = (q, qoff, phy)
+        assert acked, "the writer acknowledged nothing"
+        with MessageStore(root) as store:
+            assert not store.last_exit_ok and store.config.commit_log_count == 2
+            assert store.wait_dispatched(timeout_ms=30_000)
+            for q in range(6):
+                got = store.read_messages("K", q, 0, 100_000)
+                ids = [int(bytes(b).split(b"-")[0]) for b in got.bodies()]
+                assert ids == sorted(set(ids)), f"queue {q}: a message repeats or is out of order"
+                assert {p >> 56 for p in got.physical_offsets} <= {_queue_log("K", q, 2)}
+                assert store.get_max_offset_in_queue("K", q) == len(ids)
+                mine = {i: (qoff, phy) for i, (qq, qoff, phy) in acked.items() if qq == q}
+                for i, (qoff, phy) in mine.items():
+                    assert qoff < len(ids) and ids[qoff] == i, f"acknowledged message {i} is not at {q}/{qoff}"
+                    assert got.physical_offsets[qoff] == phy
+            start = max(acked) + 1_000_000  # ids the next writer uses cannot be confused with these
+
+
+def test_t5_retention_cleans_each_log_and_cuts_its_queues_against_its_own_min_offset(tmp_path):
+    """Expired files of both CommitLogs go (oldest first, the last of each log kept); each log's
+    min offset is published in its own cell; a queue's ConsumeQueue files are cut against the
+    min offset of its own log (the other log's queues keep theirs); reads from each queue's new
+    min offset still return its messages."""
+    import time
+
+    from mqstore import Message
+
+    with _several(tmp_path / "s", 2, mapped_file_size_consume_queue=20 * 64) as store:
+        for i in range(1200):
+            store.put_message(Message("R", b"%05d" % i + b"x" * 300, queue_id=i % 2)).check()
+        assert store.flush() and store.wait_dispatched(timeout_ms=10_000)
+        before = store.logs()
+        week_ago = time.time() - 7 * 24 * 3600
+        for cl in store.commitlogs:
+            for mf in cl.queue.files[:-1]:
+                os.utime(mf.path, (week_ago, week_ago))
+        store.execute_delete_files_manually()  # the cleaner thread runs at once
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            after = store.logs()
+            if all(lo1 > lo0 for (_, lo0, _), (_, lo1, _) in zip(before, after)) and \
+                    all(store.get_min_offset_in_queue("R", q) > 0 for q in (0, 1)):
+                break
+            time.sleep(0.05)
+        for (k, lo0, hi0), (_, lo1, hi1) in zip(before, after):
+            assert lo1 > lo0 and hi1 == hi0, f"log {k} was not cleaned: {before} -> {after}"
+            assert store.ctl.get("min_phy", log=k) == lo1
+        for q in (0, 1):
+            k = _queue_log("R", q, 2)
+            low = store.get_min_offset_in_queue("R", q)
+            assert low > 0
+            got = store.read_messages("R", q, low, 10_000)
+            assert got.physical_offsets[0] >= after[k][1]
+            ids = [int(bytes(b)[:5]) for b in got.bodies()]  # (a read ends at a ConsumeQueue file's end)
+            assert ids and ids == list(range(2 * low + q, 1200, 2))[:len(ids)]

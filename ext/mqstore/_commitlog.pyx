@@ -104,6 +104,16 @@ cdef struct AppendOut:
     int64_t flush_errors  # SYNC_FLUSH: the flush error count before the records were published
 
 
+cdef int delay_level(dict props):
+    """The DELAY level a message with these properties is stored under (clamped to the highest
+    level), or 0 when it is not delayed (no level, a level <= 0, or one that is not a number)."""
+    try:
+        level = int(props["DELAY"])
+    except (KeyError, ValueError):
+        return 0
+    return 0 if level <= 0 else min(level, MAX_DELAY_LEVEL)
+
+
 cdef class BatchPlan:
     """The records of one batch, planned outside the lock: per inner message pointers to its
     body and stored properties, its flag and record size, then all records encoded into one
@@ -607,13 +617,9 @@ cdef class CommitLogAppender:
 
     cdef tuple _schedule(self, str topic, int queue_id, dict props):
         """Delay messages go to SCHEDULE_TOPIC_XXXX, queue level-1 (spec §9.2 step 4)."""
-        try:
-            level = int(props["DELAY"])
-        except ValueError:
-            return topic, queue_id, props
+        cdef int level = delay_level(props)
         if level <= 0:
             return topic, queue_id, props
-        level = min(level, MAX_DELAY_LEVEL)
         props = dict(props)
         props["REAL_TOPIC"] = topic
         props["REAL_QID"] = str(queue_id)
@@ -1147,3 +1153,75 @@ cdef class CommitLogAppender:
                 res.c_detail = f"the flush failed: {os.strerror(err)} (errno {err})"
             else:
                 res.c_detail = f"not flushed within sync_flush_timeout={self.sync_flush_timeout_ms} ms"
+
+
+# -- several CommitLogs (docs/parallel-commitlogs.md) -------------------------------------------
+cdef class LogRouter:
+    """The put path of a store with several CommitLogs: each put goes to the appender of the
+    CommitLog its queue is bound to (mq_log_of_queue: FNV-1a 64 of the topic plus the queue id,
+    modulo the count), the queue it is stored under deciding: a delayed message is stored in
+    SCHEDULE_TOPIC_XXXX's queue level - 1, so it goes to that queue's log (and the delay
+    service's re-put of it to its real queue's). A put the appender refuses (a bad topic, a
+    body too large) is refused by whichever appender it reaches, with the same status."""
+
+    cdef readonly list appenders
+    cdef int count
+    cdef object last_topic
+    cdef bytes last_topic_b
+
+    def __init__(self, appenders):
+        self.appenders = list(appenders)
+        self.count = len(self.appenders)
+        if not 1 <= self.count <= MQ_LOG_MAX:
+            raise ValueError(f"{self.count} appenders: a store has 1 .. {MQ_LOG_MAX} CommitLogs")
+        self.last_topic = None
+        self.last_topic_b = b""
+
+    cpdef int log_of(self, object topic, int queue_id):
+        """The CommitLog a put to topic/queue_id is written to (0 for a topic that is not a str
+        or does not encode: the appender refuses it)."""
+        if type(topic) is not str:
+            return 0
+        if topic is not self.last_topic:
+            try:
+                self.last_topic_b = (<str>topic).encode("utf-8")
+            except UnicodeEncodeError:
+                return 0
+            self.last_topic = topic
+        return mq_log_of_queue(PyBytes_AS_STRING(self.last_topic_b), <int>PyBytes_GET_SIZE(self.last_topic_b),
+                               queue_id, self.count)
+
+    cdef CommitLogAppender _appender_of(self, Message msg):
+        cdef object topic = msg.topic
+        cdef int queue_id = msg.queue_id
+        cdef dict props = msg._properties
+        cdef int tx, level
+        if props and "DELAY" in props:
+            tx = msg.sys_flag & MQ_TRANSACTION_TYPE_MASK
+            if tx != MQ_TRANSACTION_PREPARED_TYPE and tx != MQ_TRANSACTION_ROLLBACK_TYPE:
+                level = delay_level(props)
+                if level > 0:
+                    topic, queue_id = SCHEDULE_TOPIC, level - 1
+        return <CommitLogAppender>self.appenders[self.log_of(topic, queue_id)]
+
+    def put_message(self, Message msg not None) -> PutMessageResult:
+        """CommitLogAppender.put_message in the log of the message's queue."""
+        return self._appender_of(msg).put_message(msg)
+
+    def put_messages(self, batch) -> PutMessageResult:
+        """CommitLogAppender.put_messages in the log of the batch's queue (a batch is one
+        topic and queue, never delayed)."""
+        cdef MessageBatch mb
+        if isinstance(batch, MessageBatch):
+            mb = <MessageBatch>batch
+            return (<CommitLogAppender>self.appenders[self.log_of(mb.topic, mb.queue_id)]).put_messages(batch)
+        msgs = batch if type(batch) is list else list(batch)
+        if msgs and isinstance(msgs[0], Message):
+            return (<CommitLogAppender>self.appenders[self.log_of((<Message>msgs[0]).topic,
+                                                                  (<Message>msgs[0]).queue_id)]).put_messages(msgs)
+        return (<CommitLogAppender>self.appenders[0]).put_messages(msgs)
+
+    def put_bodies(self, str topic, bodies, int queue_id=0, *, tags=None, properties=None, int flag=0):
+        """CommitLogAppender.put_bodies in the log of topic/queue_id."""
+        return (<CommitLogAppender>self.appenders[self.log_of(topic, queue_id)]).put_bodies(
+            topic, bodies, queue_id, tags=tags, properties=properties, flag=flag)

@@ -78,7 +78,7 @@ assert len(STAT_NAMES) == MQ_STAT_COUNT
 #: the statistics of a log's header line (puts into that log), in their cell order
 LOG_STAT_NAMES = ("puts", "bytes", "lock_hold_ns_total", "lock_hold_ns_max", "lock_waits")
 #: channels whose futex words every log has its own of; the others are the store's
-_LOG_CHANNELS = frozenset({"flush", "flushed", "alloc_done", "commit"})
+_LOG_CHANNELS = frozenset({"flush", "flushed", "alloc", "alloc_done", "commit"})
 #: named cells that are the store's, not a log's
 _STORE_CELLS = frozenset({"running_flags", "manual_delete_request", "dispatch_idle", "ha_port"})
 
@@ -527,7 +527,7 @@ cdef class ControlBlock:
 
     def wait_position(self, str name, int64_t target, str channel, double timeout_ms, int log=0) -> bool:
         """Wait until position name (of log ``log``) reaches target, woken by broadcasts on channel
-        (the log's own channel for flush, flushed, alloc_done and commit; the store's one for the
+        (the log's own channel for flush, flushed, alloc, alloc_done and commit; the store's one for the
         others, which every log's service broadcasts on: dispatched)."""
         cdef int64_t *cell = self._named(name, log, False)
         cdef char *chb = self._lg(log, False) if channel in _LOG_CHANNELS else self._b()

@@ -57,8 +57,12 @@ class CommitLog:
         self.pool = pool
         self.log_id = log
         self.file_size = config.mapped_file_size_commit_log
-        directory = config.commit_log_dir(root) if log == 0 else commit_log_k_dir(config.root_dir(root), log)
-        self.queue = MappedFileQueue(directory, self.file_size, base=log_base(log))
+        several = config.commit_log_count > 1
+        if several:
+            directory = config.commit_log_dirs(root)[log]
+        else:  # (log k >= 1 of one CommitLog's configuration: the pieces' tests build logs by hand)
+            directory = commit_log_k_dir(config.root_dir(root), log) if log else config.commit_log_dir(root)
+        self.queue = MappedFileQueue(directory, self.file_size, base=log_base(log), fenced=several and log == 0)
         #: new files get this much of their disk space at creation, the rest as puts reach it
         self.allocate_step = allocate_step_of(config)
         self.queue.allocate_step = self.allocate_step

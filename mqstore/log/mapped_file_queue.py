@@ -55,17 +55,20 @@ class LoadPlan:
 MAX_FILE_START = 2**63 - 1  # a start offset is a Java long
 
 
-def mapped_file_names(directory: str) -> list[str]:
+def mapped_file_names(directory: str, *, fenced: bool = False) -> list[str]:
     """The 20-digit file names (start offsets) of a CommitLog or ConsumeQueue directory, in
     order. NotAStoreError for one that is not a regular file (a directory, a socket) or whose
     start offset does not fit a Java long: nothing the store wrote looks like that, and
-    neither can be mapped or deleted safely."""
+    neither can be mapped or deleted safely. fenced: the directory is log 0's of a store with
+    several CommitLogs, whose fence (layout.FENCE_NAME) is skipped rather than refused."""
     names = []
     for name in sorted(os.listdir(directory)):
         if len(name) != 20 or not name.isdigit():
             continue
         path = os.path.join(directory, name)
         if name == FENCE_NAME:
+            if fenced:
+                continue
             raise NotAStoreError(f"{path}: the store has several CommitLogs (commit_log_count > 1), and this "
                                  "reader reads stores with one", hint="open it with an mqstore that reads "
                                  "several CommitLogs (docs/parallel-commitlogs.md)")
@@ -99,10 +102,12 @@ class MappedFileQueue:
     (docs/parallel-commitlogs.md): its files are named base + j * file_size, and an empty
     queue's ends are base."""
 
-    def __init__(self, store_path: str, file_size: int, base: int = 0) -> None:
+    def __init__(self, store_path: str, file_size: int, base: int = 0, *, fenced: bool = False) -> None:
         self.store_path = store_path
         self.file_size = file_size
         self.base = base
+        #: log 0's directory of a store with several CommitLogs: its fence file is not a file of the log
+        self.fenced = fenced
         self._files: SortedDict = SortedDict()
         self._lock = threading.RLock()
         # bumped whenever a file is added, removed or shut down for deletion (readers cache file maps)
@@ -142,7 +147,7 @@ class MappedFileQueue:
         refused (NotAStoreError) before a file is changed."""
         os.makedirs(self.store_path, exist_ok=True)
         with self._lock:
-            plan = self.plan_load(self.store_path, self.file_size, last_file_was_cut)
+            plan = self.plan_load(self.store_path, self.file_size, last_file_was_cut, fenced=self.fenced)
             for name in plan.leftovers:
                 try:
                     os.unlink(os.path.join(self.store_path, name))
@@ -164,8 +169,8 @@ class MappedFileQueue:
             self._check_contiguous()
 
     @staticmethod
-    def plan_load(directory: str, file_size: int, last_file_was_cut: Callable[[str], bool] | None = None
-                  ) -> LoadPlan:
+    def plan_load(directory: str, file_size: int, last_file_was_cut: Callable[[str], bool] | None = None, *,
+                  fenced: bool = False) -> LoadPlan:
         """What ``load`` does to directory, decided without changing anything (the recovery dry
         run, mqstore.tools.inspection, maps the files the same way): the 20-digit files in order, the
         allocation leftovers it removes, and the short files it extends.
@@ -182,7 +187,7 @@ class MappedFileQueue:
 
         Anything else (a short file with data before other data, a longer file, a short file
         that ends like a whole file of another size) raises NotAStoreError."""
-        names = mapped_file_names(directory)
+        names = mapped_file_names(directory, fenced=fenced)
         leftovers = [n for n in sorted(os.listdir(directory)) if dead_allocation(n)]
         plan = LoadPlan(names, leftovers)
         sizes = [os.path.getsize(os.path.join(directory, n)) for n in names]
@@ -224,7 +229,7 @@ class MappedFileQueue:
         added = 0
         with self._lock:
             for name in sorted(names):
-                if len(name) != 20 or not name.isdigit() or int(name) in self._files:
+                if len(name) != 20 or not name.isdigit() or name == FENCE_NAME or int(name) in self._files:
                     continue
                 if self._files and int(name) < self._files.peekitem(0)[0]:
                     continue  # below the first file: a file being deleted, or never ours to read

@@ -646,8 +646,9 @@ class ConsumeQueueTable:
         for cq in self.of_log(log):
             cq.correct_min_offset(min_phy)
 
-    def flush(self, least_pages: int = 0) -> int:
-        return sum(1 for cq in self if cq.flush(least_pages))
+    def flush(self, least_pages: int = 0, log: int | None = None) -> int:
+        """Flush every queue (of CommitLog ``log``); the number that wrote something."""
+        return sum(1 for cq in self.of_log(log) if cq.flush(least_pages))
 
     def destroy_all(self, log: int | None = None) -> None:
         """Destroy every queue (of CommitLog ``log``)."""

@@ -208,16 +208,25 @@ class MessageReader(ReadKernel):
     """getMessage, the look-ups and the min/max getters run in the compiled ReadKernel (one C
     call each); the time search, query by key and the rest are orchestrated here."""
 
-    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: Any | None, config: StoreConfig) -> None:
-        super().__init__(queues.by_key, commitlog.queue, commitlog.ctl)
-        self.commitlog = commitlog
+    def __init__(self, commitlog: CommitLog | list[CommitLog], queues: ConsumeQueueTable,
+                 index: Any | None | list[Any], config: StoreConfig) -> None:
+        """commitlog and index: the store's, or, for a store with several CommitLogs, a list of
+        each log's (docs/parallel-commitlogs.md)."""
+        commitlogs = commitlog if isinstance(commitlog, list) else [commitlog]
+        super().__init__(queues.by_key, [cl.queue for cl in commitlogs], commitlogs[0].ctl)
+        #: every CommitLog by log id; ``commitlog`` is log 0's
+        self.commitlogs = commitlogs
+        self.commitlog = commitlogs[0]
         self.consume_queues = queues
-        self.index = index
+        #: every log's IndexService (None where the index is off); ``index`` is log 0's
+        self.indexes = index if isinstance(index, list) else [index]
+        self.index = self.indexes[0]
         self.memory = total_physical_memory()
         self.config = config
         # spec §14: drop the cached map of the CommitLog files as soon as retention deleted
         # some, so their mappings (and disk space) go once no result holds them
-        commitlog.queue.on_files_removed(self._commitlog_files_removed)
+        for cl in commitlogs:
+            cl.queue.on_files_removed(self._commitlog_files_removed)
 
     def _commitlog_files_removed(self) -> None:
         self.forget_log_map()
@@ -239,15 +248,21 @@ class MessageReader(ReadKernel):
                                  max_count_disk=config.max_transfer_count_on_message_in_disk)
 
     def pickup_store_timestamp(self, phy_offset: int) -> int:
-        if phy_offset < self.commitlog.min_offset or phy_offset >= self.commitlog.max_offset:
+        k = log_of(phy_offset)
+        if not 0 <= k < len(self.commitlogs):
             return -1
-        return self.log_map().store_timestamp(phy_offset)
+        cl = self.commitlogs[k]
+        if phy_offset < cl.min_offset or phy_offset >= cl.max_offset:
+            return -1
+        return self.log_map(k).store_timestamp(phy_offset)
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
-        """Store time of the first message of a queue, or of the whole CommitLog; -1 if none."""
+        """Store time of the first message of a queue, or of the whole store (the earliest of
+        every CommitLog's first message); -1 if none."""
         if topic is None:
-            first = self.commitlog.min_offset
-            return self.pickup_store_timestamp(first) if first < self.commitlog.max_offset else -1
+            times = [self.pickup_store_timestamp(cl.min_offset) for cl in self.commitlogs
+                     if cl.min_offset < cl.max_offset]
+            return min((t for t in times if t >= 0), default=-1)
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
             return -1
@@ -282,7 +297,7 @@ class MessageReader(ReadKernel):
     def _offset_by_time(self, cq: ConsumeQueue, files: list[Any], timestamp: int,
                         warm_bytes: int | None) -> TimeLookup:
         return offset_by_time_in_files(files, lambda mf: self._unit_range(cq, mf), self.log_map(cq.log_id),
-                                       self.commitlog.min_offset, timestamp,
+                                       self.commitlogs[cq.log_id].min_offset, timestamp,
                                        self.warm_bytes if warm_bytes is None else warm_bytes,
                                        cq.max_offset_in_queue)
 
@@ -341,14 +356,19 @@ class MessageReader(ReadKernel):
         and its physical offset listed in the result's ``corrupt_offsets``; the other
         messages are still returned."""
         result = QueryMessageResult()
-        if self.index is None:
+        indexes = [index for index in self.indexes if index is not None]
+        if not indexes:
             return result
         want = max(1, min(max_num, self.config.max_msgs_num_batch))
-        found = self.index.query_offset(topic, key, want, begin, end)
-        result.index_last_update_timestamp = found.index_last_update_timestamp
-        result.index_last_update_phy_offset = found.index_last_update_phy_offset
+        phys: set[int] = set()  # a re-dispatched newest entry may repeat
+        for index in indexes:  # with several CommitLogs, each log's index (docs/parallel-commitlogs.md)
+            found = index.query_offset(topic, key, want, begin, end)
+            phys.update(found.phy_offsets)
+            if found.index_last_update_timestamp >= result.index_last_update_timestamp:
+                result.index_last_update_timestamp = found.index_last_update_timestamp
+                result.index_last_update_phy_offset = found.index_last_update_phy_offset
         check = self.check_crc_on_read
-        for phy in sorted(set(found.phy_offsets)):  # a re-dispatched newest entry may repeat
+        for phy in sorted(phys):
             view = self.look_message_by_offset(phy, check=False)  # checked below, once it matches
             if view is None:
                 continue
@@ -368,4 +388,8 @@ class MessageReader(ReadKernel):
                 result.corrupt_offsets.append(phy)
                 continue
             result.messages.append(view)
+        if len(indexes) > 1 and len(result.messages) > want:
+            # each log's index gave up to want: the newest want of them, by store time
+            newest = sorted(result.messages, key=lambda v: v.store_timestamp, reverse=True)[:want]
+            result.messages = sorted(newest, key=lambda v: v.physical_offset)
         return result

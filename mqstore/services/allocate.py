@@ -13,48 +13,48 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from mqstore.layout import file_start_of
+from mqstore.layout import file_start_of, log_base, log_of
 from mqstore._mapped import MappedFile
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.base import ServiceThread
 
-log = logging.getLogger("mqstore.allocate")
+logger = logging.getLogger("mqstore.allocate")
 
 
-def requested_files(ctl: Any, file_size: int) -> range:
+def requested_files(ctl: Any, file_size: int, log: int = 0) -> range:
     """Starts of the files writers in other processes asked for (AllocateClient raises
     ``alloc_request_upto``) that are not known to exist yet: from the file holding the write
-    position, or the one after ``alloc_ready_upto``, up to the request."""
-    start = max(ctl.get("wrote"), ctl.get("alloc_ready_upto") + file_size, 0)
-    return range(file_start_of(start, file_size), ctl.get("alloc_request_upto") + 1, file_size)
+    position, or the one after ``alloc_ready_upto``, up to the request (of CommitLog log)."""
+    start = max(ctl.get("wrote", log=log), ctl.get("alloc_ready_upto", log=log) + file_size, log_base(log))
+    return range(file_start_of(start, file_size), ctl.get("alloc_request_upto", log=log) + 1, file_size)
 
 
 def creation_error(path: str, err: int) -> str:
     return f"cannot create CommitLog file {os.path.basename(path)}: {os.strerror(err)} (errno {err})"
 
 
-def record_failure(ctl: Any, offset: int, path: str, exc: OSError) -> str:
+def record_failure(ctl: Any, offset: int, path: str, exc: OSError, log: int = 0) -> str:
     """A file could not be created: publish it in the control block (writers waiting in any
     process see it), wake them, and return the detail for CREATE_MAPEDFILE_FAILED."""
     err = exc.errno or errno.EIO
     detail = creation_error(path, err)
-    ctl.set("alloc_error_errno", err)
-    ctl.set("alloc_error_offset", offset)
-    ctl.advance("alloc_error_count", ctl.get("alloc_error_count") + 1)
+    ctl.set("alloc_error_errno", err, log=log)
+    ctl.set("alloc_error_offset", offset, log=log)
+    ctl.advance("alloc_error_count", ctl.get("alloc_error_count", log=log) + 1, log=log)
     ctl.add_stat("alloc_errors")
-    log.error("%s", detail)
-    ctl.broadcast("alloc_done")
+    logger.error("%s", detail)
+    ctl.broadcast("alloc_done", log=log)
     return detail
 
 
-def record_created(ctl: Any, offset: int, t0_ns: int) -> None:
+def record_created(ctl: Any, offset: int, t0_ns: int, log: int = 0) -> None:
     """The file at offset is ready: count it, publish ``alloc_ready_upto`` and wake waiters."""
     elapsed = time.monotonic_ns() - t0_ns
     ctl.add_stat("alloc_count")
     ctl.add_stat("alloc_ns_total", elapsed)
     ctl.max_stat("alloc_ns_max", elapsed)
-    ctl.advance("alloc_ready_upto", offset)
-    ctl.broadcast("alloc_done")
+    ctl.advance("alloc_ready_upto", offset, log=log)
+    ctl.broadcast("alloc_done", log=log)
 
 
 @dataclass
@@ -77,7 +77,9 @@ class AllocateMappedFileService(ServiceThread):
 
     def __init__(self, ctl, queue: MappedFileQueue, *, warm: bool, sync_flush: bool, warm_flush_least_pages: int,
                  wait_timeout_ms: int) -> None:
-        super().__init__("allocate", ctl)
+        self.log_id = log_of(queue.base)
+        super().__init__("allocate" if not self.log_id else f"allocate-commitlog-{self.log_id}", ctl)
+        self.channel_log = self.log_id  # the log's own "alloc" and "alloc_done" channels and cells
         self.queue = queue
         self.warm = warm
         self.sync_flush = sync_flush
@@ -97,7 +99,7 @@ class AllocateMappedFileService(ServiceThread):
                 req = AllocateRequest(offset, path, self.queue.file_size)
                 self._table[path] = req
                 self._pending.add(req)
-                self.ctl.advance("alloc_request_upto", offset)
+                self.ctl.advance("alloc_request_upto", offset, log=self.log_id)
             return req
 
     def prefetch(self, offset: int) -> None:
@@ -159,7 +161,7 @@ class AllocateMappedFileService(ServiceThread):
         """Writers attached from other processes ask through the control block (AllocateClient):
         queue the files up to alloc_request_upto that exist nowhere yet. True if any was queued."""
         queued = False
-        for start in requested_files(self.ctl, self.queue.file_size):
+        for start in requested_files(self.ctl, self.queue.file_size, self.log_id):
             path = self.queue.path_of(start)
             with self._lock:
                 known = path in self._table
@@ -167,9 +169,9 @@ class AllocateMappedFileService(ServiceThread):
                 self._submit(start)
                 queued = True
             elif not known:
-                self.ctl.advance("alloc_ready_upto", start)
+                self.ctl.advance("alloc_ready_upto", start, log=self.log_id)
         if not queued:
-            self.ctl.broadcast("alloc_done")
+            self.ctl.broadcast("alloc_done", log=self.log_id)
         return queued
 
     def _allocate(self, req: AllocateRequest) -> None:
@@ -180,14 +182,14 @@ class AllocateMappedFileService(ServiceThread):
         except OSError as exc:
             with self._lock:
                 self._table.pop(req.path, None)
-            req.error = record_failure(self.ctl, req.offset, req.path, exc)
+            req.error = record_failure(self.ctl, req.offset, req.path, exc, self.log_id)
             req.done.set()
             return
         if self.warm:
             self.last_warm = mf.warm(self.sync_flush, self.warm_flush_least_pages)
             self.ctl.add_stat("warm_ns_total", self.last_warm["warm_ns"])
         req.mapped_file = mf
-        record_created(self.ctl, req.offset, t0)
+        record_created(self.ctl, req.offset, t0, self.log_id)
         req.done.set()
         if not self.warm and mf.hold():
             # after the file is handed out, so a writer that already needs it never waits for

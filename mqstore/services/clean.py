@@ -53,10 +53,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mqstore.layout import log_of
 from mqstore.services.base import ServiceThread
 
 if TYPE_CHECKING:
@@ -136,9 +137,14 @@ class CleanCommitLogService:
     def __init__(self, ctl: ControlBlock, commitlog: MappedFileQueue, config: StoreConfig, root: str,
                  consume_queue_dir: str, *, now_ms: Callable[[], int] = wall_clock_ms,
                  disk_usage: Callable[[str], float] = disk_usage_ratio,
-                 sleep_ms: Callable[[float], None] | None = None) -> None:
+                 sleep_ms: Callable[[float], None] | None = None, other_log_paths: Sequence[str] = ()) -> None:
         self.ctl = ctl
         self.commitlog = commitlog
+        #: the CommitLog this cleans (its flushed and dispatched cells bound what may go)
+        self.log_id = log_of(commitlog.base)
+        #: the other CommitLogs' directories of a store with several: the disk check measures
+        #: every log's partition and judges by the fullest
+        self.other_log_paths = tuple(other_log_paths)
         self.config = config
         self.root = root
         self.consume_queue_dir = consume_queue_dir
@@ -163,7 +169,8 @@ class CleanCommitLogService:
         partitions, set or clear the DISK_FULL running flag."""
         cfg = self.config
         cq_dir = self.consume_queue_dir if os.path.isdir(self.consume_queue_dir) else self.root
-        ratios = (self.disk_usage(self.commitlog.store_path), self.disk_usage(cq_dir))
+        logs = [self.disk_usage(p) for p in (self.commitlog.store_path, *self.other_log_paths)]
+        ratios = (-1.0 if min(logs) < 0 else max(logs), self.disk_usage(cq_dir))
         worst = max(ratios)
         disk_full = worst > cfg.disk_space_warning_level_ratio / 100
         clean_immediately = disk_full or worst > cfg.disk_space_clean_forcibly_ratio / 100
@@ -195,7 +202,7 @@ class CleanCommitLogService:
         report.deleting = True
         report.clean_at_once = cfg.clean_file_forcibly_enable and report.disk.clean_immediately
         # beyond RocketMQ: never a file the flush or the dispatch has not passed
-        keep_from = min(self.ctl.get("flushed"), self.ctl.get("dispatched"))
+        keep_from = min(self.ctl.get("flushed", log=self.log_id), self.ctl.get("dispatched", log=self.log_id))
         deleted = self.commitlog.delete_expired_file_by_time(
             cfg.file_reserved_time * HOUR_MS, cfg.delete_commit_log_files_interval,
             cfg.destroy_maped_file_interval_forcibly, report.clean_at_once, now_ms=self.now_ms,
@@ -220,8 +227,11 @@ class CleanConsumeQueueService:
     rose, ConsumeQueue files and index files that only point below it (spec §14)."""
 
     def __init__(self, consume_queues: ConsumeQueueTable, index: Any | None, config: StoreConfig, *,
-                 sleep_ms: Callable[[float], None] | None = None) -> None:
+                 sleep_ms: Callable[[float], None] | None = None, log: int | None = None) -> None:
         self.consume_queues = consume_queues
+        #: with several CommitLogs, the log whose queues (and index) this cleans: a queue's units
+        #: are cut against its own log's min offset (None: every queue, one CommitLog)
+        self.log = log
         self.index = index
         self.config = config
         self.sleep_ms = sleep_ms if sleep_ms is not None else (lambda ms: time.sleep(ms / 1000))
@@ -232,7 +242,7 @@ class CleanConsumeQueueService:
             return
         self.last_physical_min_offset = min_offset
         interval = self.config.delete_consume_queue_files_interval
-        for cq in self.consume_queues:
+        for cq in self.consume_queues.of_log(self.log):
             deleted = cq.delete_expired_file(min_offset)
             report.consume_queue_files_deleted += deleted
             if deleted and interval > 0:
@@ -259,7 +269,8 @@ class CleanService(ServiceThread):
     def __init__(self, ctl: ControlBlock, commitlog: MappedFileQueue, consume_queues: ConsumeQueueTable,
                  index: Any | None, config: StoreConfig, root: str, *,
                  now_ms: Callable[[], int] = wall_clock_ms, disk_usage: Callable[[str], float] = disk_usage_ratio,
-                 initial_delay_ms: int = FIRST_CLEAN_DELAY_MS, follow: bool = False) -> None:
+                 initial_delay_ms: int = FIRST_CLEAN_DELAY_MS, follow: bool = False,
+                 more_logs: Sequence[tuple[MappedFileQueue, Any]] = ()) -> None:
         super().__init__("clean", ctl)
         self.config = config
         self.commitlog = commitlog
@@ -269,8 +280,17 @@ class CleanService(ServiceThread):
         self.follow = follow
         self.commitlog_cleaner = CleanCommitLogService(
             ctl, commitlog, config, root, consume_queues.root, now_ms=now_ms, disk_usage=disk_usage,
-            sleep_ms=self.sleep)
-        self.consume_queue_cleaner = CleanConsumeQueueService(consume_queues, index, config, sleep_ms=self.sleep)
+            sleep_ms=self.sleep, other_log_paths=[files.store_path for files, _ in more_logs])
+        self.consume_queue_cleaner = CleanConsumeQueueService(consume_queues, index, config, sleep_ms=self.sleep,
+                                                              log=0 if more_logs else None)
+        #: the other CommitLogs of a store with several (docs/parallel-commitlogs.md), each cleaned
+        #: as log 0 is, its queues and index against its own min offset: (files, its CommitLog
+        #: cleaner, its ConsumeQueue cleaner)
+        self.more_logs = [(files, CleanCommitLogService(ctl, files, config, root, consume_queues.root, now_ms=now_ms,
+                                                        disk_usage=disk_usage, sleep_ms=self.sleep),
+                           CleanConsumeQueueService(consume_queues, log_index, config, sleep_ms=self.sleep,
+                                                    log=log_of(files.base)))
+                          for files, log_index in more_logs]
         start = time.monotonic() * 1000
         self._next_clean_ms = start + initial_delay_ms
         self._next_disk_check_ms = start + min(1000, initial_delay_ms)
@@ -285,8 +305,12 @@ class CleanService(ServiceThread):
     def execute_delete_files_manually(self) -> None:
         """Delete expired files at the next 20 runs whatever the hour and the disk; the next
         run starts now."""
-        self.commitlog_cleaner.execute_delete_files_manually()
+        for cleaner in self._commitlog_cleaners():
+            cleaner.execute_delete_files_manually()
         self.wakeup()
+
+    def _commitlog_cleaners(self) -> list[CleanCommitLogService]:
+        return [self.commitlog_cleaner] + [cleaner for _, cleaner, _ in self.more_logs]
 
     def check_disk_space(self) -> DiskCheck:
         """The 10 s disk check alone: set or clear DISK_FULL."""
@@ -303,9 +327,26 @@ class CleanService(ServiceThread):
             report.min_offset = self.commitlog.min_available_offset()
             self.ctl.advance("min_phy", report.min_offset)
             self.consume_queue_cleaner.run(report.min_offset, report)
+            for files, commitlog_cleaner, consume_queue_cleaner in self.more_logs:
+                self._clean_log(files, commitlog_cleaner, consume_queue_cleaner, report)
             self.runs += 1
             self.last_report = report
             return report
+
+    def _clean_log(self, files: MappedFileQueue, commitlog_cleaner: CleanCommitLogService,
+                   consume_queue_cleaner: CleanConsumeQueueService, report: CleanReport) -> None:
+        """One run over CommitLog k >= 1 of a store with several, under the disk check of the
+        run; what it deleted is added to report (whose min_offset stays log 0's)."""
+        done = CleanReport(report.disk)
+        commitlog_cleaner.run(done)
+        done.min_offset = files.min_available_offset()
+        self.ctl.advance("min_phy", done.min_offset, log=commitlog_cleaner.log_id)
+        consume_queue_cleaner.run(done.min_offset, done)
+        report.deleting |= done.deleting
+        report.hanged_file_deleted |= done.hanged_file_deleted
+        report.commitlog_files_deleted += done.commitlog_files_deleted
+        report.consume_queue_files_deleted += done.consume_queue_files_deleted
+        report.index_files_deleted += done.index_files_deleted
 
     def _clean_and_recheck(self) -> None:
         """clean_once, then, if it deleted files, the disk check again: DISK_FULL clears as soon
@@ -338,7 +379,8 @@ class CleanService(ServiceThread):
         requested = self.ctl.get("manual_delete_request")
         if requested > self._manual_seen:
             self._manual_seen = requested
-            self.commitlog_cleaner.execute_delete_files_manually()
+            for cleaner in self._commitlog_cleaners():
+                cleaner.execute_delete_files_manually()
             woken = True
         now = time.monotonic() * 1000
         try:

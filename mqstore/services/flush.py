@@ -144,7 +144,11 @@ class FlushConsumeQueueService(ServiceThread):
     channel = None  # timed: nothing wakes it
 
     def __init__(self, queues, dispatcher, checkpoint, ctl, config) -> None:  # type: ignore[no-untyped-def]
-        super().__init__("flush-consumequeue", ctl)
+        #: the CommitLog whose queues and checkpoint this flushes (one service per log; with one
+        #: CommitLog, every queue)
+        self.log_id = dispatcher.log_id
+        self._of_log = self.log_id if queues.log_count > 1 else None
+        super().__init__("flush-consumequeue" if not self.log_id else f"flush-consumequeue-{self.log_id}", ctl)
         self.queues = queues
         self.dispatcher = dispatcher
         self.checkpoint = checkpoint
@@ -164,7 +168,7 @@ class FlushConsumeQueueService(ServiceThread):
     def flush(self, least_pages: int, thorough: bool) -> None:
         logics_ts = self.dispatcher.logics_store_timestamp
         try:
-            self.queues.flush(least_pages)
+            self.queues.flush(least_pages, self._of_log)
         except OSError as exc:
             log.error("ConsumeQueue flush failed: %s", exc)
             return
@@ -174,7 +178,7 @@ class FlushConsumeQueueService(ServiceThread):
     def write_checkpoint(self, logics_ts: int) -> None:
         if logics_ts > 0:
             self.checkpoint.logics_msg_timestamp = logics_ts
-        physic = self.ctl.get("flushed_store_timestamp")
+        physic = self.ctl.get("flushed_store_timestamp", log=self.log_id)
         if physic > 0:
             self.checkpoint.physic_msg_timestamp = physic
         self.checkpoint.flush()
@@ -183,7 +187,7 @@ class FlushConsumeQueueService(ServiceThread):
         for _ in range(3):  # spec: up to 3 tries with least pages 0
             try:
                 logics_ts = self.dispatcher.logics_store_timestamp
-                self.queues.flush(0)
+                self.queues.flush(0, self._of_log)
                 self.write_checkpoint(logics_ts)
                 return
             except OSError as exc:

@@ -53,6 +53,8 @@ def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[S
 
     own_process: True in a node's service process, False for the threads of an owner."""
     cfg = parts.config
+    if parts.log_count > 1:
+        return _several_logs(kind, parts)
     if kind == "allocator":
         (files,) = _need(parts, kind, "log_files")
         warm, least_pages = cfg.warm_maped_file_enable, cfg.flush_least_pages_when_warm_maped_file
@@ -89,5 +91,36 @@ def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[S
             (commitlog,) = _need(parts, kind, "commitlog")
             return [HAClient(parts.ctl, commitlog, cfg, root=parts.root,
                              truncate=None if own_process else parts.truncate)]
+        return []
+    raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
+
+
+def _several_logs(kind: str, parts: StoreParts) -> list[ServiceThread]:
+    """The threads of an owner of a store with several CommitLogs (docs/parallel-commitlogs.md):
+    an allocator and a flusher per log (each on its log's channels and cells), a ConsumeQueue
+    flush per log (its queues, its checkpoint), one reput loop serving every log's dispatcher in
+    turn, and one cleaner cleaning each log with its queues and index against that log's min
+    offset. No replication yet (the configuration refuses it)."""
+    cfg, ctl = parts.config, parts.ctl
+    if kind == "allocator":
+        return [AllocateMappedFileService(ctl, cl.queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
+                                          warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file,
+                                          wait_timeout_ms=cfg.allocate_wait_timeout_ms)
+                for cl in parts.commitlogs]
+    if kind == "flusher":
+        return [GroupCommitService(cl) if cfg.is_sync_flush else FlushRealTimeService(cl) for cl in parts.commitlogs]
+    if kind == "dispatcher":
+        (queues,) = _need(parts, kind, "consume_queues")
+        if len(parts.dispatchers) != parts.log_count:
+            raise ValueError(f"the dispatcher service needs a dispatcher per CommitLog ({parts.log_count})")
+        flushers: list[ServiceThread] = [FlushConsumeQueueService(queues, d, cp, ctl, cfg)
+                                         for d, cp in zip(parts.dispatchers, parts.checkpoints)]
+        return flushers + [ReputMessageService(parts.dispatchers)]
+    if kind == "cleaner":
+        (queues,) = _need(parts, kind, "consume_queues")
+        first, *more = parts.commitlogs
+        return [CleanService(ctl, first.queue, queues, parts.indexes[0], cfg, parts.root,
+                             more_logs=[(cl.queue, index) for cl, index in zip(more, parts.indexes[1:])])]
+    if kind == "ha":
         return []
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
