@@ -85,11 +85,13 @@ class StoreParts:
     indexes: list[IndexService | None] = field(default_factory=list)
     checkpoints: list[StoreCheckpoint] = field(default_factory=list)
     dispatchers: list[Dispatcher] = field(default_factory=list)
+    #: every log's files (a CommitLog's own queue, or the files alone), by log id
+    log_queues: list[MappedFileQueue] = field(default_factory=list)
 
     @property
     def log_count(self) -> int:
-        """The CommitLogs these parts hold (1 for every role but an owner of several)."""
-        return max(1, len(self.commitlogs))
+        """The CommitLogs these parts hold."""
+        return max(1, len(self.log_queues), len(self.commitlogs))
 
     def _opened(self, obj: Any) -> Any:
         self.closers.append(obj)
@@ -124,6 +126,8 @@ def open_parts(root: str, config: StoreConfig, ctl: ControlBlock | None, role: s
         raise
     if parts.commitlog is not None and parts.log_files is None:
         parts.log_files = parts.commitlog.queue
+    if not parts.log_queues:
+        parts.log_queues = [cl.queue for cl in parts.commitlogs] or ([parts.log_files] if parts.log_files else [])
     return parts
 
 
@@ -139,13 +143,35 @@ def _commitlog(parts: StoreParts, pool: Any | None = None, *, map_files: bool = 
     return commitlog
 
 
-def _log_files(parts: StoreParts) -> MappedFileQueue:
-    from mqstore.log.mapped_file_queue import MappedFileQueue
+def _log_files(parts: StoreParts) -> list[MappedFileQueue]:
+    """Every log's files alone (no CommitLog); ``log_files`` is log 0's."""
+    from mqstore.log.commitlog import commit_log_files
 
-    cfg = parts.config
-    files = parts._opened(MappedFileQueue(cfg.commit_log_dir(parts.root), cfg.mapped_file_size_commit_log))
-    parts.log_files = files
-    return files
+    parts.log_queues = [parts._opened(commit_log_files(parts.root, parts.config, k))
+                        for k in range(parts.config.commit_log_count)]
+    parts.log_files = parts.log_queues[0]
+    return parts.log_queues
+
+
+def _commitlogs(parts: StoreParts, pool: Any | None = None, *, map_files: bool = True) -> list[CommitLog]:
+    """Every log's CommitLog; ``commitlog`` is log 0's."""
+    parts.commitlogs = [_commitlog(parts, pool, map_files=map_files, log=k)
+                        for k in range(parts.config.commit_log_count)]
+    return parts.commitlogs
+
+
+def _indexes(parts: StoreParts, *, with_checkpoint: bool = True, clean: bool = True) -> list[IndexService | None]:
+    """Every log's index (None where the index is off), each with its log's checkpoint;
+    ``index`` is log 0's."""
+    parts.indexes = [_index(parts, with_checkpoint=with_checkpoint, clean=clean, log=k,
+                            checkpoint=parts.checkpoints[k] if with_checkpoint else None)
+                     for k in range(parts.config.commit_log_count)]
+    return parts.indexes
+
+
+def _checkpoints(parts: StoreParts) -> list[StoreCheckpoint]:
+    parts.checkpoints = [_checkpoint(parts, k) for k in range(parts.config.commit_log_count)]
+    return parts.checkpoints
 
 
 def _queues(parts: StoreParts, *, load: bool = True) -> ConsumeQueueTable:
@@ -192,13 +218,11 @@ def _owner(parts: StoreParts, *, pool: Any | None, clean: bool) -> None:
     from mqstore.queue.recovery import commitlog_file_was_cut
 
     parts.pool = pool
-    logs = range(parts.config.commit_log_count)
-    parts.checkpoints = [_checkpoint(parts, k) for k in logs]
-    parts.commitlogs = [_commitlog(parts, pool, map_files=False, log=k) for k in logs]
-    for commitlog in parts.commitlogs:
+    _checkpoints(parts)
+    for commitlog in _commitlogs(parts, pool, map_files=False):
         commitlog.queue.load(commitlog_file_was_cut)
     _queues(parts)
-    parts.indexes = [_index(parts, clean=clean, log=k, checkpoint=parts.checkpoints[k]) for k in logs]
+    _indexes(parts, clean=clean)
 
 
 def _attach_pool(parts: StoreParts) -> Any | None:
@@ -213,27 +237,29 @@ def _attach_pool(parts: StoreParts) -> Any | None:
 def _attached(parts: StoreParts, **_: Any) -> None:
     from mqstore.queue.dispatch import Dispatcher
 
-    commitlog = _commitlog(parts, _attach_pool(parts))
+    commitlogs = _commitlogs(parts, _attach_pool(parts))
     queues = _queues(parts, load=False)
-    _index(parts, with_checkpoint=False)
-    parts.dispatcher = Dispatcher(commitlog, queues, None, parts.ctl)
+    _indexes(parts, with_checkpoint=False)
+    parts.dispatchers = [Dispatcher(cl, queues, None, parts.ctl) for cl in commitlogs]
+    parts.dispatcher = parts.dispatchers[0]
 
 
 def _allocator(parts: StoreParts, **_: Any) -> None:
     from mqstore.log.commitlog import allocate_step_of
 
-    _log_files(parts).allocate_step = allocate_step_of(parts.config)
+    for files in _log_files(parts):
+        files.allocate_step = allocate_step_of(parts.config)
 
 
 def _flusher(parts: StoreParts, **_: Any) -> None:
-    _commitlog(parts, _attach_pool(parts))
+    _commitlogs(parts, _attach_pool(parts))
 
 
 def _dispatcher(parts: StoreParts, **_: Any) -> None:
     from mqstore.queue.dispatch import Dispatcher
 
     ctl = parts.ctl
-    commitlog = _commitlog(parts)
+    commitlogs = _commitlogs(parts)
     queues = _queues(parts)
     for cq in queues:
         units = ctl.table_get_dispatched(cq.topic, cq.queue_id)
@@ -244,29 +270,32 @@ def _dispatcher(parts: StoreParts, **_: Any) -> None:
             if dropped:
                 log.warning("ConsumeQueue %s/%d: dropped %d unit(s) past the published %d (a dispatcher "
                             "died writing them); dispatch rebuilds them", cq.topic, cq.queue_id, dropped, units)
-    _checkpoint(parts)
-    index = _index(parts)
+    _checkpoints(parts)
+    indexes = _indexes(parts)
     queues.publish_to(ctl)
-    parts.dispatcher = Dispatcher.from_config(commitlog, queues, index, ctl, parts.config)
+    parts.dispatchers = [Dispatcher.from_config(cl, queues, indexes[k], ctl, parts.config)
+                         for k, cl in enumerate(commitlogs)]
+    parts.dispatcher = parts.dispatchers[0]
 
 
 def _cleaner(parts: StoreParts, **_: Any) -> None:
     ctl = parts.ctl
-    _log_files(parts).map_new_files()
+    for files in _log_files(parts):
+        files.map_new_files()
     queues = _queues(parts)
     for cq in queues:  # read-only positions: the dispatcher process appends
         units = ctl.table_get_dispatched(cq.topic, cq.queue_id)
         if units is not None:
             cq.follow(units)
-    _checkpoint(parts)
-    _index(parts)
+    _checkpoints(parts)
+    _indexes(parts)
 
 
 def _ha(parts: StoreParts, **_: Any) -> None:
     if parts.config.broker_role is BrokerRole.SLAVE:
         _commitlog(parts)
     else:  # a master's HA service reads the files, mapping new ones as it needs them
-        _log_files(parts).map_new_files()
+        _log_files(parts)[0].map_new_files()
 
 
 def _rebuild(parts: StoreParts, **_: Any) -> None:

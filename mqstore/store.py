@@ -62,35 +62,37 @@ STOPPED_HOLDER_WAIT_S = 5.0
 RUNNING_HOLDER_WAIT_S = 30.0
 
 
-def _lock_holder_pid(ctl: _shm.ControlBlock) -> int:
-    holder = ctl.lock_holder  # the spin kind records it in the lock word
-    return holder[0] if holder is not None else ctl.get("lock_owner_pid")
+def _lock_holder_pid(ctl: _shm.ControlBlock, log: int = 0) -> int:
+    holder = ctl.log_lock_holder(log)  # the spin kind records it in the lock word
+    return holder[0] if holder is not None else ctl.get("lock_owner_pid", log=log)
 
 
 def _stop_writers(ctl: _shm.ControlBlock) -> None:
     """Refuse puts from every process (attached writers get SERVICE_NOT_AVAILABLE), then wait
-    for a put inside the lock to finish by taking the lock once.
+    for a put inside the lock to finish by taking the lock once; every CommitLog's lock, in
+    a store with several.
 
     A holder that does not let go (stopped by SIGSTOP or a debugger for STOPPED_HOLDER_WAIT_S,
     or running but stuck for RUNNING_HOLDER_WAIT_S) is killed, so it can never resume and
     write into files its store no longer owns, and the lock is taken over from the dead
     holder; the log names it."""
     ctl.set_running_flag("NOT_WRITEABLE")
-    started = time.monotonic()
-    while not ctl.try_acquire_put_lock():
-        pid = _lock_holder_pid(ctl)
-        waited = time.monotonic() - started
-        frozen = pid > 0 and stopped(pid)
-        if pid > 0 and pid != os.getpid() and waited > (STOPPED_HOLDER_WAIT_S if frozen else RUNNING_HOLDER_WAIT_S):
-            log.error("the put lock's holder, pid %d, has kept it for %.0f s while %s; killing it to break the lock",
-                      pid, waited, "stopped (SIGSTOP or a debugger)" if frozen else "not letting go")
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            started = time.monotonic()
-        time.sleep(0.002)
-    ctl.release_put_lock()
+    for k in range(ctl.log_count):
+        started = time.monotonic()
+        while not ctl.try_acquire_put_lock(log=k):
+            pid = _lock_holder_pid(ctl, k)
+            waited = time.monotonic() - started
+            frozen = pid > 0 and stopped(pid)
+            if pid > 0 and pid != os.getpid() and waited > (STOPPED_HOLDER_WAIT_S if frozen else RUNNING_HOLDER_WAIT_S):
+                log.error("the put lock's holder, pid %d, has kept it for %.0f s while %s; killing it to break the lock",
+                          pid, waited, "stopped (SIGSTOP or a debugger)" if frozen else "not letting go")
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                started = time.monotonic()
+            time.sleep(0.002)
+        ctl.release_put_lock(log=k)
 
 
 def fence_control_block(path: str) -> None:
@@ -577,7 +579,12 @@ class MessageStore(StoreBase):
     def _open(self) -> None:
         cfg = self.config
         self.last_exit_ok = not os.path.exists(self.abort_path)
-        clean_close, why = clean_close_record.read(self.root)
+        if cfg.commit_log_count > 1:
+            clean_logs, why = clean_close_record.read_logs(self.root, cfg.commit_log_count)
+            clean_close = None
+        else:
+            clean_close, why = clean_close_record.read(self.root)
+            clean_logs = {0: clean_close} if clean_close is not None else {}
         if why:
             log.warning("recovery: %s; scanning the last files", why)
         clean_close_record.remove(self.root)  # it describes the files only until they change
@@ -613,7 +620,7 @@ class MessageStore(StoreBase):
             cl.queue, self.ctl, self.consume_queues, parts.checkpoints[k],
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
             index_safe=cfg.message_index_enable and cfg.message_index_safe, index=parts.indexes[k],
-            clean_close=clean_close if self.last_exit_ok and not several else None, log_id=k)
+            clean_close=clean_logs.get(k) if self.last_exit_ok else None, log_id=k)
             for k, cl in enumerate(self.commitlogs)]
         self.recovery: RecoveryReport = self.recoveries[0]
         for cl in self.commitlogs:
@@ -736,12 +743,14 @@ class MessageStore(StoreBase):
         processes (mqstore.node); this process keeps writing and reading, following the
         queues the dispatcher process builds."""
         cfg = self.config
-        self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
-                                                  wait_timeout_ms=cfg.allocate_wait_timeout_ms)
+        for cl in self.commitlogs:
+            cl.allocator = AllocateClient(self.ctl, cl.queue, wait_timeout_ms=cfg.allocate_wait_timeout_ms)
         self.consume_queues.flush()
-        if self.index is not None:
-            self.index.flush()
-        self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
+        indexes = self._parts.indexes
+        for index in indexes:
+            if index is not None:
+                index.flush()
+        self._follow(Follower(self.commitlogs, self.consume_queues, self.ctl, indexes))
         self.supervisor = Supervisor(self.root, service_kinds(cfg))
         self.supervisor.on_exit = self._on_service_exit
         try:
@@ -803,12 +812,15 @@ class MessageStore(StoreBase):
         logs = [cl.log_id for cl in self.commitlogs]
         flushed_all = all(self.ctl.get("flushed", log=k) >= self.ctl.get("wrote", log=k) for k in logs)
         behind = sum(d.behind() for d in self.dispatchers)
-        # what the clean-close record needs, read while the control block and files are open
-        # (a record of one CommitLog: a store with several scans each log's last files at open)
-        wrote = self.ctl.get("wrote")
-        crc = clean_close_record.tail_crc(self.commitlog.queue, wrote) if len(logs) == 1 else None
-        closing = None if crc is None else CleanClose(
-            wrote, crc, self.ctl.get("last_store_timestamp"), [(t, q, n) for t, q, n in self.ctl.table_items() if n > 0])
+        # what the clean-close record needs, read while the control block and files are open:
+        # each log's end (a log whose tail cannot be read is left out: the next open scans it)
+        closing: dict[int, CleanClose] = {}
+        for cl in self.commitlogs:
+            wrote = self.ctl.get("wrote", log=cl.log_id)
+            crc = clean_close_record.tail_crc(cl.queue, wrote)
+            if crc is not None:
+                closing[cl.log_id] = CleanClose(wrote, crc, self.ctl.get("last_store_timestamp", log=cl.log_id))
+        table = [(t, q, n) for t, q, n in self.ctl.table_items() if n > 0]
         for k, checkpoint in zip(logs, self._parts.checkpoints):
             ts = self.ctl.get("flushed_store_timestamp", log=k)
             if ts > 0:
@@ -829,8 +841,11 @@ class MessageStore(StoreBase):
         self.ctl.mark_closed()
         self.ctl.close()
         if flushed_all and not errors and behind == 0:
-            if closing is not None:
-                clean_close_record.write(self.root, closing)
+            if len(logs) > 1:
+                clean_close_record.write_logs(self.root, closing, table)
+            elif closing:
+                closing[0].table = table
+                clean_close_record.write(self.root, closing[0])
             os.unlink(self.abort_path)
         else:
             why = "unflushed data" if not flushed_all else (f"{behind} bytes not dispatched" if behind else errors[0])
@@ -879,10 +894,6 @@ class AttachedStore(StoreBase):
         try:
             self.config = self._owner_config(config, overrides)
             cfg = self.config
-            if cfg.commit_log_count > 1:
-                raise ConfigError(f"{self.root} has {cfg.commit_log_count} CommitLogs (commit_log_count), and "
-                                  "attaching to such a store is not built yet (docs/parallel-commitlogs.md)",
-                                  hint="read and write it through its owner, or use commit_log_count=1")
             self.last_exit_ok = True
             self.checkpoint = None  # type: ignore[assignment]
             parts = open_parts(self.root, cfg, self.ctl, "attached")
@@ -890,21 +901,26 @@ class AttachedStore(StoreBase):
             assert parts.commitlog is not None and parts.consume_queues is not None and parts.dispatcher is not None
             self.pool, self.commitlog = parts.pool, parts.commitlog
             self.consume_queues, self.index, self.dispatcher = parts.consume_queues, parts.index, parts.dispatcher
-            self.commitlogs, self.dispatchers = [self.commitlog], [self.dispatcher]
-            self.commitlog.allocator = AllocateClient(self.ctl, self.commitlog.queue,
-                                                      wait_timeout_ms=cfg.allocate_wait_timeout_ms)
-            self.commitlog.prepare_for_writes()
-            self.reader = MessageReader(self.commitlog, self.consume_queues, self.index, cfg)
-            self._follow(Follower(self.commitlog, self.consume_queues, self.ctl, self.index))
+            self.commitlogs, self.dispatchers = parts.commitlogs, parts.dispatchers
+            self._indexes = parts.indexes
+            several = len(self.commitlogs) > 1
+            for cl in self.commitlogs:
+                cl.allocator = AllocateClient(self.ctl, cl.queue, wait_timeout_ms=cfg.allocate_wait_timeout_ms)
+                cl.prepare_for_writes()
+            self.reader = MessageReader(self.commitlogs if several else self.commitlog, self.consume_queues,
+                                        parts.indexes if several else self.index, cfg)
+            self._follow(Follower(self.commitlogs, self.consume_queues, self.ctl, parts.indexes))
         except BaseException:
             if opened is not None:
                 opened.close()
             self.ctl.close()
             raise
-        appender = self.commitlog.appender
-        self.put_message = appender.put_message  # type: ignore[method-assign]
-        self.put_messages = appender.put_messages  # type: ignore[method-assign]
-        self.put_bodies = appender.put_bodies  # type: ignore[method-assign]
+        if several:
+            self._router = LogRouter([cl.appender for cl in self.commitlogs])
+        putter = self._putter
+        self.put_message = putter.put_message  # type: ignore[method-assign]
+        self.put_messages = putter.put_messages  # type: ignore[method-assign]
+        self.put_bodies = putter.put_bodies  # type: ignore[method-assign]
         self._closed = False
 
     def _attach_control_block(self) -> _shm.ControlBlock:
@@ -955,12 +971,15 @@ class AttachedStore(StoreBase):
         if self._closed:
             return
         self._closed = True
-        self.commitlog.appender.closed = True
+        for cl in self.commitlogs:
+            cl.appender.closed = True
         self.reader = None  # type: ignore[assignment]
-        if self.index is not None:
-            self.index.close()
+        for index in self._indexes:
+            if index is not None:
+                index.close()
         self.consume_queues.close()
-        self.commitlog.close()
+        for cl in self.commitlogs:
+            cl.close()
         if self.pool is not None:
             self.pool.close()
         self.ctl.close()

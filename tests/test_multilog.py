@@ -14,6 +14,8 @@ from mqstore import _shm
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError
 from mqstore.log.commitlog import CommitLog
+from mqstore.tools.checker import check_store
+from mqstore.tools.inspection import plan_recovery
 
 from golden_store import GOLDEN, golden_digest
 
@@ -327,7 +329,6 @@ def _several(root: Any, n: int = 2, **config: Any) -> Any:
     ({"commit_log_count": 33}, "commit_log_count"),
     ({"commit_log_count": 2, "store_path_commit_logs": "a;b;c"}, "names 3 path(s) for commit_log_count=2"),
     ({"commit_log_count": 2, "store_path_commit_logs": "a;a"}, "named twice"),
-    ({"commit_log_count": 2, "service_mode": "processes"}, "service_mode=processes is not built yet"),
     ({"commit_log_count": 2, "transient_store_pool_enable": True}, "transient_store_pool_enable=true"),
     ({"commit_log_count": 2, "broker_role": "SLAVE"}, "broker_role=SLAVE"),
     ({"commit_log_count": 2, "ha_listen_port": 0}, "ha_listen_port"),
@@ -429,12 +430,15 @@ def test_t3_writers_over_several_logs_keep_each_queue_in_order_and_in_its_log(tm
         assert [k for k, _, _ in logs] == list(range(n))
         assert all(hi > lo for _, lo, hi in logs), f"a log got no puts: {logs}"
         assert all(len(os.listdir(cl.queue.store_path)) > 2 for cl in store.commitlogs), "every log rolled"
+    report = check_store(str(root)).raise_if_failed()
+    assert sorted(report.log_ends) == list(range(n)) and report.records == 4 * per_writer
     with MessageStore(str(root)) as store:
         assert store.last_exit_ok
         check(store)
         topic, q = queues[0]
         r = store.put_message(Message(topic, b"next", queue_id=q))
         assert r.ok and r.queue_offset == len(sent[(topic, q)])
+    check_store(str(root)).raise_if_failed()
 
 
 def test_t3_delays_batches_bodies_keys_and_times_route_by_the_stored_queue(tmp_path):
@@ -524,8 +528,12 @@ def test_t4_a_writer_of_two_logs_killed_at_random_moments_loses_no_acknowledged_
                 i, q, qoff, phy = map(int, fields)
                 acked[i] = (q, qoff, phy)
         assert acked, "the writer acknowledged nothing"
+        check_store(root, allow_torn_tail=True).raise_if_failed()  # as the kill left it
+        plan = plan_recovery(root)  # mqstore recover: what the open below does, found read-only
         with MessageStore(root) as store:
             assert not store.last_exit_ok and store.config.commit_log_count == 2
+            assert [p.report.valid_end for p in plan.logs] == [r.valid_end for r in store.recoveries]
+            assert [p.report.records for p in plan.logs] == [r.records for r in store.recoveries]
             assert store.wait_dispatched(timeout_ms=30_000)
             for q in range(6):
                 got = store.read_messages("K", q, 0, 100_000)
@@ -538,6 +546,7 @@ def test_t4_a_writer_of_two_logs_killed_at_random_moments_loses_no_acknowledged_
                     assert qoff < len(ids) and ids[qoff] == i, f"acknowledged message {i} is not at {q}/{qoff}"
                     assert got.physical_offsets[qoff] == phy
             start = max(acked) + 1_000_000  # ids the next writer uses cannot be confused with these
+        check_store(root).raise_if_failed()
 
 
 def test_t5_retention_cleans_each_log_and_cuts_its_queues_against_its_own_min_offset(tmp_path):
@@ -577,3 +586,261 @@ def test_t5_retention_cleans_each_log_and_cuts_its_queues_against_its_own_min_of
             assert got.physical_offsets[0] >= after[k][1]
             ids = [int(bytes(b)[:5]) for b in got.bodies()]  # (a read ends at a ConsumeQueue file's end)
             assert ids and ids == list(range(2 * low + q, 1200, 2))[:len(ids)]
+
+
+_ATTACHED_WRITER = """
+import sys
+from mqstore import MessageStore, Message
+root, w, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = MessageStore.open(root)
+assert store.attached
+for i in range(n):
+    q = w * 4 + i % 4
+    body = b"w%d-%d-" % (w, i) + b"p" * (i % 3000)
+    r = store.put_message(Message("P", body, queue_id=q))
+    assert r.ok, r
+    print(q, r.queue_offset, r.wrote_offset, flush=True)
+store.close()
+"""
+
+
+@pytest.mark.multiprocess
+def test_t3_writer_processes_over_two_logs_of_a_node(tmp_path):
+    """A node (service processes) owning a store with two CommitLogs and two writer processes
+    attached to it, each putting into four queues of its own: every queue reads back exactly,
+    in order, in its own log, from the owner and from the files after a clean stop; each
+    log's allocator, flusher and dispatcher (in their processes) served its log."""
+    import subprocess
+    import sys
+
+    from mqstore import MessageStore
+
+    root = str(tmp_path / "s")
+    n = 1500
+    with _several(root, 2, service_mode="processes") as store:
+        procs = [subprocess.Popen([sys.executable, "-c", _ATTACHED_WRITER, root, str(w), str(n)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(2)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-3000:]
+            outs.append(out)
+        acks = [tuple(map(int, line.split())) for out in outs for line in out.splitlines()]
+        assert len(acks) == 2 * n
+        assert store.wait_dispatched(timeout_ms=30_000)
+
+        def check(s: Any) -> None:
+            for w in range(2):
+                for j in range(4):
+                    q = w * 4 + j
+                    got = s.read_messages("P", q, 0, 10_000)
+                    want = [b"w%d-%d-" % (w, i) + b"p" * (i % 3000) for i in range(j, n, 4)]
+                    assert [bytes(b) for b in got.bodies()] == want, f"queue {q}"
+                    assert {p >> 56 for p in got.physical_offsets} == {_queue_log("P", q, 2)}
+                    mine = sorted((qoff, phy) for qq, qoff, phy in acks if qq == q)
+                    assert mine == list(enumerate(got.physical_offsets))
+
+        check(store)
+        assert all(hi - lo > 64 * 1024 for _, lo, hi in store.logs()), "both logs rolled"
+        assert store.stats()["alloc_count"] >= 4
+        check_store(root, quiescent=False).raise_if_failed()  # while the node runs
+    check_store(root).raise_if_failed()
+    with MessageStore(root) as store:
+        assert store.last_exit_ok
+        check(store)
+
+
+def test_t6_the_checker_finds_damage_in_any_log_and_a_unit_pointing_into_the_wrong_log(tmp_path):
+    """The store-wide checker reads a store with several CommitLogs: a clean one passes; a byte
+    flipped in a record of log 1 is reported in that log's files; a ConsumeQueue unit of a
+    queue bound to log 1 made to point into log 0 is reported (no record of its queue there)."""
+    import struct
+
+    from mqstore import Message, MessageStore
+
+    root = tmp_path / "s"
+    with _several(root, 2) as store:
+        for i in range(400):
+            store.put_message(Message("X", b"%04d" % i + b"y" * 100, queue_id=i % 4, keys=f"k{i}")).check()
+    check_store(str(root)).raise_if_failed()
+    q1 = next(q for q in range(4) if _queue_log("X", q, 2) == 1)
+    q0 = next(q for q in range(4) if _queue_log("X", q, 2) == 0)
+    cq = root / "consumequeue" / "X" / str(q1) / ("%020d" % 0)
+    original = cq.read_bytes()
+    with MessageStore(str(root)) as store:
+        phy0 = store.read_messages("X", q0, 0, 1).physical_offsets[0]
+    cq.write_bytes(struct.pack(">q", phy0) + original[8:])
+    report = check_store(str(root))
+    assert not report.ok and any(f"consumequeue/X/{q1}" in p.where for p in report.problems), report.problems
+    cq.write_bytes(original)
+    check_store(str(root)).raise_if_failed()
+
+    log1 = root / "commitlog-1"
+    first = sorted(p for p in log1.iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[300] ^= 0xFF  # inside the body of an early record
+    first.write_bytes(bytes(data))
+    report = check_store(str(root))
+    assert not report.ok and any(first.name in p.where or "commitlog" in p.where for p in report.problems), \
+        report.problems
+
+
+def test_t7_a_clean_close_record_per_log_stands_for_each_logs_scan(tmp_path):
+    """A clean stop of a store with several CommitLogs writes the version 2 record (each log's
+    end and tail CRC, one table); the next open takes every log's end and queue offsets from it
+    without a scan. A log whose tail changed after the stop is scanned alone; the record is
+    removed at open; an open after a crash never uses it."""
+    from mqstore import Message, MessageStore
+
+    root = tmp_path / "s"
+    with _several(root, 2) as store:
+        for i in range(300):
+            store.put_message(Message("C", b"%03d" % i, queue_id=i % 4)).check()
+        ends = store.logs()
+    record = json.loads((root / "mqstore.clean.json").read_text())
+    assert record["version"] == 2 and [e["log"] for e in record["logs"]] == [0, 1]
+    assert [e["wrote"] for e in record["logs"]] == [hi for _, _, hi in ends]
+    assert sorted((t, q) for t, q, _ in record["table"]) == [("C", q) for q in range(4)]
+    with MessageStore(str(root)) as store:
+        assert [r.mode for r in store.recoveries] == ["normal, from the clean-close record"] * 2
+        assert not (root / "mqstore.clean.json").exists()
+        assert store.logs() == ends
+        for q in range(4):
+            assert store.next_queue_offset("C", q) == 75
+    # log 1's last record changed after the stop: log 1 is scanned, log 0 trusts the record
+    from mqstore.layout import file_start_of
+
+    start = file_start_of(ends[1][2] - 1, 64 * 1024)
+    last = root / "commitlog-1" / f"{start:020d}"
+    data = bytearray(last.read_bytes())
+    data[ends[1][2] - start - 1] ^= 0x01
+    last.write_bytes(bytes(data))
+    with MessageStore(str(root)) as store:
+        modes = [r.mode for r in store.recoveries]
+        assert modes[0] == "normal, from the clean-close record" and modes[1] == "normal", modes
+        assert "changed" in store.recoveries[1].clean_close_problem
+
+
+@pytest.mark.multiprocess
+def test_t8_a_broker_serves_a_store_with_two_logs_sends_pulls_ids_and_keys(tmp_path):
+    """A broker (its front processes attached to the owner) over a store with two CommitLogs:
+    sends to four queues land in both logs; pulls give each queue back in order; an offset
+    msgId of either log is viewed by VIEW_MESSAGE_BY_ID; QUERY_MESSAGE finds a key in both
+    logs' indexes."""
+    import asyncio
+
+    from helpers_broker import running_broker
+    from mqstore._remoting import RemotingCommand
+    from mqstore.client import MessageQueue, Producer, PullConsumer, PullStatus, RemotingConnection, decode_messages
+    from mqstore.protocol import RequestCode, ResponseCode
+
+    topic = next(t for t in (f"Multi{i}" for i in range(100)) if len({_queue_log(t, q, 2) for q in range(4)}) == 2)
+
+    async def main() -> None:
+        with running_broker(str(tmp_path / "store"), commit_log_count=2, ha_listen_port=None) as broker:
+            async with Producer("PID_multi", broker.namesrv_address) as producer:
+                sent = [await producer.send(topic, b"b%02d" % i, keys=[f"key{i}", "both"], queue_id=i % 4)
+                        for i in range(40)]
+            logs = {int(r.offset_msg_id[16:], 16) >> 56 for r in sent}
+            assert logs == {0, 1}
+            async with PullConsumer("CG_multi", broker.namesrv_address) as consumer:
+                for q in range(4):
+                    got: list[Any] = []
+                    offset = 0
+                    for _ in range(100):
+                        result = await consumer.pull(MessageQueue(topic, "broker-a", q), offset, suspend_ms=200)
+                        assert result.status in (PullStatus.FOUND, PullStatus.NO_NEW_MSG), result
+                        got += result.messages
+                        offset = result.next_begin_offset
+                        if len(got) >= 10:
+                            break
+                    assert [m.body for m in got] == [b"b%02d" % i for i in range(q, 40, 4)]
+                    assert [m.offset_msg_id for m in got] == [r.offset_msg_id for r in sent[q::4]]
+            conn = await RemotingConnection.open(broker.address)
+            try:
+                for r in (sent[0], sent[1], sent[2], sent[3]):
+                    phy = int(r.offset_msg_id[16:], 16)
+                    answer = await conn.request(RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID,
+                                                                ext_fields={"offset": str(phy)}), 5.0)
+                    assert answer.code == ResponseCode.SUCCESS, answer.remark
+                    [view] = decode_messages(answer.body)
+                    assert view.msg_id == r.msg_id
+                for _ in range(100):
+                    answer = await conn.request(RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields={
+                        "topic": topic, "key": "both", "maxNum": "64", "beginTimestamp": "0",
+                        "endTimestamp": str(2**63 - 1)}), 5.0)
+                    if answer.code == ResponseCode.SUCCESS and len(decode_messages(answer.body)) == 40:
+                        break
+                    await asyncio.sleep(0.05)
+                assert sorted(m.body for m in decode_messages(answer.body)) == [b"b%02d" % i for i in range(40)]
+            finally:
+                conn.close()
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+
+
+def test_t9_stats_show_each_log(tmp_path):
+    """mqstore stats of a store with several CommitLogs shows each log's state, puts, bytes and
+    positions (its figures' ``logs``); a store with one shows none."""
+    from mqstore import Message, MessageStore
+    from mqstore.tools.stats import StatsReader, figures, format_lines
+
+    with _several(tmp_path / "two", 2) as store:
+        for i in range(40):
+            store.put_message(Message("S", b"x" * 10, queue_id=i % 4)).check()
+        reader = StatsReader(str(tmp_path / "two"))
+        try:
+            fig = figures(None, reader.snapshot())
+        finally:
+            reader.close()
+    logs = fig["logs"]
+    assert [e["log"] for e in logs] == [0, 1] and all(e["state"] == "online" for e in logs)
+    assert sum(e["puts"] for e in logs) == 40 and all(e["puts"] for e in logs)
+    assert logs[1]["positions"]["wrote"] > 1 << 56
+    assert any(line.strip().startswith("CommitLog 1 (online): ") for line in format_lines(fig))
+    with MessageStore(str(tmp_path / "one"), mapped_file_size_commit_log=64 * 1024):
+        reader = StatsReader(str(tmp_path / "one"))
+        try:
+            assert "logs" not in figures(None, reader.snapshot())
+        finally:
+            reader.close()
+
+
+def test_t9_inspect_and_dump_read_each_log(tmp_path):
+    """mqstore inspect lists each CommitLog's files, offsets and index files of a store with
+    several; dump reads a record by an offset of either log and a queue in its own log, and
+    names an offset of a log the store does not have."""
+    import subprocess
+    import sys
+
+    from mqstore import Message
+
+    root = tmp_path / "s"
+    with _several(root, 2) as store:
+        phys = [store.put_message(Message("I", b"i%d" % i, queue_id=i % 4, keys=f"k{i}")).wrote_offset
+                for i in range(40)]
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mqstore", *argv], capture_output=True, text=True, timeout=120)
+
+    got = cli("inspect", str(root), "--json")
+    assert got.returncode == 0, got.stderr
+    inv = json.loads(got.stdout)
+    assert [lg["log"] for lg in inv["commitlogs"]] == [0, 1]
+    assert inv["commitlogs"][1]["min_offset"] == 1 << 56 and inv["commitlogs"][1]["end"] > 1 << 56
+    assert sum(f["records"] for lg in inv["commitlogs"] for f in lg["files"]) == 40
+    assert all(lg["index_files"] for lg in inv["commitlogs"])
+    assert sum(q["messages"] for q in inv["queues"]) == 40
+    for i in (0, 1, 2, 3):
+        got = cli("dump", str(root), "--phy", str(phys[i]), "--json")
+        assert got.returncode == 0, got.stderr
+        assert f'"physical_offset": {phys[i]}' in got.stdout.replace(":  ", ": ")
+    q1 = next(q for q in range(4) if _queue_log("I", q, 2) == 1)
+    got = cli("dump", str(root), "--topic", "I", "--queue", str(q1), "--count", "3", "--json")
+    assert got.returncode == 0, got.stderr
+    records = json.loads(got.stdout)["records"]
+    assert [r["note"] for r in records] == [None] * 3
+    assert [r["physical_offset"] >> 56 for r in records] == [1] * 3
+    assert [r["record"]["keys"] for r in records] == [[f"k{i}"] for i in range(q1, 12, 4)]
+    got = cli("dump", str(root), "--phy", str(3 << 56))
+    assert got.returncode != 0 and "names CommitLog 3, and the store has 2" in got.stderr

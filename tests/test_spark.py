@@ -454,3 +454,38 @@ def test_queue_columns_alone_are_read_from_the_consume_queue_as_the_records_say(
     assert rows(narrow) == after
     with pytest.raises(ValueError, match="no record at physical offset"):
         rows(SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def store_of_two_logs(tmp_path_factory):
+    """The same messages in a store with two CommitLogs (docs/parallel-commitlogs.md)."""
+    root = str(tmp_path_factory.mktemp("spark2") / "store")
+    with MessageStore(root, commit_log_count=2, **CFG) as s:
+        for m in _messages(2500):
+            s.put_message(m).check()
+        s.put_messages([Message("Pay", b"batch%d" % i, queue_id=1) for i in range(40)]).check()
+        assert all(hi > lo for _, lo, hi in s.logs())
+    return root
+
+
+def test_a_store_with_two_logs_reads_by_queue_by_log_and_by_key(spark, store_of_two_logs):
+    """Every read mode over a store with two CommitLogs gives every message as the store reads
+    it: by queue (each queue in its own log), the whole of both logs (mode=commitlog, a
+    partition per file of each log, each log's records in order), and a keys / msg_id filter
+    pushed down to both logs' indexes."""
+    root = store_of_two_logs
+    expected = _store_rows(root)
+    assert {row["commitlog_offset"] >> 56 for row in expected.values()} == {0, 1}
+    assert _spark_rows(spark.read.format("mqstore").load(root)) == expected
+    whole = spark.read.format("mqstore").option("mode", "commitlog").load(root)
+    assert _spark_rows(whole) == expected
+    offsets = [r.commitlog_offset for r in whole.select("commitlog_offset").collect()]
+    assert offsets == sorted(offsets) and whole.rdd.getNumPartitions() > 2
+    for key in ("k7", "alt2501"):
+        want = [k for k, row in expected.items() if row["keys"] and key in row["keys"].split(" ")]
+        got = spark.read.format("mqstore").load(root).where(f"keys = '{key}' or keys like '% {key}'")
+        assert sorted((r.topic, r.queue_id, r.queue_offset) for r in got.collect()) == sorted(want)
+    row = next(v for v in expected.values() if v["commitlog_offset"] >> 56 == 1)
+    got = spark.read.format("mqstore").load(root).where(f"msg_id = '{row['msg_id']}'").collect()
+    assert [(r.topic, r.queue_id, r.queue_offset) for r in got] == [(row["topic"], row["queue_id"],
+                                                                     row["queue_offset"])]

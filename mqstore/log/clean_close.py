@@ -26,12 +26,15 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from mqstore.layout import CLEAN_CLOSE_NAME, file_start_of
+from mqstore.layout import CLEAN_CLOSE_NAME, file_start_of, local_of, log_of
 from mqstore.log.directory import replace_file
 
 log = logging.getLogger("mqstore.recovery")
 
 VERSION = 1
+#: the record of a store with several CommitLogs (docs/parallel-commitlogs.md "clean-close record
+#: version 2"): one entry per log, one table; a store with one keeps writing version 1
+VERSION_LOGS = 2
 #: bytes before the write position whose CRC the record keeps (inside the position's file)
 TAIL_BYTES = 4096
 
@@ -54,10 +57,10 @@ class CleanClose:
 
 def tail_range(wrote: int, file_size: int) -> tuple[int, int]:
     """The [start, wrote) range whose CRC the record keeps: up to TAIL_BYTES, inside the file
-    that holds the byte before wrote."""
-    if wrote <= 0:
+    that holds the byte before wrote (of the log wrote is an offset of)."""
+    if wrote <= 0 or local_of(wrote) == 0:
         return wrote, wrote
-    file_from = (wrote - 1) // file_size * file_size
+    file_from = file_start_of(wrote - 1, file_size)
     return max(file_from, wrote - TAIL_BYTES), wrote
 
 
@@ -82,26 +85,78 @@ def write(root: str, record: CleanClose) -> None:
         log.warning("cannot write the clean-close record %s: %s", path, exc)
 
 
-def read(root: str) -> tuple[CleanClose | None, str]:
-    """(the record, "") or (None, why not: "" when there is none)."""
+def write_logs(root: str, records: dict[int, CleanClose], table: list[tuple[str, int, int]]) -> None:
+    """Write the version 2 record of a store with several CommitLogs: each log's write
+    position, tail CRC and last store timestamp (a log left out is scanned at the next open),
+    and the whole topic-queue table."""
+    text = json.dumps({"version": VERSION_LOGS,
+                       "logs": [{"log": k, "wrote": r.wrote, "tail_crc": r.tail_crc,
+                                 "last_store_timestamp": r.last_store_timestamp} for k, r in sorted(records.items())],
+                       "table": [list(t) for t in table]}, separators=(",", ":"))
+    path = os.path.join(root, CLEAN_CLOSE_NAME)
+    try:
+        replace_file(path, text, fsync=True)
+    except OSError as exc:  # the next open scans instead: nothing is lost
+        log.warning("cannot write the clean-close record %s: %s", path, exc)
+
+
+def _load(root: str) -> tuple[Any, str]:
     path = os.path.join(root, CLEAN_CLOSE_NAME)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            return json.load(fh), ""
     except FileNotFoundError:
         return None, ""
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return None, f"{CLEAN_CLOSE_NAME} cannot be read: {exc}"
+
+
+def _table(data: Any) -> list[tuple[str, int, int]]:
+    return [(str(t), int(q), int(n)) for t, q, n in data["table"]]
+
+
+def read(root: str) -> tuple[CleanClose | None, str]:
+    """(the record, "") or (None, why not: "" when there is none)."""
+    data, why = _load(root)
+    if data is None:
+        return None, why
     try:
         if data["version"] != VERSION:
             return None, f"{CLEAN_CLOSE_NAME} has version {data['version']!r}, not {VERSION}"
-        table = [(str(t), int(q), int(n)) for t, q, n in data["table"]]
-        rec = CleanClose(int(data["wrote"]), int(data["tail_crc"]), int(data["last_store_timestamp"]), table)
+        rec = CleanClose(int(data["wrote"]), int(data["tail_crc"]), int(data["last_store_timestamp"]), _table(data))
     except (KeyError, TypeError, ValueError) as exc:
         return None, f"{CLEAN_CLOSE_NAME} is malformed: {exc!r}"
     if rec.wrote < 0 or any(q < 0 or n < 0 for _, q, n in rec.table):
         return None, f"{CLEAN_CLOSE_NAME} holds a negative offset"
     return rec, ""
+
+
+def read_logs(root: str, log_count: int) -> tuple[dict[int, CleanClose], str]:
+    """The version 2 record of a store with log_count CommitLogs, as one CleanClose per log it
+    names (each with the table entries of its own queues, by the binding); ({}, why not) when
+    there is none or it cannot be used ("" when there is none)."""
+    from mqstore._shm import log_of_queue
+
+    data, why = _load(root)
+    if data is None:
+        return {}, why
+    try:
+        if data["version"] != VERSION_LOGS:
+            return {}, f"{CLEAN_CLOSE_NAME} has version {data['version']!r}, not {VERSION_LOGS} (several CommitLogs)"
+        table = _table(data)
+        records = {int(e["log"]): CleanClose(int(e["wrote"]), int(e["tail_crc"]), int(e["last_store_timestamp"]))
+                   for e in data["logs"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        return {}, f"{CLEAN_CLOSE_NAME} is malformed: {exc!r}"
+    if any(q < 0 or n < 0 for _, q, n in table) or any(r.wrote < 0 for r in records.values()):
+        return {}, f"{CLEAN_CLOSE_NAME} holds a negative offset"
+    if any(not 0 <= k < log_count or log_of(r.wrote) != k for k, r in records.items()):
+        return {}, f"{CLEAN_CLOSE_NAME} names a CommitLog the store does not have, or an offset of another log"
+    for topic, qid, n in table:
+        record = records.get(log_of_queue(topic, qid, log_count))
+        if record is not None:
+            record.table.append((topic, qid, n))
+    return records, ""
 
 
 def remove(root: str) -> None:
@@ -119,11 +174,12 @@ def mismatch(files: Any, record: CleanClose) -> str:
     file's end)."""
     wrote = record.wrote
     mapped = files.files
+    base = getattr(files, "base", 0)  # (the log's first offset: 0, or k << 56 for log k)
     if not mapped:
-        return "" if wrote == 0 else f"the record says the log ends at {wrote}, but there is no CommitLog file"
+        return "" if wrote == base else f"the record says the log ends at {wrote}, but there is no CommitLog file"
     first, end = mapped[0].file_from, mapped[-1].file_from + files.file_size
-    if wrote == 0 and first == 0 and files.get(0) is not None:
-        head = files.get(0).read(0, 8)
+    if wrote == base and first == base and files.get(base) is not None:
+        head = files.get(base).read(0, 8)
         return "" if head == bytes(8) else "the record says the log is empty, but its first file holds data"
     if not first < wrote <= end:
         return f"the record's write position {wrote} is outside the CommitLog files [{first}, {end})"
@@ -132,7 +188,7 @@ def mismatch(files: Any, record: CleanClose) -> str:
         return f"the CommitLog file holding offset {wrote - 1} is missing"
     if crc != record.tail_crc:
         return f"the {min(TAIL_BYTES, wrote - tail_range(wrote, files.file_size)[0])} bytes before {wrote} changed"
-    pos = wrote % files.file_size
+    pos = wrote - file_start_of(wrote, files.file_size)
     if pos and pos + 8 <= files.file_size:
         at = files.get(wrote - pos)
         if at is not None and at.read(pos, 8) != bytes(8):

@@ -44,6 +44,18 @@ def allocate_step_of(config: StoreConfig) -> int:
     return 0 if config.warm_maped_file_enable else config.commit_log_allocate_step_bytes
 
 
+def commit_log_files(root: str, config: StoreConfig, log: int = 0) -> MappedFileQueue:
+    """The (unloaded) MappedFileQueue of CommitLog ``log``'s directory: its files named from
+    ``log_base(log)``; log 0's of a store with several skips the fence."""
+    several = config.commit_log_count > 1
+    if several:
+        directory = config.commit_log_dirs(root)[log]
+    else:  # (log k >= 1 of one CommitLog's configuration: the pieces' tests build logs by hand)
+        directory = commit_log_k_dir(config.root_dir(root), log) if log else config.commit_log_dir(root)
+    return MappedFileQueue(directory, config.mapped_file_size_commit_log, base=log_base(log),
+                           fenced=several and log == 0)
+
+
 class CommitLog:
     """One CommitLog: log 0 (every store has it, at ``store_path_commit_log``), or log ``log``
     of a store with several (docs/parallel-commitlogs.md), at ROOT/commitlog-<log>, whose
@@ -57,12 +69,7 @@ class CommitLog:
         self.pool = pool
         self.log_id = log
         self.file_size = config.mapped_file_size_commit_log
-        several = config.commit_log_count > 1
-        if several:
-            directory = config.commit_log_dirs(root)[log]
-        else:  # (log k >= 1 of one CommitLog's configuration: the pieces' tests build logs by hand)
-            directory = commit_log_k_dir(config.root_dir(root), log) if log else config.commit_log_dir(root)
-        self.queue = MappedFileQueue(directory, self.file_size, base=log_base(log), fenced=several and log == 0)
+        self.queue = commit_log_files(root, config, log)
         #: new files get this much of their disk space at creation, the rest as puts reach it
         self.allocate_step = allocate_step_of(config)
         self.queue.allocate_step = self.allocate_step

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mqstore.layout import CONFIG_NAME, FILLER_SIZE, consumequeue_dir, file_start_of
+from mqstore.layout import CONFIG_NAME, FENCE_NAME, FILLER_SIZE, consumequeue_dir, file_start_of, log_base
 from mqstore._scan import scan_records
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
 from mqstore._mapped import MappedFile
@@ -55,11 +55,12 @@ def _map_read(path: str) -> Buffer:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _offset_names(directory: str) -> list[str]:
-    """The 20-digit file names (start offsets, spec §2) of directory, sorted."""
+def _offset_names(directory: str, *, fenced: bool = False) -> list[str]:
+    """The 20-digit file names (start offsets, spec §2) of directory, sorted (fenced: log 0's
+    directory of a store with several CommitLogs, whose fence is not a file of the log)."""
     if not os.path.isdir(directory):
         return []
-    return sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+    return sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit() and not (fenced and n == FENCE_NAME))
 
 
 def alloc_leftovers(directory: str) -> list[str]:
@@ -100,8 +101,8 @@ class ReadOnlyFileQueue(MappedFileQueue):
     copies in a scratch directory removed at close(): the repaired files are mapped from
     there, the deleted ones are listed in ``deleted`` from the start."""
 
-    def __init__(self, store_path: str, file_size: int) -> None:
-        super().__init__(store_path, file_size)
+    def __init__(self, store_path: str, file_size: int, base: int = 0, *, fenced: bool = False) -> None:
+        super().__init__(store_path, file_size, base, fenced=fenced)
         #: file name -> non-zero bytes that truncation would zero in it
         self.zeroed: dict[str, int] = {}
         #: names of the files that would be deleted, and the non-zero bytes they hold
@@ -123,7 +124,7 @@ class ReadOnlyFileQueue(MappedFileQueue):
     @classmethod
     def of_directory(cls, directory: str, file_size: int, what: str, *, contiguous: bool = True,
                      last_file_was_cut: Callable[[str], bool] | None = None,
-                     repair: RepairPlan | None = None) -> ReadOnlyFileQueue:
+                     repair: RepairPlan | None = None, base: int = 0, fenced: bool = False) -> ReadOnlyFileQueue:
         """The 20-digit files of directory as loading maps them (positions at the file size,
         nothing in directory removed, created or changed); NotAStoreError where the open would
         not map them: a file of another size, and (contiguous) a gap or a misaligned first file.
@@ -137,12 +138,12 @@ class ReadOnlyFileQueue(MappedFileQueue):
         extended: list[tuple[str, int]] = []
         extended_empty: list[tuple[str, int]] = []
         if last_file_was_cut is not None and os.path.isdir(directory):
-            plan = MappedFileQueue.plan_load(directory, file_size, last_file_was_cut)
+            plan = MappedFileQueue.plan_load(directory, file_size, last_file_was_cut, fenced=fenced)
             names = plan.names
             extended, extended_empty = plan.extend, plan.extend_empty
             copies = {name: size for name, size in plan.extend + plan.extend_empty}
         else:
-            names = _offset_names(directory)
+            names = _offset_names(directory, fenced=fenced)
             if repair is not None:
                 deleted = list(repair.delete)
                 names = [n for n in names if n not in deleted]
@@ -156,7 +157,7 @@ class ReadOnlyFileQueue(MappedFileQueue):
                                          f"the queue there)")
         if contiguous:
             cls._check_contiguous_names(directory, names, file_size)
-        queue = cls(directory, file_size)
+        queue = cls(directory, file_size, base, fenced=fenced)
         queue.extended, queue.extended_empty = list(extended), list(extended_empty)
         try:
             for name in deleted:
@@ -239,28 +240,41 @@ def store_config(root: str) -> StoreConfig:
         return cfg
 
 
-def open_commitlog(root: str, *, contiguous: bool = True, file_size: int | None = None) -> ReadOnlyFileQueue:
+def open_commitlog(root: str, *, contiguous: bool = True, file_size: int | None = None,
+                   log: int | None = None) -> ReadOnlyFileQueue:
     """The CommitLog files of root, read-only, as MappedFileQueue.load maps them (a cut last
     file and short empty files after it extended, in scratch copies; it would also create the
     directory and remove leftovers); contiguous=False also maps a log with a missing file (to
     look at, not to recover). file_size: the CommitLog file size (default: the store's own,
-    store_config). Close it with ``.close()``."""
+    store_config). log: CommitLog ``log`` of a store with several (docs/parallel-commitlogs.md);
+    None for a reader of one CommitLog, which refuses such a store by its fence. Close it with
+    ``.close()``."""
     cfg = store_config(root)
-    cdir = cfg.commit_log_dir(root)  # store_path_commit_log as the store's owner had it
-    names = _offset_names(cdir)
+    several = log is not None and cfg.commit_log_count > 1
+    # store_path_commit_log (store_path_commit_logs) as the store's owner had it
+    cdir = cfg.commit_log_dirs(root)[log] if several and log is not None else cfg.commit_log_dir(root)
+    base = log_base(log) if several and log is not None else 0
+    fenced = several and log == 0
+    names = _offset_names(cdir, fenced=fenced)
     if not names:
-        return ReadOnlyFileQueue(cdir, 0)
+        return ReadOnlyFileQueue(cdir, 0, base, fenced=fenced)
     if file_size is None:
         file_size = cfg.mapped_file_size_commit_log
     return ReadOnlyFileQueue.of_directory(cdir, file_size, "CommitLog", contiguous=contiguous,
-                                          last_file_was_cut=commitlog_file_was_cut)
+                                          last_file_was_cut=commitlog_file_was_cut, base=base, fenced=fenced)
+
+
+def commit_log_count(root: str) -> int:
+    """How many CommitLogs the store at root has (store_config: its saved count, or its fence)."""
+    return store_config(root).commit_log_count
 
 
 # -- CommitLog -----------------------------------------------------------------------------
 @contextmanager
-def commitlog(root: str) -> Iterator[ReadOnlyFileQueue]:
-    """The CommitLog files to look at (a missing file in the middle is no obstacle)."""
-    queue = open_commitlog(root, contiguous=False)
+def commitlog(root: str, log: int | None = None) -> Iterator[ReadOnlyFileQueue]:
+    """The CommitLog files to look at (a missing file in the middle is no obstacle); log: see
+    open_commitlog."""
+    queue = open_commitlog(root, contiguous=False, log=log)
     try:
         yield queue
     finally:

@@ -36,36 +36,45 @@ NOT_FOLLOWING = NotFollowing()
 
 
 class Follower(NotFollowing):
-    """Reads in a process other than the dispatcher's, the allocator's and the cleaner's."""
+    """Reads in a process other than the dispatcher's, the allocator's and the cleaner's.
 
-    def __init__(self, commitlog: CommitLog, consume_queues: ConsumeQueueTable, ctl: ControlBlock,
+    commitlog: the store's CommitLog, or every log's of a store with several (by log id): each
+    log's files are followed to its own committed position and min offset, and a queue's
+    files are cut against its own log's min offset (docs/parallel-commitlogs.md)."""
+
+    def __init__(self, commitlog: CommitLog | list[CommitLog], consume_queues: ConsumeQueueTable, ctl: ControlBlock,
                  index: Any | None = None) -> None:
-        self.commitlog = commitlog
+        self.commitlogs = commitlog if isinstance(commitlog, list) else [commitlog]
+        self.commitlog = self.commitlogs[0]
         self.consume_queues = consume_queues
         self.ctl = ctl
-        self.index_service = index
-        # the committed position and min_phy the files were last followed to: a read finds them
-        # unchanged most of the time, and then has nothing to map or drop
-        self._seen = (-1, -1)
+        #: every log's index (those that are on)
+        indexes = index if isinstance(index, list) else [index]
+        self.indexes = [i for i in indexes if i is not None]
+        self.index_service = indexes[0]
+        # per log: the committed position and min_phy the files were last followed to: a read
+        # finds them unchanged most of the time, and then has nothing to map or drop
+        self._seen = [(-1, -1)] * len(self.commitlogs)
 
     def log(self) -> None:
         """Map the CommitLog files other processes created up to the committed position, and
-        drop the ones the cleaner deleted (below min_phy)."""
+        drop the ones the cleaner deleted (below min_phy); every log's."""
         ctl = self.ctl
-        seen = (ctl.get("committed"), ctl.get("min_phy"))
-        if seen == self._seen:
-            return
-        queue = self.commitlog.queue
-        if seen[0] < self._seen[0]:
-            # the log was cut back (a slave truncated to its master's end): files past the cut
-            # were deleted and may be created again
-            queue.drop_above(seen[0])
-        if queue.mapped_end < seen[0]:
-            queue.map_new_files()
-        first = queue.first()
-        if first is not None and first.file_from + self.commitlog.file_size <= seen[1]:
-            queue.drop_below(seen[1])
-        self._seen = seen
+        for k, commitlog in enumerate(self.commitlogs):
+            seen = (ctl.get("committed", log=k), ctl.get("min_phy", log=k))
+            if seen == self._seen[k]:
+                continue
+            queue = commitlog.queue
+            if seen[0] < self._seen[k][0]:
+                # the log was cut back (a slave truncated to its master's end): files past the
+                # cut were deleted and may be created again
+                queue.drop_above(seen[0])
+            if queue.mapped_end < seen[0]:
+                queue.map_new_files()
+            first = queue.first()
+            if first is not None and first.file_from + commitlog.file_size <= seen[1]:
+                queue.drop_below(seen[1])
+            self._seen[k] = seen
 
     def queue(self, topic: str, queue_id: int) -> None:
         """The log, then the queue up to the unit count the dispatcher published and its min
@@ -79,12 +88,13 @@ class Follower(NotFollowing):
             return
         if units != cq.max_offset_in_queue:
             cq.follow(units)
-        min_phy = self._seen[1]
+        min_phy = self._seen[cq.log_id][1] if cq.log_id < len(self._seen) else 0
         if min_phy > 0:
             cq.follow_cleaning(min_phy)
 
     def index(self) -> None:
         """The index files the dispatcher created or the cleaner deleted, then the log."""
-        if self.index_service is not None:
-            self.index_service.follow()
+        if self.indexes:
+            for index in self.indexes:
+                index.follow()
             self.log()

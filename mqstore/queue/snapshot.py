@@ -30,13 +30,14 @@ from mqstore.queue.files import (
     UNIT,
     QueueFiles,
     ReadOnlyFileQueue,
+    commit_log_count,
     log_end,
     log_files,
     open_commitlog,
     queue_dirs,
     queue_info,
 )
-from mqstore.layout import CONTROL_BLOCK_NAME
+from mqstore.layout import CONTROL_BLOCK_NAME, log_base, log_of
 from mqstore.log import clean_close
 from mqstore.queue.reads import offset_by_time_in_files
 from mqstore.log.directory import lock_state, require_store
@@ -88,45 +89,85 @@ class StoreSnapshot:
                                         "of the CommitLog")
         self._ctl: Any = None
         self._log: ReadOnlyFileQueue | None = None
-        self._log_map: LogMap | None = None
+        #: every CommitLog's files, by log id (one unless commit_log_count > 1); _log is log 0's
+        self._logs: list[ReadOnlyFileQueue] = []
+        self._log_maps: dict[int, LogMap] = {}
         self._queues: dict[tuple[str, int], QueueFiles] = {}
         self._dirs = {(t, q): d for t, q, d in queue_dirs(self.root)}
         try:
             if self.live:
                 self._ctl = _shm.ControlBlock.attach(os.path.join(self.root, CONTROL_BLOCK_NAME), readonly=True)
-            self._log = open_commitlog(self.root)
-            files = self._log.files
-            first = files[0].file_from if files else 0
-            if self.live:
-                self.min_phy = max(first, self._ctl.get("min_phy"))
-                self.log_end = self._ctl.get("dispatched")
-            else:
-                self.min_phy = first
-                self.log_end = self._closed_log_end() if files else 0
+            count = commit_log_count(self.root)
+            for k in range(count):
+                self._logs.append(open_commitlog(self.root, log=k if count > 1 else None))
+            self._log = self._logs[0]
+            records = self._clean_close_records(count) if not self.live else {}
+            #: per log: the first readable offset and the end of what was dispatched
+            self.min_phys: list[int] = []
+            self.log_ends: list[int] = []
+            for k, files_k in enumerate(self._logs):
+                files = files_k.files
+                first = files[0].file_from if files else log_base(k)
+                if self.live:
+                    self.min_phys.append(max(first, self._ctl.get("min_phy", log=k)))
+                    self.log_ends.append(self._ctl.get("dispatched", log=k))
+                else:
+                    self.min_phys.append(first)
+                    self.log_ends.append(self._closed_log_end(files_k, records.get(k)) if files else log_base(k))
+            #: log 0's (the store's, with one CommitLog)
+            self.min_phy, self.log_end = self.min_phys[0], self.log_ends[0]
         except BaseException:
             self.close()
             raise
 
-    def _closed_log_end(self) -> int:
+    @property
+    def log_count(self) -> int:
+        """The store's CommitLogs (commit_log_count)."""
+        return len(self._logs)
+
+    def log_of(self, topic: str, queue_id: int) -> int:
+        """The CommitLog topic/queue_id is written to (docs/parallel-commitlogs.md)."""
+        return _shm.log_of_queue(topic, queue_id, len(self._logs))
+
+    def log_map(self, log: int = 0) -> LogMap:
+        """A LogMap over CommitLog log's files (made once per view)."""
+        got = self._log_maps.get(log)
+        if got is None:
+            files = self._logs[log]
+            got = self._log_maps[log] = LogMap(files.files, files.file_size)
+        return got
+
+    def readable(self, phy: int) -> bool:
+        """Whether phy lies in what this view reads of the log it names."""
+        k = log_of(phy) if phy >= 0 else -1
+        return 0 <= k < len(self._logs) and self.min_phys[k] <= phy < self.log_ends[k]
+
+    def _clean_close_records(self, count: int) -> dict[int, clean_close.CleanClose]:
+        if count > 1:
+            return clean_close.read_logs(self.root, count)[0]
+        record, _ = clean_close.read(self.root)
+        return {0: record} if record is not None else {}
+
+    @staticmethod
+    def _closed_log_end(files: ReadOnlyFileQueue, record: clean_close.CleanClose | None) -> int:
         """Where a closed store's CommitLog ends: its clean-close record's write position when
         the record agrees with the files (checked in constant time, as an open checks it), else
         a scan of every file. Each Spark task opens a snapshot: a scan here read the whole
         CommitLog once per task (3 GB at 3M x 1 KiB, every page faulted in) before reading
         anything."""
-        assert self._log is not None
-        record, _ = clean_close.read(self.root)
-        if record is not None and not clean_close.mismatch(self._log, record):
+        if record is not None and not clean_close.mismatch(files, record):
             return record.wrote
-        return log_end(log_files(self._log, None))
+        return log_end(log_files(files, None))
 
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
         for q in self._queues.values():
             q.close()
         self._queues.clear()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        for files in self._logs:
+            files.close()
+        self._logs.clear()
+        self._log = None
         if self._ctl is not None:
             self._ctl.close()
             self._ctl = None
@@ -138,21 +179,23 @@ class StoreSnapshot:
         self.close()
 
     # -- the CommitLog -----------------------------------------------------------------------
-    def record_source(self) -> RecordSource:
-        """The mapped CommitLog files for the Arrow kernel (valid while this view is open)."""
-        assert self._log is not None
-        files = self._log.files
-        return RecordSource(files[0].file_from if files else 0, max(1, self._log.file_size),
+    def record_source(self, log: int = 0) -> RecordSource:
+        """CommitLog log's mapped files for the Arrow kernel (valid while this view is open)."""
+        queue = self._logs[log]
+        files = queue.files
+        return RecordSource(files[0].file_from if files else log_base(log), max(1, queue.file_size),
                             [memoryview(mf) for mf in files])
 
     def log_spans(self) -> list[tuple[int, int]]:
-        """[start, end) of the readable records of each CommitLog file, in log order."""
-        assert self._log is not None
+        """[start, end) of the readable records of each CommitLog file, in log order (every
+        log's, one log after the other: a span never crosses logs)."""
         out = []
-        for mf in self._log.files:
-            start, end = max(mf.file_from, self.min_phy), min(mf.file_from + self._log.file_size, self.log_end)
-            if start < end:
-                out.append((start, end))
+        for k, queue in enumerate(self._logs):
+            for mf in queue.files:
+                start = max(mf.file_from, self.min_phys[k])
+                end = min(mf.file_from + queue.file_size, self.log_ends[k])
+                if start < end:
+                    out.append((start, end))
         return out
 
     # -- ConsumeQueues -----------------------------------------------------------------------
@@ -162,7 +205,7 @@ class StoreSnapshot:
 
     def queue(self, topic: str, queue_id: int) -> QueueRange:
         """One queue's readable offsets (KeyError if the store has no such queue)."""
-        info = queue_info(self._queue_files(topic, queue_id), self.min_phy)
+        info = queue_info(self._queue_files(topic, queue_id), self.min_phys[self.log_of(topic, queue_id)])
         max_offset = info.max_offset
         if self.live:
             published = self._ctl.table_get_dispatched(topic, queue_id)
@@ -187,10 +230,10 @@ class StoreSnapshot:
             lo = max(0, q.min_offset * UNIT - mf.file_from)
             return lo, min(q.max_offset * UNIT - mf.file_from, size) - UNIT
 
+        k = self.log_of(q.topic, q.queue_id)
         try:
-            log = LogMap(self._log.files, self._log.file_size)
-            return offset_by_time_in_files(files.files, unit_range, log, self.min_phy, timestamp, WARM_BYTES_DEFAULT,
-                                           q.max_offset).offset
+            return offset_by_time_in_files(files.files, unit_range, self.log_map(k), self.min_phys[k], timestamp,
+                                           WARM_BYTES_DEFAULT, q.max_offset).offset
         finally:
             files.close()
 
@@ -200,12 +243,9 @@ class StoreSnapshot:
         if len(unit) < UNIT:
             return None
         phy = int.from_bytes(unit[:8], "big", signed=True)
-        if phy < self.min_phy or phy >= self.log_end:
+        if not self.readable(phy):
             return None
-        if self._log_map is None:
-            assert self._log is not None
-            self._log_map = LogMap(self._log.files, self._log.file_size)
-        ts = self._log_map.store_timestamp(phy)
+        ts = self.log_map(log_of(phy)).store_timestamp(phy)
         return ts if ts >= 0 else None
 
     def first_offset_at(self, q: QueueRange, timestamp: int) -> int:

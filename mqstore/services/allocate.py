@@ -225,11 +225,14 @@ class AllocateClient:
         self.ctl = ctl
         self.queue = queue
         self.wait_timeout_ms = wait_timeout_ms
+        #: the CommitLog whose files it asks for (that log's cells and channels)
+        self.log_id = log_of(queue.base)
 
     def prefetch(self, offset: int) -> None:
-        if self.ctl.get("alloc_request_upto") < offset and not os.path.exists(self.queue.path_of(offset)):
-            self.ctl.advance("alloc_request_upto", offset)
-            self.ctl.notify("alloc")
+        k = self.log_id
+        if self.ctl.get("alloc_request_upto", log=k) < offset and not os.path.exists(self.queue.path_of(offset)):
+            self.ctl.advance("alloc_request_upto", offset, log=k)
+            self.ctl.notify("alloc", log=k)
 
     def put_request_and_return_mapped_file(self, next_offset: int, next_next_offset: int | None) -> MappedFile | str:
         mf = self.queue.map_existing(next_offset)
@@ -237,25 +240,25 @@ class AllocateClient:
             if next_next_offset is not None:
                 self.prefetch(next_next_offset)
             return mf
-        ctl = self.ctl
-        errors = ctl.get("alloc_error_count")
-        ctl.advance("alloc_request_upto", next_offset if next_next_offset is None else next_next_offset)
-        ctl.notify("alloc")
+        ctl, k = self.ctl, self.log_id
+        errors = ctl.get("alloc_error_count", log=k)
+        ctl.advance("alloc_request_upto", next_offset if next_next_offset is None else next_next_offset, log=k)
+        ctl.notify("alloc", log=k)
         t0 = time.monotonic_ns()
         deadline = t0 + self.wait_timeout_ms * 1_000_000
         name = os.path.basename(self.queue.path_of(next_offset))
         while True:
-            seq = ctl.channel_seq("alloc_done")
-            if ctl.get("alloc_ready_upto") >= next_offset:
+            seq = ctl.channel_seq("alloc_done", log=k)
+            if ctl.get("alloc_ready_upto", log=k) >= next_offset:
                 mf = self.queue.map_existing(next_offset)
                 if mf is not None:
                     break
-            if ctl.get("alloc_error_count") != errors and ctl.get("alloc_error_offset") == next_offset:
-                return creation_error(self.queue.path_of(next_offset), ctl.get("alloc_error_errno"))
+            if ctl.get("alloc_error_count", log=k) != errors and ctl.get("alloc_error_offset", log=k) == next_offset:
+                return creation_error(self.queue.path_of(next_offset), ctl.get("alloc_error_errno", log=k))
             left_ms = (deadline - time.monotonic_ns()) / 1e6
             if left_ms <= 0:
                 return f"the allocate process did not create {name} within {self.wait_timeout_ms} ms"
-            ctl.wait_seq_change("alloc_done", seq, min(left_ms, 100.0))
+            ctl.wait_seq_change("alloc_done", seq, min(left_ms, 100.0), log=k)
         waited = time.monotonic_ns() - t0
         ctl.add_stat("roll_waits")
         ctl.add_stat("roll_wait_ns_total", waited)
@@ -274,7 +277,9 @@ class ProcessAllocateService(ServiceThread):
 
     def __init__(self, ctl: Any, queue: MappedFileQueue, *, warm: bool, sync_flush: bool,
                  warm_flush_least_pages: int) -> None:
-        super().__init__("allocate", ctl)
+        self.log_id = log_of(queue.base)
+        super().__init__("allocate" if not self.log_id else f"allocate-commitlog-{self.log_id}", ctl)
+        self.channel_log = self.log_id  # the log's own "alloc" and "alloc_done" channels and cells
         self.queue = queue
         self.warm = warm
         self.sync_flush = sync_flush
@@ -282,16 +287,16 @@ class ProcessAllocateService(ServiceThread):
 
     def next_missing(self) -> int | None:
         """The start of the first file to create, or None when every requested file exists."""
-        for start in requested_files(self.ctl, self.queue.file_size):
+        for start in requested_files(self.ctl, self.queue.file_size, self.log_id):
             if not os.path.exists(self.queue.path_of(start)):
                 return start
-            self.ctl.advance("alloc_ready_upto", start)
+            self.ctl.advance("alloc_ready_upto", start, log=self.log_id)
         return None
 
     def run_once(self) -> None:
         start = self.next_missing()
         if start is None:
-            self.ctl.broadcast("alloc_done")
+            self.ctl.broadcast("alloc_done", log=self.log_id)
             self.wait_for_running(1000)
             return
         t0 = time.monotonic_ns()
@@ -300,7 +305,7 @@ class ProcessAllocateService(ServiceThread):
         except FileExistsError:
             return
         except OSError as exc:
-            record_failure(self.ctl, start, self.queue.path_of(start), exc)
+            record_failure(self.ctl, start, self.queue.path_of(start), exc, self.log_id)
             self.sleep(self.RETRY_AFTER_ERROR_MS)
             return
         try:
@@ -313,4 +318,4 @@ class ProcessAllocateService(ServiceThread):
                     mf.release()
         finally:
             mf.close()
-        record_created(self.ctl, start, t0)
+        record_created(self.ctl, start, t0, self.log_id)

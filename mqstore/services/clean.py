@@ -360,6 +360,8 @@ class CleanService(ServiceThread):
         CommitLog files, new queues and their files (up to the published unit counts), new
         index files; else they would never be cleaned."""
         self.commitlog.map_new_files()
+        for files, _, _ in self.more_logs:
+            files.map_new_files()
         for topic, queue_id, _ in self.ctl.table_items():
             units = self.ctl.table_get_dispatched(topic, queue_id)
             if not units:
@@ -367,8 +369,9 @@ class CleanService(ServiceThread):
             cq = self.consume_queues.get(topic, queue_id) or self.consume_queues.open_existing(topic, queue_id)
             if cq is not None:
                 cq.follow(units)
-        if self.index is not None:
-            self.index.follow()
+        for index in [self.index] + [cleaner.index for _, _, cleaner in self.more_logs]:
+            if index is not None:
+                index.follow()
 
     def run_once(self) -> None:
         now = time.monotonic() * 1000

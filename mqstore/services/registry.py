@@ -54,7 +54,7 @@ def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[S
     own_process: True in a node's service process, False for the threads of an owner."""
     cfg = parts.config
     if parts.log_count > 1:
-        return _several_logs(kind, parts)
+        return _several_logs(kind, parts, own_process)
     if kind == "allocator":
         (files,) = _need(parts, kind, "log_files")
         warm, least_pages = cfg.warm_maped_file_enable, cfg.flush_least_pages_when_warm_maped_file
@@ -95,18 +95,23 @@ def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[S
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
 
 
-def _several_logs(kind: str, parts: StoreParts) -> list[ServiceThread]:
-    """The threads of an owner of a store with several CommitLogs (docs/parallel-commitlogs.md):
-    an allocator and a flusher per log (each on its log's channels and cells), a ConsumeQueue
-    flush per log (its queues, its checkpoint), one reput loop serving every log's dispatcher in
-    turn, and one cleaner cleaning each log with its queues and index against that log's min
-    offset. No replication yet (the configuration refuses it)."""
+def _several_logs(kind: str, parts: StoreParts, own_process: bool) -> list[ServiceThread]:
+    """The services of a store with several CommitLogs (docs/parallel-commitlogs.md), as threads
+    of the owner or in a node's service process (the differences of the table above hold per
+    log): an allocator and a flusher per log (each on its log's channels and cells), a
+    ConsumeQueue flush per log (its queues, its checkpoint), one reput loop serving every log's
+    dispatcher in turn, and one cleaner cleaning each log with its queues and index against that
+    log's min offset. No replication yet (the configuration refuses it)."""
     cfg, ctl = parts.config, parts.ctl
     if kind == "allocator":
-        return [AllocateMappedFileService(ctl, cl.queue, warm=cfg.warm_maped_file_enable, sync_flush=cfg.is_sync_flush,
-                                          warm_flush_least_pages=cfg.flush_least_pages_when_warm_maped_file,
+        warm, least_pages = cfg.warm_maped_file_enable, cfg.flush_least_pages_when_warm_maped_file
+        if own_process:
+            return [ProcessAllocateService(ctl, files, warm=warm, sync_flush=cfg.is_sync_flush,
+                                           warm_flush_least_pages=least_pages) for files in parts.log_queues]
+        return [AllocateMappedFileService(ctl, files, warm=warm, sync_flush=cfg.is_sync_flush,
+                                          warm_flush_least_pages=least_pages,
                                           wait_timeout_ms=cfg.allocate_wait_timeout_ms)
-                for cl in parts.commitlogs]
+                for files in parts.log_queues]
     if kind == "flusher":
         return [GroupCommitService(cl) if cfg.is_sync_flush else FlushRealTimeService(cl) for cl in parts.commitlogs]
     if kind == "dispatcher":
@@ -118,9 +123,9 @@ def _several_logs(kind: str, parts: StoreParts) -> list[ServiceThread]:
         return flushers + [ReputMessageService(parts.dispatchers)]
     if kind == "cleaner":
         (queues,) = _need(parts, kind, "consume_queues")
-        first, *more = parts.commitlogs
-        return [CleanService(ctl, first.queue, queues, parts.indexes[0], cfg, parts.root,
-                             more_logs=[(cl.queue, index) for cl, index in zip(more, parts.indexes[1:])])]
+        first, *more = parts.log_queues
+        return [CleanService(ctl, first, queues, parts.indexes[0], cfg, parts.root, follow=own_process,
+                             more_logs=list(zip(more, parts.indexes[1:])))]
     if kind == "ha":
         return []
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")

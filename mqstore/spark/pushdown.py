@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (EqualNullSafe, EqualTo, Filter, GreaterThan,
 
 from mqstore._codec import tags_code
 from mqstore.queue.snapshot import first_where
-from mqstore.layout import index_dir
+from mqstore.layout import index_dir, log_of
 
 log = logging.getLogger("mqstore.spark")
 
@@ -192,7 +192,7 @@ def narrow(snap: Any, q: Any, start: int, end: int, pushed: Pushed) -> tuple[int
 def lookup_phys(snap: Any, root: str, ranges: dict[str, tuple[int, int]], topics: set[str], pushed: Pushed) -> list[int]:
     """The physical offsets of the records the keys and msg_id filters name, within the planned
     [start, end) of their queue (ranges by "topic/queueId"), in log order."""
-    from mqstore._reads import LogMap, view_at
+    from mqstore._reads import view_at
 
     candidates: set[int] = set()
     if pushed.msg_ids is not None:
@@ -201,14 +201,15 @@ def lookup_phys(snap: Any, root: str, ranges: dict[str, tuple[int, int]], topics
             if phy is not None:
                 candidates.add(phy)
     if pushed.keys is not None:
-        found = _index_lookup(root, topics, pushed.keys)
+        found = set()
+        for k in range(snap.log_count):  # every CommitLog's index (docs/parallel-commitlogs.md)
+            found |= _index_lookup(root, topics, pushed.keys, k)
         candidates = found if pushed.msg_ids is None else candidates & found
-    log_map = LogMap(snap._log.files, snap._log.file_size)
     out = []
     for phy in sorted(candidates):
-        if not snap.min_phy <= phy < snap.log_end:
+        if not snap.readable(phy):
             continue
-        view = view_at(log_map, phy)
+        view = view_at(snap.log_map(log_of(phy)), phy)
         if view is None or bytes(view.buffer[28:36]) != phy.to_bytes(8, "big", signed=True):
             continue  # not the start of a record (an id from elsewhere)
         span = ranges.get(f"{view.topic}/{view.queue_id}")
@@ -228,14 +229,14 @@ def offset_of_msg_id(msg_id: str) -> int | None:
         return None
 
 
-def _index_lookup(root: str, topics: set[str], keys: frozenset[str]) -> set[int]:
-    """Physical offsets the IndexFiles give for topic#key, every planned topic and each key a
-    keys value holds (its first; Spark checks the rest)."""
+def _index_lookup(root: str, topics: set[str], keys: frozenset[str], log_id: int = 0) -> set[int]:
+    """Physical offsets the IndexFiles (of CommitLog log_id) give for topic#key, every planned
+    topic and each key a keys value holds (its first; Spark checks the rest)."""
     from mqstore._index import IndexFile, index_file_size
     from mqstore._mapped import MappedFile
     from mqstore.geometry import saved_sizes
 
-    directory = index_dir(root)
+    directory = index_dir(root, log_id)
     names = sorted(n for n in os.listdir(directory) if n.isdigit()) if os.path.isdir(directory) else []
     sizes = saved_sizes(root)
     if not names or sizes is None:

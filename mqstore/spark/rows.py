@@ -49,6 +49,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructType
 
 from mqstore._arrow import BatchColumns
+from mqstore.layout import log_of
 from mqstore._codec import java_string_hash, record_length
 from mqstore._message import MessageBatch, properties_problem_of, topic_problem_of
 from mqstore.config import StoreConfig
@@ -577,8 +578,10 @@ def count_marked(store: StoreBase, start: int, prop: str, marker: str, wait_s: f
     schema = pa.schema([pa.field("properties", pa.map_(pa.string(), pa.string()))])
     found = 0
     with StoreSnapshot(store.root) as snap:
-        source = snap.record_source()
         for span_start, span_end in snap.log_spans():
+            if log_of(span_start) != log_of(start):
+                continue  # (start is an offset of one CommitLog: the appended records are in it)
+            source = snap.record_source(log_of(span_start))
             at = max(span_start, start)
             while at < span_end:
                 cols = BatchColumns(["properties"])

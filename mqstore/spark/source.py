@@ -69,6 +69,7 @@ from pyspark.sql.types import (
 from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
+from mqstore.layout import log_of
 from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.pushdown import Pushed, lookup_phys, narrow, push
 from mqstore.spark.worker import settle_worker
@@ -480,18 +481,32 @@ class Reading:
         settle_worker()
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         with StoreSnapshot(self.root) as snap:
-            source = snap.record_source()
+            sources: dict[int, Any] = {}
+
+            def source_of(k: int) -> Any:
+                """CommitLog k's files for the kernel (a store with several: a queue's log)."""
+                if k not in sources:
+                    sources[k] = snap.record_source(k)
+                return sources[k]
+
             if isinstance(partition, (QueueSlice, QueueSlices)):
                 for part in partition.parts if isinstance(partition, QueueSlices) else (partition,):
-                    yield from self._read_queue_slice(snap, source, part, arrow_schema)
+                    k = snap.log_of(part.topic, part.queue_id)
+                    yield from self._read_queue_slice(snap, source_of(k), part, arrow_schema, snap.min_phys[k])
             elif isinstance(partition, PhySlice):
-                units = b"".join(struct.pack(">qiq", phy, size, 0) for phy, size in partition.records)
-                for at in range(0, len(partition.records), self.batch_rows):
-                    cols = self._batch_columns()
-                    cols.add_units(source, units[at * UNIT:(at + self.batch_rows) * UNIT], snap.min_phy)
-                    if cols.rows:
-                        yield record_batch(cols, arrow_schema)
+                # records in log order: those of one CommitLog after the other's
+                by_log: dict[int, list[tuple[int, int]]] = {}
+                for phy, size in partition.records:
+                    by_log.setdefault(log_of(phy), []).append((phy, size))
+                for k, records in by_log.items():
+                    units = b"".join(struct.pack(">qiq", phy, size, 0) for phy, size in records)
+                    for at in range(0, len(records), self.batch_rows):
+                        cols = self._batch_columns()
+                        cols.add_units(source_of(k), units[at * UNIT:(at + self.batch_rows) * UNIT], snap.min_phys[k])
+                        if cols.rows:
+                            yield record_batch(cols, arrow_schema)
             elif isinstance(partition, LogSlice):
+                source = source_of(log_of(partition.start))  # a span never crosses CommitLogs
                 at = partition.start
                 while at < partition.end:
                     cols = self._batch_columns()
@@ -501,7 +516,7 @@ class Reading:
                     yield record_batch(cols, arrow_schema)
 
     def _read_queue_slice(self, snap: StoreSnapshot, source: Any, partition: QueueSlice,
-                          arrow_schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                          arrow_schema: pa.Schema, min_phy: int) -> Iterator[pa.RecordBatch]:
         first, units = snap.units_at(partition.topic, partition.queue_id, partition.start, partition.end)
         self._deleted(partition, partition.end - partition.start - len(units) // UNIT)
         if partition.tag_codes is not None:
@@ -515,9 +530,9 @@ class Reading:
             cols = self._batch_columns()
             if queue_only:
                 cols.add_queue_units(units[at * UNIT:end * UNIT], partition.topic, partition.queue_id,
-                                     first + at, snap.min_phy)
+                                     first + at, min_phy)
             else:
-                cols.add_units(source, units[at * UNIT:end * UNIT], snap.min_phy)
+                cols.add_units(source, units[at * UNIT:end * UNIT], min_phy)
             at = end
             self._deleted(partition, cols.below_min)
             if cols.rows:
@@ -541,10 +556,9 @@ class Reading:
 
 
 def record_sizes(snap: StoreSnapshot, phys: list[int]) -> list[int]:
-    from mqstore._reads import LogMap, view_at
+    from mqstore._reads import view_at
 
-    log_map = LogMap(snap._log.files, snap._log.file_size)  # type: ignore[union-attr]
-    return [view_at(log_map, phy).total_size for phy in phys]  # type: ignore[union-attr]
+    return [view_at(snap.log_map(log_of(phy)), phy).total_size for phy in phys]  # type: ignore[union-attr]
 
 
 class DataLossError(MQStoreError, RuntimeError):

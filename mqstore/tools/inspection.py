@@ -44,7 +44,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from mqstore.layout import (CONTROL_BLOCK_NAME, INDEX_DIR, abort_path, checkpoint_path, consumequeue_dir, file_start_of,
-                            index_dir, queue_dir)
+                            index_dir, log_base, log_of, queue_dir)
 from mqstore import _shm
 from mqstore._codec import check_record, crc32, decode_record
 from mqstore._scan import scan_records
@@ -55,8 +55,10 @@ from mqstore.config import StoreConfig
 from mqstore.queue.consume_queue import ConsumeQueueTable, plan_repair
 from mqstore.errors import CorruptRecordError, MQStoreError
 from mqstore.log.mapped_file_queue import MappedFileQueue
-from mqstore.queue.files import (LogFile, QueueFiles, QueueInfo, ReadOnlyFileQueue, alloc_leftovers, commitlog, is_filler,
-                           log_end, log_files, open_commitlog, queue_dirs, queue_info, store_config)
+from mqstore.queue.files import (LogFile, QueueFiles, QueueInfo, ReadOnlyFileQueue, alloc_leftovers, commit_log_count,
+                                 commitlog, is_filler, log_end, log_files, open_commitlog, queue_dirs, queue_info,
+                                 store_config)
+from mqstore._shm import log_of_queue
 from mqstore.queue.index import IndexLoadPlan, _geometry_vouched, plan_index_load
 from mqstore.log.record import DecodedRecord
 from mqstore.log import clean_close as clean_close_record
@@ -78,9 +80,10 @@ class OffsetError(MQStoreError, ValueError):
     hint = "mqstore inspect STORE_DIR lists the files, queues and their offsets"
 
 
-def index_files(root: str) -> list[IndexFileSummary]:
-    """The header of every ``index/<yyyyMMddHHmmssSSS>`` file."""
-    idir = index_dir(root)
+def index_files(root: str, log: int = 0) -> list[IndexFileSummary]:
+    """The header of every ``index/<yyyyMMddHHmmssSSS>`` file (``index-k/`` for CommitLog k of
+    a store with several)."""
+    idir = index_dir(root, log)
     if not os.path.isdir(idir):
         return []
     out = []
@@ -101,6 +104,17 @@ def index_files(root: str) -> list[IndexFileSummary]:
 
 # -- the whole store -----------------------------------------------------------------------
 @dataclass
+class LogInventory:
+    """One CommitLog of a store with several: its files, min offset and end."""
+
+    log: int
+    files: list[LogFile]
+    min_offset: int
+    end: int
+    index_files: list[IndexFileSummary]
+
+
+@dataclass
 class Inventory:
     root: str
     log_files: list[LogFile]
@@ -109,21 +123,44 @@ class Inventory:
     log_end: int
     queues: list[QueueInfo]
     index_files: list[IndexFileSummary]
+    #: a store with several CommitLogs: each log (the fields above are log 0's); empty otherwise
+    logs: list[LogInventory] = field(default_factory=list)
 
 
 def inventory(root: str, *, flushed: int | None = None, progress: Progress | None = None) -> Inventory:
-    """What the store holds; flushed: the control block's flushed position, if known."""
-    with commitlog(root) as queue:
-        files = log_files(queue, flushed, progress)
-    log_min = files[0].file_from if files else 0
+    """What the store holds; flushed: the control block's flushed position, if known (of log
+    0; a store with several CommitLogs reads each log's own from the block)."""
+    count = commit_log_count(root)
+    logs = []
+    for k in range(count):
+        in_log = flushed if k == 0 else _flushed_of(root, k)
+        with commitlog(root, log=k if count > 1 else None) as queue:
+            files = log_files(queue, in_log, progress)
+        log_min = files[0].file_from if files else log_base(k)
+        logs.append(LogInventory(k, files, log_min, log_end(files) if files else log_base(k), index_files(root, k)))
     dirs = queue_dirs(root)
     queues = []
     for i, (topic, qid, qdir) in enumerate(dirs):
         with QueueFiles(topic, qid, qdir) as qf:
-            queues.append(queue_info(qf, log_min))
+            queues.append(queue_info(qf, logs[log_of_queue(topic, qid, count)].min_offset))
         if progress is not None:
             progress("consumequeues", i + 1, len(dirs))
-    return Inventory(root, files, log_min, log_end(files), queues, index_files(root))
+    first = logs[0]
+    return Inventory(root, first.files, first.min_offset, first.end, queues, first.index_files,
+                     logs if count > 1 else [])
+
+
+def _flushed_of(root: str, log: int) -> int | None:
+    """CommitLog log's flushed position in root's control block (None without one)."""
+    path = os.path.join(root, CONTROL_BLOCK_NAME)
+    try:
+        ctl = _shm.ControlBlock.attach(path, readonly=True)
+    except (OSError, ValueError):
+        return None
+    try:
+        return ctl.get("flushed", log=log) if log < ctl.log_count else None
+    finally:
+        ctl.close()
 
 
 # -- records (dump) ------------------------------------------------------------------------
@@ -147,15 +184,25 @@ class DumpEntry:
 
 
 class LogReader:
-    """The CommitLog files of a store mapped for reading, with record lookups by offset."""
+    """The CommitLog files of a store mapped for reading, with record lookups by offset (every
+    log's of a store with several: an offset is looked up in the log it names)."""
 
     def __init__(self, root: str) -> None:
-        self.queue = open_commitlog(root, contiguous=False)
-        self.file_size = self.queue.file_size
+        count = commit_log_count(root)
+        self.queues: list[ReadOnlyFileQueue] = []
+        try:
+            for k in range(count):
+                self.queues.append(open_commitlog(root, contiguous=False, log=k if count > 1 else None))
+        except BaseException:
+            self.close()
+            raise
+        self.queue = self.queues[0]
+        self.file_size = max(q.file_size for q in self.queues)
         self._scans: dict[int, tuple[int, str]] = {}
 
     def close(self) -> None:
-        self.queue.close()
+        for queue in self.queues:
+            queue.close()
 
     def __enter__(self) -> LogReader:
         return self
@@ -165,7 +212,22 @@ class LogReader:
 
     @property
     def min_offset(self) -> int:
-        return self.queue.min_offset if len(self.queue) else 0
+        return self.min_offset_of(0)
+
+    def min_offset_of(self, log: int) -> int:
+        """The first offset CommitLog log still holds (its base when it has no file)."""
+        queue = self.queues[log]
+        return queue.min_offset if len(queue) else log_base(log)
+
+    def queue_min_offset(self, topic: str, queue_id: int) -> int:
+        """The min offset of the log topic/queue_id is written to."""
+        return self.min_offset_of(log_of_queue(topic, queue_id, len(self.queues)))
+
+    def _queue_of(self, phy: int) -> ReadOnlyFileQueue:
+        k = log_of(phy) if phy >= 0 else 0
+        if k >= len(self.queues):
+            raise OffsetError(f"offset {phy} names CommitLog {k}, and the store has {len(self.queues)}")
+        return self.queues[k]
 
     def stop(self, mf: MappedFile) -> tuple[int, str]:
         """(position where the file's records end, scan_records' reason), CRCs not checked."""
@@ -175,18 +237,20 @@ class LogReader:
             got = self._scans[mf.file_from] = (stop, reason)
         return got
 
-    def end(self) -> int:
+    def end(self, log: int = 0) -> int:
         """Where the log ends (the first file not ended by the END_OF_FILE blank)."""
-        files = self.queue.files
+        files = self.queues[log].files
         for mf in files:
             stop, reason = self.stop(mf)
             if reason == "invalid":
                 return mf.file_from + stop
-        return files[-1].file_from + self.file_size if files else 0
+        return files[-1].file_from + self.file_size if files else log_base(log)
 
     def locate(self, phy: int) -> MappedFile:
         """The file holding the record at phy; OffsetError naming why phy holds none."""
-        files = self.queue.files
+        queue = self._queue_of(phy)
+        k = log_of(phy) if phy >= 0 else 0
+        files = queue.files
         if not files:
             raise OffsetError(f"offset {phy} is past the end of the log: the CommitLog has no files")
         if phy < 0:
@@ -194,18 +258,18 @@ class LogReader:
         if phy < files[0].file_from:
             raise OffsetError(f"offset {phy} is below the CommitLog's first file {files[0].file_name} (starts at "
                               f"{files[0].file_from}): removed by retention")
-        mf = self.queue.find_mapped_file_by_offset(phy)
+        mf = queue.find_mapped_file_by_offset(phy)
         if mf is None and phy < files[-1].file_from + self.file_size:
             raise OffsetError(f"offset {phy} is in CommitLog file {file_start_of(phy, self.file_size):020d}, which is missing")
         if mf is None:
-            raise OffsetError(f"offset {phy} is past the end of the log at {self.end()}")
+            raise OffsetError(f"offset {phy} is past the end of the log at {self.end(k)}")
         pos = phy - mf.file_from
         stop, reason = self.stop(mf)
         if pos >= stop:
             if reason == "blank":
                 raise OffsetError(f"offset {phy} is in the END_OF_FILE blank of file {mf.file_name} (from "
                                   f"{mf.file_from + stop}); the next record is at {mf.file_from + self.file_size}")
-            raise OffsetError(f"offset {phy} is past the end of the log at {self.end()}")
+            raise OffsetError(f"offset {phy} is past the end of the log at {self.end(k)}")
         start, _, _, _ = scan_records(mf, mf.file_from, 0, pos, False)
         if start != pos:
             size = int.from_bytes(mf.read(start, 4), "big", signed=True)
@@ -229,7 +293,7 @@ class LogReader:
         while mf is not None and len(out) < count:
             stop, reason = self.stop(mf)
             if pos >= stop:
-                mf = None if reason == "invalid" else self.queue.get(mf.file_from + self.file_size)
+                mf = None if reason == "invalid" else self._queue_of(phy).get(mf.file_from + self.file_size)
                 pos = 0
                 continue
             rec, entry = self.decode(mf, pos)
@@ -244,8 +308,9 @@ class LogReader:
         if is_filler(phy, size):
             base.note = "filler unit: no message has this queue offset (pre-fill or skipped offset)"
             return base
-        if phy < self.min_offset:
-            base.note = f"the record at {phy} was removed by retention (the CommitLog starts at {self.min_offset})"
+        low = self.min_offset_of(log_of(phy)) if 0 <= log_of(phy) < len(self.queues) else 0
+        if phy < low:
+            base.note = f"the record at {phy} was removed by retention (the CommitLog starts at {low})"
             return base
         try:
             mf = self.locate(phy)
@@ -270,7 +335,7 @@ def queue_records(root: str, log: LogReader, topic: str, queue_id: int, start: i
         raise OffsetError(f"unknown queue {topic}/{queue_id}: no consumequeue/{topic}/{queue_id} directory "
                           f"(queues: {shown or 'none'})")
     with QueueFiles(topic, queue_id, qdir) as qf:
-        info = queue_info(qf, log.min_offset)
+        info = queue_info(qf, log.queue_min_offset(topic, queue_id))
         first = info.min_offset if start is None else start
         if not info.min_offset <= first < info.max_offset:
             held = (f"holds offsets {info.min_offset}..{info.max_offset - 1}" if info.messages > 0 else
@@ -333,11 +398,20 @@ class RecoveryPlan:
     leftovers: list[str]
     #: bytes of the log dispatched again (queues and index rebuilt from dispatch_from)
     redispatch_bytes: int
+    #: a store with several CommitLogs: each log's plan (this one is log 0's); empty otherwise
+    logs: list[RecoveryPlan] = field(default_factory=list)
+    #: the CommitLog this plan is of
+    log: int = 0
 
     @property
     def drops_data(self) -> bool:
         """Whether the open cuts anything written: CommitLog bytes or ConsumeQueue units
-        (empty pre-allocated files and re-dispatch do not count)."""
+        (empty pre-allocated files and re-dispatch do not count); of any log."""
+        if self.logs:
+            return any(plan._drops_data() for plan in self.logs)
+        return self._drops_data()
+
+    def _drops_data(self) -> bool:
         r = self.report
         return bool(r.dropped_bytes or self.deleted_files_data_bytes or r.queue_units_dropped
                     or any(q.bytes_zeroed or q.kept_offset < q.max_offset for q in self.queues))
@@ -352,47 +426,61 @@ def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progres
     written. The configuration is the store's own as far as it is known (store_config: its
     mqstore.config.json, else the defaults, with its file sizes)."""
     cfg = store_config(root)
+    count = cfg.commit_log_count
     check = cfg.check_crc_on_recover if check_crc is None else check_crc
     clean = not os.path.exists(abort_path(root))
     index_safe = cfg.message_index_enable and cfg.message_index_safe
     dirs = queue_dirs(root)
+    if count > 1:
+        records = clean_close_record.read_logs(root, count)[0] if clean else {}
+    else:
+        record = clean_close_record.read(root)[0] if clean else None
+        records = {0: record} if record is not None else {}
     with tempfile.TemporaryDirectory(prefix="mqstore-recover-") as sandbox, ExitStack() as stack:
-        log = open_commitlog(root, file_size=cfg.mapped_file_size_commit_log)
-        stack.callback(log.close)
-        names = [mf.file_name for mf in log.files]
-        table, files, before = _dry_run_queues(sandbox, dirs, progress, cfg.mapped_file_size_consume_queue)
+        table, files, before = _dry_run_queues(sandbox, dirs, progress, cfg.mapped_file_size_consume_queue, count)
         stack.callback(table.close)
-        checkpoint = _checkpoint_copy(root, sandbox)
-        stack.callback(checkpoint.close)
-        index = DryRunIndex(root, cfg, checkpoint.index_msg_timestamp, clean) if cfg.message_index_enable else None
         ctl = _shm.ControlBlock.create(os.path.join(sandbox, CONTROL_BLOCK_NAME), table_slots=cfg.topic_queue_table_slots,
-                                       file_size=log.file_size or cfg.mapped_file_size_commit_log,
-                                       lock_kind=cfg.put_lock_kind, sync_flush=cfg.is_sync_flush)
+                                       file_size=cfg.mapped_file_size_commit_log, lock_kind=cfg.put_lock_kind,
+                                       sync_flush=cfg.is_sync_flush, log_count=count)
         stack.callback(ctl.close)
-        scan_progress = None if progress is None else functools.partial(progress, "commitlog")
-        with _silenced("mqstore"):
-            report = recover_store(log, ctl, table, checkpoint, check_crc=check, clean_shutdown=clean,
-                                   index_safe=index_safe, progress=scan_progress, index=index,
-                                   clean_close=clean_close_record.read(root)[0] if clean else None)
-        scan_mf = log.get(int(report.first_file_scanned)) if report.first_file_scanned else None
-        report.redispatched_records = _count_records(log, report.dispatch_from, report.valid_end)
-        min_ts = 0 if clean else checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
-        queues = []
-        for cq in table:  # empty when recovery destroyed every queue
-            key = (cq.topic, cq.queue_id)
-            queues.append(QueuePlan(cq.topic, cq.queue_id, before[key], cq.max_offset_in_queue,
-                                    report.queue_units_dropped.get(f"{cq.topic}/{cq.queue_id}", 0),
-                                    sum(files[key].zeroed.values()), list(files[key].deleted)))
-        return RecoveryPlan(
-            report, check, checkpoint.to_dict(), min_ts, names,
-            scan_mf.file_from if scan_mf is not None else 0,
-            _first_store_timestamp(scan_mf) if scan_mf is not None else -1,
-            log.deleted_data, queues, len(dirs) if not names else 0,
-            [name for name, _ in index.plan.destroy] if index is not None else [],
-            _all_leftovers(root, dirs), report.valid_end - report.dispatch_from)
+        plans = []
+        for k in range(count):  # each log as the open recovers it (docs/parallel-commitlogs.md)
+            log = open_commitlog(root, file_size=cfg.mapped_file_size_commit_log, log=k if count > 1 else None)
+            stack.callback(log.close)
+            names = [mf.file_name for mf in log.files]
+            checkpoint = _checkpoint_copy(root, sandbox, k)
+            stack.callback(checkpoint.close)
+            index = (DryRunIndex(root, cfg, checkpoint.index_msg_timestamp, clean, log=k)
+                     if cfg.message_index_enable else None)
+            scan_progress = None if progress is None else functools.partial(progress, "commitlog")
+            with _silenced("mqstore"):
+                report = recover_store(log, ctl, table, checkpoint, check_crc=check, clean_shutdown=clean,
+                                       index_safe=index_safe, progress=scan_progress, index=index,
+                                       clean_close=records.get(k), log_id=k)
+            scan_mf = log.get(int(report.first_file_scanned)) if report.first_file_scanned else None
+            report.redispatched_records = _count_records(log, report.dispatch_from, report.valid_end)
+            min_ts = 0 if clean else checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
+            queues = []
+            for cq in table.of_log(k if count > 1 else None):  # empty when recovery destroyed them
+                key = (cq.topic, cq.queue_id)
+                queues.append(QueuePlan(cq.topic, cq.queue_id, before[key], cq.max_offset_in_queue,
+                                        report.queue_units_dropped.get(f"{cq.topic}/{cq.queue_id}", 0),
+                                        sum(files[key].zeroed.values()), list(files[key].deleted)))
+            of_log = [d for d in dirs if count == 1 or log_of_queue(d[0], d[1], count) == k]
+            plans.append(RecoveryPlan(
+                report, check, checkpoint.to_dict(), min_ts, names,
+                scan_mf.file_from if scan_mf is not None else log_base(k),
+                _first_store_timestamp(scan_mf) if scan_mf is not None else -1,
+                log.deleted_data, queues, len(of_log) if not names else 0,
+                [name for name, _ in index.plan.destroy] if index is not None else [],
+                _all_leftovers(root, dirs) if k == 0 else [], report.valid_end - report.dispatch_from, log=k))
+        if count > 1:
+            plans[0].logs = plans
+        return plans[0]
 
 
-def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Progress | None, size: int
+def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Progress | None, size: int,
+                    log_count: int = 1,
                     ) -> tuple[ConsumeQueueTable, dict[tuple[str, int], ReadOnlyFileQueue], dict[tuple[str, int], int]]:
     """Every ConsumeQueue of the store over ReadOnlyFileQueues (of file size ``size``, what the
     open uses), in a table rooted in the sandbox (so a queue destroyed by recovery is removed
@@ -400,7 +488,7 @@ def _dry_run_queues(sandbox: str, dirs: list[tuple[str, int, str]], progress: Pr
     deleted, and the damage and dropped units it reports to recovery); the file queues by
     (topic, queue id), which record what recovery did to them; and each queue's next offset as
     its files hold it now (queue_info)."""
-    table = ConsumeQueueTable(consumequeue_dir(sandbox), size)
+    table = ConsumeQueueTable(consumequeue_dir(sandbox), size, log_count)
     files = {}
     before = {}
     try:
@@ -430,8 +518,9 @@ class DryRunIndex:
     end), read from the headers and entries with pread. recover_store takes it for the
     IndexService, so the plan's report has the open's index fields."""
 
-    def __init__(self, root: str, cfg: StoreConfig, index_msg_timestamp: int, last_exit_ok: bool) -> None:
-        self.store_path = index_dir(root)
+    def __init__(self, root: str, cfg: StoreConfig, index_msg_timestamp: int, last_exit_ok: bool,
+                 log: int = 0) -> None:
+        self.store_path = index_dir(root, log)
         self.hash_slot_num = int(cfg.max_hash_slot_num)
         self.index_num = int(cfg.max_index_num)
         self.file_size = cfg.index_file_size
@@ -489,11 +578,11 @@ def _silenced(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _checkpoint_copy(root: str, sandbox: str) -> StoreCheckpoint:
-    """The store's checkpoint opened from a copy (StoreCheckpoint creates, extends or resets
-    its file); absent stays absent."""
-    copy = checkpoint_path(sandbox)
-    source = checkpoint_path(root)
+def _checkpoint_copy(root: str, sandbox: str, log: int = 0) -> StoreCheckpoint:
+    """The store's checkpoint (CommitLog log's) opened from a copy (StoreCheckpoint creates,
+    extends or resets its file); absent stays absent."""
+    copy = checkpoint_path(sandbox, log)
+    source = checkpoint_path(root, log)
     if os.path.isfile(source):
         shutil.copyfile(source, copy)
     return StoreCheckpoint(copy)

@@ -106,6 +106,9 @@ class Snapshot:
     ha_slaves: int = 0  # the slaves connected to it
     ha_report_ms: int = 0  # wall ms of the last slave report (0: none since the block was laid out)
     ha: dict[str, Any] | None = None  # the HA service's ha.json (read_ha_status), None when there is none
+    #: a store with several CommitLogs: per log (by id) its state, positions and put statistics
+    #: (``positions`` above are log 0's); empty for a store with one
+    logs: tuple[dict[str, Any], ...] = ()
 
     @property
     def incarnation(self) -> tuple[int, int, int]:
@@ -171,7 +174,22 @@ def snapshot_of(ctl: _shm.ControlBlock, *, root: str, status: str, block_inode: 
         running_flags=tuple(ctl.running_flags()), lock_holder_pid=None if holder is None else holder[0],
         lock_begin_ms=ctl.get("lock_begin_time_ms"), error_cells={name: ctl.get(name) for name in ERROR_CELLS},
         counters=counters, pool_buffers=ctl.pool_buffers, ha_port=ctl.get("ha_port"),
-        ha_slaves=ctl.get("ha_slaves"), ha_report_ms=ctl.get("ha_report_ms"), ha=ha)
+        ha_slaves=ctl.get("ha_slaves"), ha_report_ms=ctl.get("ha_report_ms"), ha=ha, logs=_logs_of(ctl))
+
+
+def _logs_of(ctl: _shm.ControlBlock) -> tuple[dict[str, Any], ...]:
+    """Each CommitLog's figures of a store with several (docs/parallel-commitlogs.md)."""
+    if ctl.log_count <= 1:
+        return ()
+    out = []
+    for k in range(ctl.log_count):
+        stats = ctl.log_stats(k)
+        positions = ctl.positions(k)
+        out.append({"log": k, "state": ctl.log_state(k), **stats,
+                    "positions": {name: positions[name] for name in POSITION_NAMES},
+                    "dispatch_behind_bytes": max(0, positions["committed"] - positions["dispatched"]),
+                    "unflushed_bytes": max(0, positions["wrote"] - positions["flushed"])})
+    return tuple(out)
 
 
 class StatsReader:
@@ -419,6 +437,7 @@ def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
         "counters": c,
         "deltas": r.deltas if r is not None else None,
         "replication": replication_figures(cur),
+        **({"logs": list(cur.logs)} if cur.logs else {}),
     }
 
 
@@ -467,6 +486,13 @@ def format_lines(fig: dict[str, Any], width: int = WIDE, height: int | None = No
     parts.append((2, wrap(f"unflushed {_bytes(fig['unflushed_bytes'])}; dispatch behind "
                           f"{_bytes(fig['dispatch_behind_bytes'])}, lag {fig['dispatch_lag_ms']:,} ms; put lock {lock}",
                           "  ")))
+    for entry in fig.get("logs", ()):
+        mean_hold = entry["lock_hold_ns_total"] / entry["puts"] / 1e3 if entry["puts"] else 0.0
+        parts.append((3, wrap(f"CommitLog {entry['log']} ({entry['state']}): {entry['puts']:,} puts, "
+                              f"{_bytes(entry['bytes'])}; wrote {entry['positions']['wrote']:,}, unflushed "
+                              f"{_bytes(entry['unflushed_bytes'])}, dispatch behind "
+                              f"{_bytes(entry['dispatch_behind_bytes'])}; lock hold avg {mean_hold:,.2f} us, "
+                              f"{entry['lock_waits']:,} waits", "  ", "    ")))
     replication = replication_lines(fig["replication"])
     if replication:
         parts.append((2, wrap(replication[0], "  ")))

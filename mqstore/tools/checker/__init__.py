@@ -43,12 +43,14 @@ from array import array
 from typing import TYPE_CHECKING
 
 from mqstore._index import index_key_hash
-from mqstore.layout import FENCE_NAME, abort_path
+from mqstore.layout import FENCE_NAME, abort_path, log_base
 from mqstore.tools.checker.commitlog import LogScan, _commitlog_dir, scan_commitlog
 from mqstore.tools.checker.control_block import _check_control_block, _read_positions
 from mqstore.tools.checker.index import _check_index_files
 from mqstore.tools.checker.queues import _check_consume_queues, unit_mismatch
-from mqstore.tools.checker.records import _Log
+from mqstore.tools.checker.records import _Log, _Logs
+from mqstore.queue.files import store_config
+from mqstore._shm import log_of_queue
 from mqstore.tools.checker.report import (CheckReport, ConsumeQueueSummary, IndexFileSummary, Problem, ProblemSink,
                                           Progress, QueueSummary)
 
@@ -108,6 +110,11 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     live_positions = None if quiescent else _read_positions(root)
     cdir = _commitlog_dir(root, config)
     names = sorted(n for n in os.listdir(cdir) if len(n) == 20 and n.isdigit()) if os.path.isdir(cdir) else []
+    store_cfg = config if config is not None else store_config(root)
+    if store_cfg.commit_log_count > 1:
+        return _check_several(root, store_cfg, report, problem, check_crc=check_crc, allow_torn_tail=allow_torn_tail,
+                              quiescent=quiescent, check_queues_complete=check_queues_complete, progress=progress,
+                              deep=deep)
     if FENCE_NAME in names:
         problem(FENCE_NAME, 0, "the store has several CommitLogs (commit_log_count > 1): this checker reads "
                                "stores with one, and checks nothing else of it")
@@ -136,11 +143,71 @@ def check_store(root: str, *, check_crc: bool = True, allow_torn_tail: bool = Fa
     return report
 
 
-def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
+def _check_several(root: str, config: StoreConfig, report: CheckReport, problem: ProblemSink, *, check_crc: bool,
+                   allow_torn_tail: bool, quiescent: bool, check_queues_complete: bool | None,
+                   progress: Progress | None, deep: bool) -> CheckReport:
+    """check_store of a store with several CommitLogs (docs/parallel-commitlogs.md): each log
+    scanned as a store's one is (its files named from its base, its own valid end, recorded in
+    ``report.log_ends``), every queue's records found in the log its queue is bound to, each
+    log's positions in the control block against its end; then the ConsumeQueues and every
+    log's IndexFiles, each unit and entry against the log its offset names. report.valid_end
+    is log 0's."""
+    count = config.commit_log_count
+    scans: list[LogScan] = []
+    logs: list[_Log] = []
+    queue_phys: dict[tuple[str, int], array] = {}
+    broken: set[tuple[str, int]] = set()
+    torn = 0
+    try:
+        for k, cdir in enumerate(config.commit_log_dirs(root)):
+            names = sorted(n for n in os.listdir(cdir) if len(n) == 20 and n.isdigit() and n != FENCE_NAME) \
+                if os.path.isdir(cdir) else []
+            report.valid_end = report.torn_tail_bytes = 0
+            live_positions = None if quiescent else _read_positions(root, k)
+            before = set(report.queues)
+            blank_end = None
+            if names:
+                scan = scan_commitlog(cdir, names, report, problem, check_crc=check_crc,
+                                      allow_torn_tail=allow_torn_tail, deep=deep, config=config,
+                                      live_positions=live_positions, progress=progress)
+                if scan is None:
+                    return report
+                scans.append(scan)
+                log, blank_end = scan.log, scan.blank_end
+                queue_phys.update(scan.queue_phys)
+                broken |= scan.broken
+            else:
+                log = _Log(config.mapped_file_size_commit_log)
+                log.min_offset = report.valid_end = log_base(k)
+            log.end = report.valid_end
+            logs.append(log)
+            report.log_ends[k] = report.valid_end
+            torn += report.torn_tail_bytes
+            for topic, qid in sorted(set(report.queues) - before):
+                bound = log_of_queue(topic, qid, count)
+                if bound != k:
+                    problem(f"commitlog-{k}" if k else "commitlog", 0,
+                            f"queue {topic}-{qid} has records in CommitLog {k}, but it is bound to CommitLog {bound}")
+            _check_control_block(root, report, problem, quiescent, live_positions, blank_end, log=k,
+                                 check_table=k == count - 1)
+        report.valid_end, report.torn_tail_bytes = report.log_ends[0], torn
+        every = _Logs(logs)
+        _check_queues_and_index(root, report, problem, every, queue_phys, broken, quiescent=quiescent, config=config,
+                                check_queues_complete=check_queues_complete, progress=progress, deep=deep,
+                                log_count=count)
+    finally:
+        for scan in scans:
+            scan.close()
+        for log in logs:
+            log.close()
+    return report
+
+
+def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink, log: _Log | _Logs,
                             queue_phys: dict[tuple[str, int], array], broken: set[tuple[str, int]], *,
                             quiescent: bool, config: StoreConfig | None,
                             check_queues_complete: bool | None, progress: Progress | None = None,
-                            deep: bool = False) -> None:
+                            deep: bool = False, log_count: int = 1) -> None:
     crashed = os.path.exists(abort_path(root))
     complete = (quiescent and not crashed) if check_queues_complete is None else check_queues_complete
     # stable: nothing writes the store now and it was shut down cleanly, so the last units and
@@ -151,7 +218,8 @@ def _check_queues_and_index(root: str, report: CheckReport, problem: ProblemSink
                           stable=stable, complete=complete, progress=progress, deep=deep)
     if progress is not None:
         progress("ConsumeQueues", len(report.consume_queues), len(report.consume_queues))
-    _check_index_files(root, report, problem, log, config, live=not quiescent, stable=stable, progress=progress,
-                       deep=deep)
+    for k in range(log_count):
+        _check_index_files(root, report, problem, log, config, live=not quiescent, stable=stable, progress=progress,
+                           deep=deep, log_id=k)
     if progress is not None:
         progress("index files", len(report.index_files), len(report.index_files))

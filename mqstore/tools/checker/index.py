@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from mqstore.layout import checkpoint_path, index_dir
-from mqstore.tools.checker.records import _I32, TX_MASK, TX_ROLLBACK, _Log
+from mqstore.tools.checker.records import _I32, TX_MASK, TX_ROLLBACK, _Log, _Logs
 from mqstore.tools.checker.report import CheckReport, IndexFileSummary, ProblemSink, Progress
 
 if TYPE_CHECKING:
@@ -25,10 +25,12 @@ _INDEX_ENTRY = struct.Struct(">iqii")  # keyHash, commitLogOffset, timeDiff, pre
 
 
 
-def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
+def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log: _Log | _Logs,
                        config: StoreConfig | None, *, live: bool, stable: bool,
-                       progress: Progress | None = None, deep: bool = False) -> None:
-    idir = index_dir(root)
+                       progress: Progress | None = None, deep: bool = False, log_id: int = 0) -> None:
+    """The IndexFiles of CommitLog log_id (index/ for log 0, index-k/ for log k of a store with
+    several), checked against the records."""
+    idir = index_dir(root, log_id)
     if not os.path.isdir(idir):
         return
     # deep, after a crash: the files the next open keeps (spec §4.4: it destroys those ending
@@ -38,7 +40,7 @@ def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log
         from mqstore.log.checkpoint import read_checkpoint_file
 
         try:
-            kept_until = read_checkpoint_file(checkpoint_path(root))["index_msg_timestamp"]
+            kept_until = read_checkpoint_file(checkpoint_path(root, log_id))["index_msg_timestamp"]
         except (OSError, ValueError):
             kept_until = 0
     if config is None:
@@ -62,13 +64,14 @@ def _check_index_files(root: str, report: CheckReport, problem: ProblemSink, log
             continue  # deleted by retention while we looked
         with fh:
             _check_index_file(report, problem, log, fh.fileno(), name, slots, num, expected, given,
-                              live=live, stable=stable, deep=deep, kept_until=kept_until)
+                              live=live, stable=stable, deep=deep, kept_until=kept_until,
+                              where=f"{os.path.basename(idir)}/{name}")
 
 
-def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: int, name: str, slots: int,
-                      num: int, expected_size: int, geometry_given: bool, *, live: bool, stable: bool,
-                      deep: bool = False, kept_until: int = -1) -> None:
-    where = f"index/{name}"
+def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log | _Logs, fd: int, name: str,
+                      slots: int, num: int, expected_size: int, geometry_given: bool, *, live: bool, stable: bool,
+                      deep: bool = False, kept_until: int = -1, where: str = "") -> None:
+    where = where or f"index/{name}"
     size = os.fstat(fd).st_size
     if size < INDEX_HEADER_SIZE:
         problem(where, 0, f"file is {size} bytes, shorter than the {INDEX_HEADER_SIZE}-byte header")
@@ -106,7 +109,7 @@ def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: 
     entries = list(_INDEX_ENTRY.iter_unpack(os.pread(fd, INDEX_ENTRY_SIZE * used, area)))
     newest: dict[int, int] = {}  # hash slot -> its newest entry
     last_phy = -1
-    log_min, log_end = log.min_offset, log.end
+    bounds = log.bounds
     for n in range(1, used):
         key_hash, phy, time_diff, prev = entries[n]
         msgs = []
@@ -124,6 +127,7 @@ def _check_index_file(report: CheckReport, problem: ProblemSink, log: _Log, fd: 
         if phy < last_phy:
             msgs.append(f"commitLogOffset {phy} is below the previous entry's {last_phy}")
         last_phy = max(last_phy, phy)
+        log_min, log_end = bounds(phy) if phy >= 0 else (0, 0)
         if phy < 0:
             msgs.append(f"commitLogOffset {phy} is negative")
         elif phy < log_min:

@@ -13,7 +13,7 @@ from mqstore._consumequeue import scan_units
 from mqstore.layout import CQ_STORE_UNIT_SIZE, FILLER_SIZE, consumequeue_dir
 from mqstore.log.scan import is_zero
 from mqstore.queue.consume_queue import queue_problem
-from mqstore.tools.checker.records import TX_MASK, TX_PREPARED, TX_ROLLBACK, _Log, _Record
+from mqstore.tools.checker.records import TX_MASK, TX_PREPARED, TX_ROLLBACK, _Log, _Logs, _Record
 from mqstore.tools.checker.report import CheckReport, ConsumeQueueSummary, ProblemSink, Progress, QueueSummary
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ _UNIT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
 
 
 
-def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, log: _Log,
+def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, log: _Log | _Logs,
                           queue_phys: dict[tuple[str, int], array], broken: set[tuple[str, int]], *,
                           file_size: int | None, live: bool, stable: bool, complete: bool,
                           progress: Progress | None = None, deep: bool = False) -> None:
@@ -104,7 +104,7 @@ def _check_consume_queues(root: str, report: CheckReport, problem: ProblemSink, 
                         f"{s.last_offset}")
 
 
-def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: str, topic: str, qid: int,
+def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log | _Logs, where: str, topic: str, qid: int,
                  qdir: str, files: list[tuple[int, str, int]], file_size: int, in_log: QueueSummary | None,
                  phys: array | None, *, live: bool, stable: bool, complete: bool,
                  deep: bool = False) -> ConsumeQueueSummary:
@@ -122,7 +122,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
     # end of the queue of a store that may be writing, if the unit still reads the same:
     # (queue offset, message, position, file path, the 20 bytes read)
     pending: tuple[int, str, int, str, bytes] | None = None
-    log_min, log_end = log.min_offset, log.end
+    bounds = log.bounds
     for start, name, _ in files:
         q0 = start // CQ_STORE_UNIT_SIZE
         path = os.path.join(qdir, name)
@@ -162,6 +162,7 @@ def _check_queue(report: CheckReport, problem: ProblemSink, log: _Log, where: st
                     if phy <= last_phy:
                         msgs.append(f"phyOffset {phy} is not above the previous unit's {last_phy}")
                     last_phy = phy
+                    log_min, log_end = bounds(phy)
                     if phy < log_min:
                         removed += 1  # below the log's first file: removed by retention
                         if first <= q <= last:

@@ -7,7 +7,7 @@ import struct
 from mqstore._codec import java_string_hash, string_to_properties
 from mqstore._index import index_key_hash
 from mqstore._mapped import MappedFile
-from mqstore.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from mqstore.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, log_base, log_of
 
 TX_MASK = 0xC
 TX_PREPARED = 0x4
@@ -85,6 +85,10 @@ class _Log:
         self._files.clear()
         self._cache.clear()
 
+    def bounds(self, phy: int) -> tuple[int, int]:
+        """[min offset, valid end) of the log holding phy (this one)."""
+        return self.min_offset, self.end
+
     def record(self, phy: int) -> _Record | str:
         """The record starting at phy (inside [min_offset, end)), or why there is none."""
         got = self._cache.get(phy)
@@ -142,3 +146,27 @@ class _Log:
             return f"the record there is malformed (PROPERTIESLENGTH {props_len})"
         props = string_to_properties(bytes(view[at:end]).decode("utf-8", "replace")) if props_len else {}
         return _Record(total, topic, qid, qoff, sf, ts, props)
+
+
+class _Logs:
+    """The CommitLogs of a store with several (docs/parallel-commitlogs.md), by log id: a unit or
+    an index entry is checked against the log its offset names."""
+
+    def __init__(self, logs: list[_Log]) -> None:
+        self.logs = logs
+
+    def bounds(self, phy: int) -> tuple[int, int]:
+        k = log_of(phy)
+        if 0 <= k < len(self.logs):
+            return self.logs[k].bounds(phy)
+        return log_base(k), log_base(k)  # a log the store does not have: nothing is in it
+
+    def record(self, phy: int) -> _Record | str:
+        k = log_of(phy)
+        if not 0 <= k < len(self.logs):
+            return f"it names CommitLog {k}, and the store has {len(self.logs)}"
+        return self.logs[k].record(phy)
+
+    def close(self) -> None:
+        for log in self.logs:
+            log.close()

@@ -84,6 +84,8 @@ class CheckReport:
     index_entries: int = 0
     #: what was not checked, and why (not problems)
     notes: list[str] = field(default_factory=list)
+    #: a store with several CommitLogs: the valid end of each, by log id (valid_end is log 0's)
+    log_ends: dict[int, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

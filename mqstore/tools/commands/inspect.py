@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mqstore.queue.files import LogFile, QueueInfo
-from mqstore.tools.inspection import Inventory, inventory
+from mqstore.tools.inspection import LogInventory, Inventory, inventory
 from mqstore.exit_codes import EXIT_OK
 from mqstore.log.directory import lock_state, require_store
 from mqstore.tools.commands.common import describe_status, phy_offset_arg, print_json, print_lines, progress_bar, read_control_block, table, when
@@ -48,7 +48,7 @@ def _topics(queues: list[QueueInfo]) -> dict[str, dict[str, int]]:
 
 
 def _inspect_json(inv: Inventory, owner: dict[str, Any], positions: dict[str, int] | None) -> dict[str, Any]:
-    return {
+    out = {
         "root": inv.root, "status": owner["status"], "positions": positions,
         "commitlog": {"file_size": inv.log_files[0].size if inv.log_files else 0, "min_offset": inv.log_min,
                       "end": inv.log_end, "files": [dataclasses.asdict(f) for f in inv.log_files]},
@@ -56,6 +56,11 @@ def _inspect_json(inv: Inventory, owner: dict[str, Any], positions: dict[str, in
         "queues": [{**dataclasses.asdict(q), "messages": q.messages} for q in inv.queues],
         "index_files": [dataclasses.asdict(f) for f in inv.index_files],
     }
+    if inv.logs:  # several CommitLogs: each one ("commitlog" and "index_files" above are log 0's)
+        out["commitlogs"] = [{"log": lg.log, "min_offset": lg.min_offset, "end": lg.end,
+                              "files": [dataclasses.asdict(f) for f in lg.files],
+                              "index_files": [dataclasses.asdict(f) for f in lg.index_files]} for lg in inv.logs]
+    return out
 
 
 def _log_file_end(f: LogFile, log_end: int) -> str:
@@ -75,15 +80,19 @@ def _print_inspect(inv: Inventory, owner: dict[str, Any], ctl: dict[str, Any] | 
                    positions: dict[str, int] | None) -> None:
     print(f"store {inv.root}")
     print(f"  status: {describe_status(owner, ctl)}")
-    files = inv.log_files
-    size = f" of {files[0].size:,} bytes" if files else ""
-    where = (f", flushed to {positions['flushed']:,}" if positions is not None else
-             ", flushed position unknown (no control block)")
-    print(f"  commitlog: {len(files)} file(s){size}, records from {inv.log_min:,} to {inv.log_end:,}{where} "
-          f"(records parsed, CRCs not checked)")
-    rows: list[Sequence[Any]] = [(f.name, f.file_from, f.wrote, f.flushed, f.records, _log_file_end(f, inv.log_end))
-                                 for f in files]
-    print_lines(table(("FILE", "FROM", "WROTE", "FLUSHED", "RECORDS", "END"), rows, what="files"))
+    each: list[LogInventory | None] = list(inv.logs) or [None]
+    for lg in each:
+        files, log_min, log_end = (inv.log_files, inv.log_min, inv.log_end) if lg is None else \
+            (lg.files, lg.min_offset, lg.end)
+        size = f" of {files[0].size:,} bytes" if files else ""
+        where = (f", flushed to {positions['flushed']:,}" if positions is not None and lg is None else
+                 "" if lg is not None else ", flushed position unknown (no control block)")
+        name = "commitlog" if lg is None else f"commitlog {lg.log}"
+        print(f"  {name}: {len(files)} file(s){size}, records from {log_min:,} to {log_end:,}{where} "
+              f"(records parsed, CRCs not checked)")
+        rows: list[Sequence[Any]] = [(f.name, f.file_from, f.wrote, f.flushed, f.records, _log_file_end(f, log_end))
+                                     for f in files]
+        print_lines(table(("FILE", "FROM", "WROTE", "FLUSHED", "RECORDS", "END"), rows, what="files"))
     topics = _topics(inv.queues)
     print(f"  topics: {len(topics)}, queues: {len(inv.queues)}, messages: "
           f"{sum(q.messages for q in inv.queues):,}")
@@ -98,7 +107,8 @@ def _print_inspect(inv: Inventory, owner: dict[str, Any], ctl: dict[str, Any] | 
                  f.dirty_bytes or None) for q, f in cq_files]
         print_lines(table(("QUEUE", "FILE", "FIRST OFFSET", "SIZE", "WROTE", "UNITS", "TORN"), rows,
                             what="files"))
-    print(f"  index: {len(inv.index_files)} file(s)")
-    rows = [(f.name, f.size, f.error or when(f.begin_timestamp), when(f.end_timestamp),
-             f.hash_slot_count, f.index_count) for f in inv.index_files]
-    print_lines(table(("FILE", "SIZE", "BEGIN", "END", "HASH SLOTS", "INDEXES"), rows, what="index files"))
+    for k, index in enumerate([lg.index_files for lg in inv.logs] or [inv.index_files]):
+        print(f"  index{f' of commitlog {k}' if inv.logs else ''}: {len(index)} file(s)")
+        rows = [(f.name, f.size, f.error or when(f.begin_timestamp), when(f.end_timestamp),
+                 f.hash_slot_count, f.index_count) for f in index]
+        print_lines(table(("FILE", "SIZE", "BEGIN", "END", "HASH SLOTS", "INDEXES"), rows, what="index files"))

@@ -37,10 +37,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _recover_json(plan: RecoveryPlan, owner: dict[str, Any], root: str) -> dict[str, Any]:
+    out = {"root": root, "status": owner["status"], "dry_run": True, "drops_data": plan.drops_data, **_plan_json(plan)}
+    if plan.logs:  # several CommitLogs: each log's plan (the fields above are log 0's)
+        out["commitlogs"] = [_plan_json(p) for p in plan.logs]
+    return out
+
+
+def _plan_json(plan: RecoveryPlan) -> dict[str, Any]:
     report = {k: v for k, v in plan.report.to_dict().items() if k != "elapsed_ms"}
-    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name not in ("report", "queues")}
-    return {"root": root, "status": owner["status"], "dry_run": True, "drops_data": plan.drops_data, "report": report,
-            **fields, "queues": [{**dataclasses.asdict(q), "changed": q.changed} for q in plan.queues]}
+    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)
+              if f.name not in ("report", "queues", "logs") and (f.name != "log" or plan.logs or plan.log)}
+    return {"report": report, **fields,
+            "queues": [{**dataclasses.asdict(q), "changed": q.changed} for q in plan.queues]}
 
 
 #: RecoveryReport fields the text output words itself; any other field that is set is listed
@@ -68,24 +76,29 @@ def _print_recover(plan: RecoveryPlan, owner: dict[str, Any], root: str, ctl: di
         print(f"    checkpoint: physic {when(cp['physic_msg_timestamp'])}, logics "
               f"{when(cp['logics_msg_timestamp'])}, index {when(cp['index_msg_timestamp'])}; min timestamp "
               f"{plan.min_timestamp} ({when(plan.min_timestamp)})")
-    _print_recover_log(plan)
-    _print_recover_queues(plan)
-    if plan.index_files_destroyed:
-        print(f"  index: would destroy {len(plan.index_files_destroyed)} file(s) ending after checkpoint."
-              f"indexMsgTimestamp {plan.checkpoint['index_msg_timestamp']}: {', '.join(plan.index_files_destroyed)}")
-    if plan.leftovers:
-        print(f"  leftovers of interrupted allocations, would be removed: {', '.join(plan.leftovers)}")
-    print(f"  dispatch: would start at {r.dispatch_from:,} and re-dispatch {plan.redispatch_bytes:,} bytes "
-          f"({r.redispatched_records:,} records) to the ConsumeQueues and the index")
-    more = {k: v for k, v in r.to_dict().items() if k not in RECOVER_SHOWN and v not in (0, -1, "", [], {}, None)}
-    if more:
-        print("  the open also reports:")
-        for name, value in more.items():
-            print(f"    {name}: {value}")
+    for each in plan.logs or [plan]:
+        if plan.logs:
+            print(f"  CommitLog {each.log} of {len(plan.logs)}: {each.report.mode} recovery")
+        _print_recover_log(each)
+        _print_recover_queues(each)
+        if each.index_files_destroyed:
+            print(f"  index: would destroy {len(each.index_files_destroyed)} file(s) ending after checkpoint."
+                  f"indexMsgTimestamp {each.checkpoint['index_msg_timestamp']}: {', '.join(each.index_files_destroyed)}")
+        if each.leftovers:
+            print(f"  leftovers of interrupted allocations, would be removed: {', '.join(each.leftovers)}")
+        er = each.report
+        print(f"  dispatch: would start at {er.dispatch_from:,} and re-dispatch {each.redispatch_bytes:,} bytes "
+              f"({er.redispatched_records:,} records) to the ConsumeQueues and the index")
+        more = {k: v for k, v in er.to_dict().items() if k not in RECOVER_SHOWN and v not in (0, -1, "", [], {}, None)}
+        if more:
+            print("  the open also reports:")
+            for name, value in more.items():
+                print(f"    {name}: {value}")
     if plan.drops_data:
-        units = sum(max(q.units_dropped, q.max_offset - q.kept_offset) for q in plan.queues)
-        print(f"  verdict: opening would drop {r.dropped_bytes + plan.deleted_files_data_bytes:,} bytes of the "
-              f"CommitLog and {units:,} ConsumeQueue unit(s)")
+        plans = plan.logs or [plan]
+        units = sum(max(q.units_dropped, q.max_offset - q.kept_offset) for p in plans for q in p.queues)
+        dropped = sum(p.report.dropped_bytes + p.deleted_files_data_bytes for p in plans)
+        print(f"  verdict: opening would drop {dropped:,} bytes of the CommitLog and {units:,} ConsumeQueue unit(s)")
     else:
         print("  verdict: opening would drop nothing that was written")
 

@@ -84,6 +84,7 @@ def _verify_json(report: CheckReport, owner: dict[str, Any], *, check_crc: bool,
         "notes": report.notes,
         "problems": [{"where": p.where, "offset": p.offset, "message": p.message} for p in report.problems],
         "hints": verify_hints(report),
+        **({"log_ends": {str(k): end for k, end in sorted(report.log_ends.items())}} if report.log_ends else {}),
     }
 
 
