@@ -16,7 +16,7 @@ cimport cython
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t
+from libc.stdint cimport INT32_MAX, INT64_MAX, int32_t, int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
 
@@ -640,7 +640,7 @@ cdef class ReadKernel:
     cdef ScanLimits k_lim
     cdef public bint check_crc_on_read   # the look-ups check the record they return
     cdef object k_follower               # None, or what catches this process up (follow_with)
-    cdef int64_t k_seen_min_phy          # the min_phy the follower last caught up to
+    cdef int64_t k_seen_min_phy          # the min_phys the follower last caught up to (_min_phys)
 
     def __init__(self, dict queues, log_files, control_block):
         """log_files: the CommitLog's MappedFileQueue, or a list of them, one per CommitLog of a
@@ -706,13 +706,23 @@ cdef class ReadKernel:
         self.k_follower = follower
         self.k_seen_min_phy = -1
 
+    cdef inline int64_t _min_phys(self) noexcept:
+        """Every CommitLog's min_phy folded into one number (a wrapping sum: it moves when the
+        cleaner moved any log's; one CommitLog: log 0's min_phy itself)."""
+        cdef uint64_t total = <uint64_t>mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY))
+        cdef int n = <int>mq_cell(self.k_ctl, MQ_CTL_LOG_COUNT)[0]
+        cdef int k
+        for k in range(1, n):
+            total += <uint64_t>mq_load(mq_cell(self.k_ctl + mq_log_base(k), MQ_CTL_MIN_PHY))
+        return <int64_t>total
+
     cdef inline bint _min_phy_moved(self) noexcept:
-        """The cleaner moved min_phy since the follower last caught up."""
-        return mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY)) != self.k_seen_min_phy
+        """The cleaner moved a log's min_phy since the follower last caught up."""
+        return self._min_phys() != self.k_seen_min_phy
 
     cdef _follow(self, str topic=None, int queue_id=0):
-        """The follower catches the log up (and the queue, given one); remember the min_phy it saw."""
-        cdef int64_t min_phy = mq_load(mq_cell(self.k_ctl, MQ_CTL_MIN_PHY))
+        """The follower catches the logs up (and the queue, given one); remember the min_phys it saw."""
+        cdef int64_t min_phy = self._min_phys()
         if topic is None:
             self.k_follower.log()
         else:
