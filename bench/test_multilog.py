@@ -13,6 +13,7 @@ CPU of every process as % of one core, and CPU seconds per million messages.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -86,7 +87,18 @@ def _round(procs: list[subprocess.Popen[str]]) -> None:
             raise AssertionError(f"a writer's puts failed: {answer['bad']}")
 
 
+def _lock_figures(ctl: Any) -> dict[str, int]:
+    """Every log's puts, lock hold (ns) and waits for the lock, summed, with the roll waits."""
+    logs = [ctl.log_stats(k) for k in range(ctl.log_count)]
+    stats = ctl.stats()
+    return {"puts": sum(x["puts"] for x in logs), "hold_ns": sum(x["lock_hold_ns_total"] for x in logs),
+            "waits": sum(x["lock_waits"] for x in logs), "roll_waits": stats["roll_waits"],
+            "roll_wait_ns": stats["roll_wait_ns_total"]}
+
+
 def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: int, case: str) -> None:
+    from mqstore._shm import ControlBlock
+
     root = str(work_dir / "store")
     node = Node(root, commit_log_count=n)
     try:
@@ -95,15 +107,26 @@ def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: i
                 for _ in range(PREWRITE):
                     _round(procs)
             meter = CpuMeter({**node.pids, **pids})
-            benchmark.pedantic(_round, args=(procs,), setup=meter.start, teardown=lambda *_: meter.stop(),
-                               rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+            ctl = ControlBlock.attach(os.path.join(root, "mqstore.shm"), readonly=True)
+            try:
+                before = _lock_figures(ctl)
+                benchmark.pedantic(_round, args=(procs,), setup=meter.start, teardown=lambda *_: meter.stop(),
+                                   rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+                after = _lock_figures(ctl)
+            finally:
+                ctl.close()
     finally:
         node.stop()
+    delta = {k: after[k] - before[k] for k in after}
     per_round = 2 * count
     round_bytes = 2 * sum(sizes[i % len(sizes)] for i in range(count))
     cpu = meter.percent()
     extra: dict[str, Any] = {"commit_logs": n, "bytes_per_round": round_bytes, "cpu_percent": cpu,
-                             "machine_idle_percent": meter.machine_idle_percent()}
+                             "machine_idle_percent": meter.machine_idle_percent(),
+                             # where the time goes: inside the put locks, and waiting for them
+                             "lock_hold_ns_mean": round(delta["hold_ns"] / max(1, delta["puts"])),
+                             "lock_waits_per_put": round(delta["waits"] / max(1, delta["puts"]), 4),
+                             "roll_wait_ms_total": round(delta["roll_wait_ns"] / 1e6, 1)}
     if not benchmark.disabled:
         extra["mib_per_s_median"] = round(round_bytes / MiB / benchmark.stats.stats.median, 1)
         extra["cpu_s_per_million"] = round(sum(cpu.values()) / 100 * meter.wall / (ROUNDS * per_round) * 1e6, 2)
