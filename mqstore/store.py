@@ -193,6 +193,17 @@ class StoreBase:
         """Convenience: build a Message from keyword fields and put it."""
         return self._putter.put_message(Message(topic, body, **fields))
 
+    def _bind_puts(self) -> None:
+        """The hot path: put_message, put_messages and put_bodies go straight to the compiled
+        appender (or, with several CommitLogs, the router over every log's), without a Python
+        frame of this class in between (the methods above document the API)."""
+        if len(self.commitlogs) > 1:
+            self._router = LogRouter([cl.appender for cl in self.commitlogs])
+        putter = self._putter
+        self.put_message = putter.put_message  # type: ignore[method-assign]
+        self.put_messages = putter.put_messages  # type: ignore[method-assign]
+        self.put_bodies = putter.put_bodies  # type: ignore[method-assign]
+
     @property
     def _putter(self) -> CommitLogAppender | LogRouter:
         """The put path: the CommitLog's appender, or the router over every log's."""
@@ -614,8 +625,8 @@ class MessageStore(StoreBase):
         self.consume_queues, self.index = parts.consume_queues, parts.index
         self.commitlogs = parts.commitlogs
         several = len(self.commitlogs) > 1
-        #: each log's recovery report (``recovery`` is log 0's); the clean-close record describes
-        #: one CommitLog, so a store with several scans the last files of each
+        #: each log's recovery report (``recovery`` is log 0's), each log trusting its own entry
+        #: of the clean-close record when it agrees with its files
         self.recoveries: list[RecoveryReport] = [recover_store(
             cl.queue, self.ctl, self.consume_queues, parts.checkpoints[k],
             check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
@@ -638,15 +649,7 @@ class MessageStore(StoreBase):
         with open(self.abort_path, "wb"):
             pass
         self._abort_created = True
-        # the hot path: put_message/put_messages go straight to the compiled appender (or the
-        # router over every log's), without a Python frame of this class in between (the
-        # methods below document the API)
-        if several:
-            self._router = LogRouter([cl.appender for cl in self.commitlogs])
-        putter = self._putter
-        self.put_message = putter.put_message  # type: ignore[method-assign]
-        self.put_messages = putter.put_messages  # type: ignore[method-assign]
-        self.put_bodies = putter.put_bodies  # type: ignore[method-assign]
+        self._bind_puts()
         self._truncate_as_requested()  # a slave's truncation its HA client asked for before it stopped
         self._start_services()
 
@@ -915,12 +918,7 @@ class AttachedStore(StoreBase):
                 opened.close()
             self.ctl.close()
             raise
-        if several:
-            self._router = LogRouter([cl.appender for cl in self.commitlogs])
-        putter = self._putter
-        self.put_message = putter.put_message  # type: ignore[method-assign]
-        self.put_messages = putter.put_messages  # type: ignore[method-assign]
-        self.put_bodies = putter.put_bodies  # type: ignore[method-assign]
+        self._bind_puts()
         self._closed = False
 
     def _attach_control_block(self) -> _shm.ControlBlock:
