@@ -844,3 +844,39 @@ def test_t9_inspect_and_dump_read_each_log(tmp_path):
     assert [r["record"]["keys"] for r in records] == [[f"k{i}"] for i in range(q1, 12, 4)]
     got = cli("dump", str(root), "--phy", str(3 << 56))
     assert got.returncode != 0 and "names CommitLog 3, and the store has 2" in got.stderr
+
+
+def test_t10_a_log_whose_flush_fails_with_an_io_error_goes_offline_alone(tmp_path):
+    """SYNC_FLUSH, two CommitLogs: an EIO flushing log 1 takes log 1 offline: the put it covered
+    answers FLUSH_DISK_TIMEOUT (stored, not known durable), later puts to log 1's queues answer
+    SERVICE_NOT_AVAILABLE naming the log and the error, log 0's queues go on; everything stored
+    reads back; a reopen brings log 1 back. A store with one CommitLog keeps retrying instead
+    (tests/test_put_path.py: the next flush succeeds)."""
+    import errno
+
+    from mqstore import Message, MessageStore, PutMessageStatus
+    from mqstore._mapped import inject_flush_failure
+
+    root = tmp_path / "s"
+    q0 = next(q for q in range(8) if _queue_log("O", q, 2) == 0)
+    q1 = next(q for q in range(8) if _queue_log("O", q, 2) == 1)
+    with _several(root, 2, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=3000) as store:
+        store.put_message(Message("O", b"a0", queue_id=q0)).check()
+        store.put_message(Message("O", b"a1", queue_id=q1)).check()
+        inject_flush_failure(errno.EIO, 1, where=os.sep + "commitlog-1" + os.sep)
+        r = store.put_message(Message("O", b"b1", queue_id=q1))
+        assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT and "Input/output error" in r.detail
+        assert store.ctl.log_state(1) == "offline" and store.ctl.log_state(0) == "online"
+        r = store.put_message(Message("O", b"c1", queue_id=q1))
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert "CommitLog 1 is offline after an I/O error (Input/output error" in r.detail, r.detail
+        store.put_message(Message("O", b"c0", queue_id=q0)).check()
+        assert store.wait_dispatched(timeout_ms=10_000)
+        assert store.read_messages("O", q0, 0).bodies() == [b"a0", b"c0"]
+        assert store.read_messages("O", q1, 0).bodies() == [b"a1", b"b1"]
+    with MessageStore(str(root)) as store:
+        assert store.ctl.log_state(1) == "online"
+        store.put_message(Message("O", b"d1", queue_id=q1)).check()
+        assert store.wait_dispatched(timeout_ms=10_000)
+        assert store.read_messages("O", q1, 0).bodies() == [b"a1", b"b1", b"d1"]
+    check_store(str(root)).raise_if_failed()

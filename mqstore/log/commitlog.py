@@ -8,6 +8,7 @@ files, and owns the allocate service hand-off.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 
 log = logging.getLogger("mqstore.commitlog")
+
+#: errors that take a log of a store with several offline (the disk under it failed or went
+#: read-only); a full disk is not one of them (the cleaner frees space)
+OFFLINE_ERRNOS = frozenset({errno.EIO, errno.EROFS})
 
 MUNLOCK_DELAY_S = 6.0  # spec §6.3: a warmed file is munlock'ed 6 s after the put path leaves it
 
@@ -260,6 +265,7 @@ class CommitLog:
             self.ctl.advance("flush_error_count", self.ctl.get("flush_error_count", log=self.log_id) + 1,
                              log=self.log_id)
             self.ctl.add_stat("flush_errors")
+            self._maybe_offline(exc, flushed)
             self.ctl.broadcast("flushed", log=self.log_id)
             raise
         elapsed = time.monotonic_ns() - t0
@@ -273,6 +279,21 @@ class CommitLog:
         self.ctl.add_stat("flush_bytes", target - flushed)
         self.ctl.broadcast("flushed", log=self.log_id)
         return True
+
+    def _maybe_offline(self, exc: OSError, at: int) -> None:
+        """A store with several CommitLogs takes a log whose flush met an I/O error offline, alone
+        (docs/parallel-commitlogs.md): puts to its queues answer SERVICE_NOT_AVAILABLE naming it
+        until the store is opened again, the other logs go on. A store with one CommitLog keeps
+        RocketMQ's way: the failed flush is retried, the puts it covered answer
+        FLUSH_DISK_TIMEOUT."""
+        ctl, k = self.ctl, self.log_id
+        if exc.errno not in OFFLINE_ERRNOS or ctl.log_count <= 1 or ctl.log_state(k) != "online":
+            return
+        ctl.set_log_state(k, "offline")
+        log.error("CommitLog %d is offline: flushing at offset %d failed: %s; the queues bound to it take no puts "
+                  "until the store is opened again", k, at, exc.strerror or exc)
+        if all(ctl.log_state(j) == "offline" for j in range(ctl.log_count)):
+            log.critical("every CommitLog of the store is offline: it takes no puts")
 
     def close(self) -> None:
         self.appender.closed = True
