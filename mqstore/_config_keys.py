@@ -22,6 +22,7 @@ class TypedKeys:
     store_path_commit_log: str
     commit_log_count: int
     store_path_commit_logs: str
+    commit_log_recovery_threads: int
     broker_role: BrokerRole
     flush_disk_type: FlushDiskType
     store_host: str

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
 from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, FENCE_NAME, abort_path, fence_text, log_of
@@ -627,12 +628,20 @@ class MessageStore(StoreBase):
         several = len(self.commitlogs) > 1
         #: each log's recovery report (``recovery`` is log 0's), each log trusting its own entry
         #: of the clean-close record when it agrees with its files
-        self.recoveries: list[RecoveryReport] = [recover_store(
-            cl.queue, self.ctl, self.consume_queues, parts.checkpoints[k],
-            check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
-            index_safe=cfg.message_index_enable and cfg.message_index_safe, index=parts.indexes[k],
-            clean_close=clean_logs.get(k) if self.last_exit_ok else None, log_id=k)
-            for k, cl in enumerate(self.commitlogs)]
+        self.recoveries: list[RecoveryReport]
+        def recover(k: int) -> RecoveryReport:
+            return recover_store(
+                self.commitlogs[k].queue, self.ctl, self.consume_queues, parts.checkpoints[k],
+                check_crc=cfg.check_crc_on_recover, clean_shutdown=self.last_exit_ok,
+                index_safe=cfg.message_index_enable and cfg.message_index_safe, index=parts.indexes[k],
+                clean_close=clean_logs.get(k) if self.last_exit_ok else None, log_id=k)
+
+        threads = min(len(self.commitlogs), cfg.commit_log_recovery_threads or os.cpu_count() or 1)
+        if threads > 1:  # the logs' scans let go of the GIL: each log in a thread of its own
+            with ThreadPoolExecutor(threads, thread_name_prefix="mqstore-recover") as pool:
+                self.recoveries = list(pool.map(recover, range(len(self.commitlogs))))
+        else:
+            self.recoveries = [recover(k) for k in range(len(self.commitlogs))]
         self.recovery: RecoveryReport = self.recoveries[0]
         for cl in self.commitlogs:
             cl.prepare_for_writes()

@@ -104,6 +104,7 @@ APPENDIX_A: dict[str, Any] = {
 OWN_KEYS: dict[str, Any] = {
     "commit_log_count": 1,
     "store_path_commit_logs": "",
+    "commit_log_recovery_threads": 0,
     "commit_log_allocate_step_bytes": 64 * 1024 * 1024,
     "store_host": "127.0.0.1:10911",
     "topic_queue_table_slots": 16384,

@@ -14,6 +14,61 @@ from mqstore._shm cimport ControlBlock
 mq_crc32_init()
 
 
+cdef enum:
+    SCAN_END = 0
+    SCAN_BLANK = 1
+    SCAN_INVALID = 2
+    SCAN_HEADER = 3
+    SCAN_TABLE_FULL = 4
+
+cdef tuple _SCAN_REASONS = ("end", "blank", "invalid", "header", "table full")
+
+
+cdef int scan_loop(const char *b, int64_t file_from, int64_t *at, int64_t end, bint check_crc, bint check_header,
+                   char *ctl, int64_t *count, int64_t *last_ts) noexcept nogil:
+    """scan_records' walk without a per-record callback (see there), for a caller that let go
+    of the GIL; the position reached in *at, the reason as SCAN_*."""
+    cdef int64_t pos = at[0], qoff, phy, ts
+    cdef int32_t qid, sf
+    cdef int r, reason = SCAN_END
+    cdef RecordHead h
+    cdef const char *p
+    cdef mq_tq_slot *slot
+    while pos < end:
+        p = b + pos
+        r = parse_record_head(p, end - pos, &h)
+        if r == MQ_PARSE_BLANK:
+            reason = SCAN_BLANK
+            break
+        if r != MQ_PARSE_OK:
+            reason = SCAN_INVALID
+            break
+        if check_crc and (mq_body_crc(p + h.body_pos, h.body_len) if h.body_len else 0) != mq_get_i32(p + MQ_POS_BODYCRC):
+            reason = SCAN_INVALID
+            break
+        sf = h.sys_flag
+        qid = mq_get_i32(p + MQ_POS_QUEUEID)
+        qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
+        phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
+        ts = mq_get_i64(p + store_timestamp_pos(sf))
+        if check_header and (phy != file_from + pos or qid < 0):
+            reason = SCAN_HEADER
+            break
+        if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
+                (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
+            slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)
+            if slot == NULL:
+                reason = SCAN_TABLE_FULL
+                break
+            if slot.next_offset == 0 or qoff - slot.next_offset < MAX_GAP_UNITS:
+                mq_max(&slot.next_offset, qoff + 1)
+        last_ts[0] = ts
+        count[0] += 1
+        pos += h.size
+    at[0] = pos
+    return reason
+
+
 def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint check_crc, control_block=None,
                  on_record=None, bint check_header=False):
     """Walk the records of one file from start while they are valid (spec §5.3/§5.4).
@@ -42,6 +97,15 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     cdef RecordHead h
     cdef const char *p
     cdef mq_tq_slot *slot
+    cdef int stop
+    if on_record is None:
+        # recovery's scan: no Python per record, so the GIL is let go and the CommitLogs of a
+        # store with several are scanned in parallel (docs/parallel-commitlogs.md)
+        with nogil:
+            stop = scan_loop(b, file_from, &pos, end, check_crc, check_header, ctl, &count, &last_ts)
+        if stop == SCAN_TABLE_FULL:
+            raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
+        return pos, _SCAN_REASONS[stop], count, last_ts
     reason = "end"
     while pos < end:
         p = b + pos

@@ -171,6 +171,10 @@ _TABLE: tuple[Definition, ...] = (
          "store_path_commit_log, log k at ROOT/commitlog-k. A log on its own disk is what makes "
          "its copies and flushes independent.",
          java=None, origin=_OWN),
+    _key("commit_log_recovery_threads", int, 0, "count", _int_range(0, 32),
+         "Threads recovering the CommitLogs of a store with several at open (each log's scan lets "
+         "go of the GIL); 0 = one per log, at most the CPUs (Kafka's num.recovery.threads.per.data.dir).",
+         java=None, origin=_OWN),
     _key("broker_role", BrokerRole, BrokerRole.ASYNC_MASTER, "-", _enum_rule(BrokerRole),
          "ASYNC_MASTER replicates best-effort; SYNC_MASTER makes puts wait for a slave "
          "(FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE); SLAVE refuses puts and appends replicated bytes.",
