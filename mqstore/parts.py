@@ -293,9 +293,10 @@ def _cleaner(parts: StoreParts, **_: Any) -> None:
 
 def _ha(parts: StoreParts, **_: Any) -> None:
     if parts.config.broker_role is BrokerRole.SLAVE:
-        _commitlog(parts)
+        _commitlogs(parts)  # (every log's: a client per log appends into it)
     else:  # a master's HA service reads the files, mapping new ones as it needs them
-        _log_files(parts)[0].map_new_files()
+        for files in _log_files(parts):
+            files.map_new_files()
 
 
 def _rebuild(parts: StoreParts, **_: Any) -> None:

@@ -691,6 +691,7 @@ class MessageStore(StoreBase):
         # the services are built over the parts open_parts mapped, with what the open added
         self._parts.dispatcher, self._parts.truncate = self.dispatcher, self._truncate_live
         self.ha = None
+        self._ha_services: list[ServiceThread] = []
         self._build_services(service_kinds(cfg))
 
     def _build_services(self, kinds: tuple[str, ...]) -> None:
@@ -706,8 +707,10 @@ class MessageStore(StoreBase):
         # covers what the last commit moved)
         services = [service for kind in kinds for service in built[kind]]
         if built.get("ha"):
-            self.ha = built["ha"][0]  # HAService (master) or HAClient (slave)
-        self._services = services if "ha" in kinds or self.ha is None else services + [self.ha]
+            # HAService (master) or HAClient (slave; one per CommitLog of a store with several)
+            self._ha_services = built["ha"]
+            self.ha = self._ha_services[0]
+        self._services = services if "ha" in kinds else services + self._ha_services
         for service in services:
             service.start()
 
@@ -716,7 +719,7 @@ class MessageStore(StoreBase):
         master's end: stop the other services (dispatch catches up, flushes finish), truncate,
         start them again."""
         for service in reversed(self._services):
-            if service is not self.ha:
+            if service not in self._ha_services:
                 service.shutdown()
         try:
             self._truncate_as_requested()
@@ -742,10 +745,16 @@ class MessageStore(StoreBase):
         if isinstance(self.follower, Follower):  # a node: bring this process's queues up to the dispatcher's
             for topic, qid, _ in self.ctl.table_items():
                 self.follower.queue(topic, qid)
-            if self.index is not None:
-                self.index.follow()
-        done = truncate_store(req["offset"], self.commitlog.queue, self.ctl, self.consume_queues, self.index)
-        self.dispatcher.reset(self.ctl.get("dispatched"))
+            self.follower.index()
+        k = log_of(req["offset"])  # the CommitLog the request names (several: only that one is cut)
+        if not 0 <= k < len(self.commitlogs):
+            log.error("ignoring %s: it names CommitLog %d, and the store has %d", TRUNCATE_FILE, k,
+                      len(self.commitlogs))
+            os.unlink(os.path.join(self.root, TRUNCATE_FILE))
+            return
+        done = truncate_store(req["offset"], self.commitlogs[k].queue, self.ctl, self.consume_queues,
+                              self._parts.indexes[k])
+        self.dispatchers[k].reset(self.ctl.get("dispatched", log=k))
         record_truncation(self.root, {**done.as_dict(), "master": req.get("master", ""),
                                       "time_ms": time.time_ns() // 1_000_000})
         log.warning("slave truncated to its master's end (%s): %s", req.get("master", ""), done.summary())

@@ -134,11 +134,9 @@ class Broker:
         self._listener = listen(self.bind_address, cfg.listen_port)
         self.port: int = self._listener.getsockname()[1]
         cfg = cfg.replace(store_host=f"{cfg.broker_ip1}:{self.port}")
-        if "ha_listen_port" not in cfg.explicit_keys and cfg.broker_role is not BrokerRole.SLAVE \
-                and cfg.commit_log_count == 1:
+        if "ha_listen_port" not in cfg.explicit_keys and cfg.broker_role is not BrokerRole.SLAVE:
             # a master accepts slaves on listen_port + 1, as BrokerStartup sets haListenPort (a
-            # free port when the broker's own was picked free); a store with several CommitLogs
-            # does not replicate yet (docs/parallel-commitlogs.md)
+            # free port when the broker's own was picked free)
             cfg = cfg.replace(ha_listen_port=self.port + 1 if cfg.listen_port else 0)
         try:
             self.store = MessageStore(root, cfg)

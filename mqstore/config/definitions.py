@@ -163,7 +163,8 @@ _TABLE: tuple[Definition, ...] = (
          "dispatch cursor and checkpoint; a topic-queue is bound to one of them "
          "(docs/parallel-commitlogs.md). Fixed when the store is created (kept in "
          "mqstore.config.json; another value on reopen is refused). 1 = RocketMQ 4.9.7's layout "
-         "byte for byte. More than 1 runs without HA or the transient store pool for now.",
+         "byte for byte. More than 1 runs without the transient store pool for now; a master and "
+         "its slave must have the same count.",
          java=None, origin=_OWN),
     _key("store_path_commit_logs", str, "", "-", _COMMIT_LOG_PATHS_RULE,
          'The directory of each CommitLog when commit_log_count > 1, ";"-separated (exactly '

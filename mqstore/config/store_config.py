@@ -66,18 +66,11 @@ def _several_logs(cfg: StoreConfig) -> tuple[str, str] | None:
                 "name one directory per CommitLog, or leave store_path_commit_logs empty")
     if n == 1:
         return None
-    refused = []
-    if cfg.transient_store_pool_enable:
-        refused.append("transient_store_pool_enable=true")
-    if cfg.broker_role is not BrokerRole.ASYNC_MASTER:
-        refused.append(f"broker_role={cfg.broker_role.value}")
-    if "ha_listen_port" in cfg.explicit_keys:
-        refused.append("ha_listen_port (a master serving slaves)")
-    if not refused:
+    if not cfg.transient_store_pool_enable:
         return None
-    return (f"commit_log_count={n} with {', '.join(refused)} is not built yet: several CommitLogs run "
-            "without replication or the transient store pool "
-            "(docs/parallel-commitlogs.md)", "use commit_log_count=1 for these")
+    return (f"commit_log_count={n} with transient_store_pool_enable=true is not built yet: several CommitLogs "
+            "run without the transient store pool (docs/parallel-commitlogs.md)",
+            "use commit_log_count=1 for the pool, or transient_store_pool_enable=false")
 
 
 @dataclass(frozen=True)
@@ -123,9 +116,9 @@ _COMBINATIONS: tuple[_Combination, ...] = (
                  "silently ignores the pool; mqstore refuses).", _pool_with_sync_flush),
     _Combination("`transient_store_pool_enable` with `broker_role=SLAVE` (RocketMQ silently "
                  "ignores the pool; mqstore refuses).", _pool_on_slave),
-    _Combination("`commit_log_count` > 1 with `transient_store_pool_enable`, a `broker_role` other than "
-                 "`ASYNC_MASTER` or an `ha_listen_port` (not built yet for several CommitLogs); "
-                 "`store_path_commit_logs` naming another number of paths than `commit_log_count`.", _several_logs),
+    _Combination("`commit_log_count` > 1 with `transient_store_pool_enable` (not built yet for several "
+                 "CommitLogs); `store_path_commit_logs` naming another number of paths than `commit_log_count`.",
+                 _several_logs),
     _Combination("`max_hash_slot_num` and `max_index_num` giving an index file above 2147483647 "
                  "bytes (40 + 4 x slots + 20 x entries).", _index_file_too_big),
 )

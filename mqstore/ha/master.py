@@ -51,6 +51,7 @@ from typing import Any
 
 from mqstore._ha import header, last_report
 from mqstore.errors import PortInUseError
+from mqstore.layout import log_base, log_of
 from mqstore.ha import read_json_object
 from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, HandshakeError, authenticate_slave
 from mqstore.log.directory import replace_file
@@ -142,6 +143,9 @@ class HAConnection:
         self.tls = False  # whether the connection is TLS (_secure)
         #: TLS: held by each SSL read or write (the reader's and the writer's share one SSL object)
         self._tls_lock = threading.Lock()
+        #: the CommitLog this slave follows, named by its first report (an encoded offset: an
+        #: empty log k reports log_base(k)); 0 until then (docs/parallel-commitlogs.md)
+        self.log = 0
         self.request_offset = -1   # the slave's first report: where the writer starts
         self.ack_offset = -1       # its latest report
         self.sent_upto = -1        # the writer's next byte
@@ -321,7 +325,14 @@ class HAConnection:
 
     def _report(self, offset: int) -> bool:
         ctl = self.service.ctl
-        master_end = ctl.get("wrote")
+        if self.request_offset < 0:
+            k = log_of(offset)
+            if not 0 <= k < self.service.log_count:
+                self.close(f"it asks for CommitLog {k} (offset {offset}); this master has {self.service.log_count}")
+                return False
+            self.log = k
+            self.service.count_slaves()
+        master_end = ctl.get("wrote", log=self.log)
         if self.request_offset < 0:
             self.request_offset = offset
             log.info("HA: slave %s asks for the CommitLog from offset %d (the master ends at %d)", self.peer, offset,
@@ -333,9 +344,9 @@ class HAConnection:
             self.close(f"it reports offset {offset}, past the master's end {master_end}")
             return False
         self.ack_offset = offset
-        ctl.set("ha_report_ms", time.time_ns() // 1_000_000)
-        ctl.advance("confirmed", offset)
-        ctl.ha_broadcast()
+        ctl.set("ha_report_ms", time.time_ns() // 1_000_000, log=self.log)
+        ctl.advance("confirmed", offset, log=self.log)
+        ctl.ha_broadcast(log=self.log)
         return True
 
     # -- the CommitLog to the slave (WriteSocketService) -------------------------------------------
@@ -347,27 +358,29 @@ class HAConnection:
                 return
         if self._closed.is_set():
             return
+        k = self.log
         try:
-            master_end = ctl.get("wrote")
+            master_end = ctl.get("wrote", log=k)
             if self.request_offset > master_end:
                 # the slave holds bytes this master does not (it lost them in a crash): say
                 # where this log ends, so the slave can report it, and close
                 self._send(header(master_end, 0))
                 self.close(f"it holds {self.request_offset - master_end} bytes past the master's end {master_end}")
                 return
-            self.sent_upto = self.request_offset if self.request_offset > 0 else service.first_offset()
+            empty = self.request_offset == log_base(k)  # (RocketMQ: 0, an empty slave)
+            self.sent_upto = self.request_offset if not empty else service.first_offset(k)
             log.info("HA: sending the CommitLog to slave %s from offset %d", self.peer, self.sent_upto)
             last_write = time.monotonic()
             heartbeat_s = cfg.ha_send_heartbeat_interval / 1000
             batch = cfg.ha_transfer_batch_size
             while not self._closed.is_set() and not service.is_stopped:
-                seq = ctl.ha_data_seq()
-                readable = ctl.get("committed")
+                seq = ctl.ha_data_seq(log=k)
+                readable = ctl.get("committed", log=k)
                 if self.sent_upto < readable:
                     view = service.log_view(self.sent_upto, min(readable, self.sent_upto + batch))
                     if view is None:
                         self.close(f"the master no longer holds offset {self.sent_upto} (its log starts at "
-                                   f"{service.first_offset()})")
+                                   f"{service.first_offset(k)})")
                         return
                     self._send(header(self.sent_upto, len(view)), view)
                     self.sent_upto += len(view)
@@ -377,7 +390,7 @@ class HAConnection:
                 if time.monotonic() - last_write >= heartbeat_s:
                     self._send(header(self.sent_upto, 0))
                     last_write = time.monotonic()
-                ctl.wait_ha_data(seq, IDLE_WAIT_MS)
+                ctl.wait_ha_data(seq, IDLE_WAIT_MS, log=k)
         except OSError as exc:
             self.close(f"write failed: {exc}")
 
@@ -426,12 +439,15 @@ class HAConnection:
                 raise OSError("the connection is closed") from None
 
     def status(self) -> dict[str, Any]:
-        now_end = self.service.ctl.get("wrote")
-        ack = max(self.ack_offset, 0)
-        return {"slave": self.peer, "request_offset": self.request_offset, "ack_offset": self.ack_offset,
-                "sent_upto": self.sent_upto, "lag_bytes": max(0, now_end - ack),
-                "lag_ms": self.service.lag_ms(ack), "bytes_sent": self.bytes_sent,
-                "rate_bytes_per_s": self.rate, "tls": self.tls, "connected_s": round(time.monotonic() - self.started, 1)}
+        now_end = self.service.ctl.get("wrote", log=self.log)
+        ack = max(self.ack_offset, log_base(self.log))
+        out = {"slave": self.peer, "request_offset": self.request_offset, "ack_offset": self.ack_offset,
+               "sent_upto": self.sent_upto, "lag_bytes": max(0, now_end - ack),
+               "lag_ms": self.service.lag_ms(ack, self.log), "bytes_sent": self.bytes_sent,
+               "rate_bytes_per_s": self.rate, "tls": self.tls, "connected_s": round(time.monotonic() - self.started, 1)}
+        if self.service.log_count > 1:
+            out["log"] = self.log
+        return out
 
 
 
@@ -439,7 +455,9 @@ class HAService(ServiceThread):
     """The master's HA listener and its slave connections (RocketMQ's HAService.AcceptSocketService).
 
     ``files`` is a MappedFileQueue of the CommitLog (the node's HA process maps new files as
-    the allocator creates them: ``follow``)."""
+    the allocator creates them: ``follow``), or a list of them, one per CommitLog of a store
+    with several: a slave's connection follows the log its first report names, on that log's
+    cells (docs/parallel-commitlogs.md)."""
 
     channel = None
 
@@ -449,9 +467,11 @@ class HAService(ServiceThread):
         self.root = root
         #: (monotonic s, the master's end) about every second: how long ago the log first held
         #: bytes past what a slave reported (its lag in time)
-        self._ends: collections.deque[tuple[float, int]] = collections.deque(maxlen=3600)
+        self.logs = list(files) if isinstance(files, list) else [files]
+        self.log_count = len(self.logs)
+        self._ends: list[collections.deque[tuple[float, int]]] = [collections.deque(maxlen=3600) for _ in self.logs]
         self._next_status = 0.0
-        self.files = files
+        self.files = self.logs[0]
         self.follow = follow
         self.connections: list[HAConnection] = []  # the slaves (past the handshake)
         self.pending: list[HAConnection] = []  # connections in the handshake
@@ -465,9 +485,10 @@ class HAService(ServiceThread):
         host = config.effective_bind_address
         self.server = listen_ha(host, config.ha_listen_port, ctl.get("ha_port"))
         self.port = self.server.getsockname()[1]
-        ctl.set("ha_slaves", 0)
+        for k in range(self.log_count):
+            ctl.set("ha_slaves", 0, log=k)
+            ctl.ha_broadcast(log=k)
         ctl.set("ha_port", self.port)
-        ctl.ha_broadcast()
         tls = "" if self.tls_mode == DISABLED else f" (TLS: tls_server_mode {self.tls_mode})"
         if self.secret_key:
             log.info("HA: listening for slaves on %s:%d%s; each must prove it holds the broker account "
@@ -484,14 +505,14 @@ class HAService(ServiceThread):
             return f"tls_server_mode permissive, and its first bytes came later than {TLS_SNIFF_S:g} s"
         return f"tls_server_mode {self.tls_mode}"
 
-    def lag_ms(self, ack: int) -> int:
+    def lag_ms(self, ack: int, log: int = 0) -> int:
         """How long ago the master's log first ended past `ack` (0 when it does not), to the
         resolution of the samples (about a second)."""
-        if self.ctl.get("wrote") <= ack:
+        if self.ctl.get("wrote", log=log) <= ack:
             return 0
         now = time.monotonic()
         first = now
-        for t, end in reversed(self._ends):
+        for t, end in reversed(self._ends[log]):
             if end <= ack:
                 break
             first = t
@@ -502,7 +523,8 @@ class HAService(ServiceThread):
         if now < self._next_status:
             return
         self._next_status = now + 1.0
-        self._ends.append((now, self.ctl.get("wrote")))
+        for k, ends in enumerate(self._ends):
+            ends.append((now, self.ctl.get("wrote", log=k)))
         with self._lock:
             conns = list(self.connections)
         for c in conns:
@@ -552,8 +574,7 @@ class HAService(ServiceThread):
             self.pending.remove(conn)
             conn.authenticated = True
             self.connections.append(conn)
-            self.ctl.set("ha_slaves", len(self.connections))
-        self.ctl.ha_broadcast()
+        self.count_slaves()
         account = f" (access key {conn.access_key!r})" if conn.access_key is not None else ""
         log.info("HA: slave %s connected%s", conn.peer, account)
         return True
@@ -564,23 +585,39 @@ class HAService(ServiceThread):
                 self.pending.remove(conn)
             if conn in self.connections:
                 self.connections.remove(conn)
-            self.ctl.set("ha_slaves", len(self.connections))
-        self.ctl.ha_broadcast()
+        self.count_slaves()
 
-    def first_offset(self) -> int:
-        """The first byte of the log this master still holds."""
+    def count_slaves(self) -> None:
+        """Publish each log's connected slaves (``ha_slaves``: SYNC_MASTER puts of a log with
+        none answer SLAVE_NOT_AVAILABLE) and wake the puts waiting on them."""
+        with self._lock:
+            counts = [0] * self.log_count
+            for conn in self.connections:
+                counts[conn.log] += 1
+            for k, n in enumerate(counts):
+                self.ctl.set("ha_slaves", n, log=k)
+        for k in range(self.log_count):
+            self.ctl.ha_broadcast(log=k)
+
+    def first_offset(self, log: int = 0) -> int:
+        """The first byte of CommitLog log this master still holds."""
+        files = self.logs[log]
         if self.follow:
-            self.files.map_new_files()
-        first = self.files.first()
-        return first.file_from if first is not None else 0
+            files.map_new_files()
+        first = files.first()
+        return first.file_from if first is not None else log_base(log)
 
     def log_view(self, start: int, end: int) -> memoryview | None:
-        """A view of the mapped CommitLog from start up to end, cut at its file's end; None
-        when no file holds start (deleted by the cleaner, or not yet mapped here)."""
-        mf = self.files.find_mapped_file_by_offset(start)
+        """A view of the mapped CommitLog (the one start names) from start up to end, cut at its
+        file's end; None when no file holds start (deleted by the cleaner, or not yet mapped)."""
+        k = log_of(start)
+        if not 0 <= k < self.log_count:
+            return None
+        files = self.logs[k]
+        mf = files.find_mapped_file_by_offset(start)
         if mf is None and self.follow:
-            self.files.map_new_files()
-            mf = self.files.find_mapped_file_by_offset(start)
+            files.map_new_files()
+            mf = files.find_mapped_file_by_offset(start)
         if mf is None:
             return None
         pos = start - mf.file_from
@@ -601,6 +638,7 @@ class HAService(ServiceThread):
             for thread in (conn.reader, conn.writer):
                 if thread.ident is not None:
                     thread.join(2)
-        self.ctl.set("ha_slaves", 0)
+        for k in range(self.log_count):
+            self.ctl.set("ha_slaves", 0, log=k)
+            self.ctl.ha_broadcast(log=k)
         self.ctl.set("ha_port", 0)
-        self.ctl.ha_broadcast()

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mqstore._ha import SlaveReader, report
+from mqstore.layout import file_start_of, log_base, log_of
 from mqstore.ha import TRUNCATE_EXIT, read_ha_master, read_truncation, request_truncation
 from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, MAGIC, HandshakeError, authenticate_master
 from mqstore.ha.master import write_status
@@ -69,9 +70,15 @@ class HAClient(ServiceThread):
 
     def __init__(self, ctl: Any, commitlog: Any, config: Any, master_address: str | None = None,
                  root: str | None = None, truncate: Callable[[], Any] | None = None) -> None:
-        super().__init__("haclient", ctl)
+        #: the CommitLog this client replicates (one client per log of a store with several, each
+        #: on its own connection, reporting that log's encoded end: docs/parallel-commitlogs.md)
+        self.log = commitlog.log_id
+        super().__init__("haclient" if not self.log else f"haclient-{self.log}", ctl)
         self.root = root
         self.truncate = truncate
+        #: every client of the store (set by the registry with several CommitLogs): log 0's writes
+        #: the status file for all of them
+        self.peers: list[HAClient] = [self]
         self.commitlog = commitlog
         self.appender = commitlog.appender
         self.config = config
@@ -141,7 +148,8 @@ class HAClient(ServiceThread):
         self.reader = SlaveReader()
         self.connects += 1
         self._last_read = time.monotonic()
-        log.info("HA: connected to master %s; this log ends at %d", self.master_address, self.ctl.get("wrote"))
+        log.info("HA: connected to master %s; this log ends at %d", self.master_address,
+                 self.ctl.get("wrote", log=self.log))
         self._report_end(force=True)
         return True
 
@@ -162,7 +170,7 @@ class HAClient(ServiceThread):
 
     def _report_end(self, force: bool = False) -> None:
         assert self.sock is not None
-        end = self.ctl.get("wrote")
+        end = self.ctl.get("wrote", log=self.log)
         now = time.monotonic()
         if force or end != self._reported or (now - self._last_report) * 1000 >= self.config.ha_send_heartbeat_interval:
             self.sock.sendall(report(end))
@@ -172,10 +180,11 @@ class HAClient(ServiceThread):
     # -- the loop ----------------------------------------------------------------------------------
     def run_once(self) -> None:
         now = time.monotonic()
-        if now >= self._next_status:
+        if now >= self._next_status and self.log == 0:
             self._next_status = now + 1.0
+            several = {"logs": [peer.status() for peer in self.peers]} if len(self.peers) > 1 else {}
             write_status(self.root, {"role": "slave", "pid": os.getpid(), "time_ms": time.time_ns() // 1_000_000,
-                                     **self.status()})
+                                     **self.status(), **several})
         if self.diverged is not None:
             self.sleep(1000)
             return
@@ -236,13 +245,15 @@ class HAClient(ServiceThread):
             if frame is None:
                 return
             phy, body = frame
-            end = self.ctl.get("wrote")
+            end = self.ctl.get("wrote", log=self.log)
             if len(body) == 0:
                 if phy < end:
                     self._diverge(phy, end)
                 continue  # a heartbeat
             if phy != end:
-                if not (end == 0 and self.ctl.get("min_phy") == 0 and phy % self.commitlog.file_size == 0):
+                base = log_base(self.log)
+                if not (end == base and self.ctl.get("min_phy", log=self.log) == base and log_of(phy) == self.log
+                        and file_start_of(phy, self.commitlog.file_size) == phy):
                     raise ValueError(f"the master sent bytes from offset {phy}, but this log ends at {end}")
                 self._start_log_at(phy)
             self.appender.append_data(phy, body)
@@ -257,7 +268,7 @@ class HAClient(ServiceThread):
         creates its first file at the master's offset."""
         log.info("HA: the master's log starts at %d: this empty log starts there too", phy)
         for name in ("min_phy", "dispatched", "confirmed", "flushed", "committed", "wrote"):
-            self.ctl.set(name, phy)  # type: ignore[arg-type]
+            self.ctl.set(name, phy, log=self.log)  # type: ignore[arg-type]
 
     def _diverge(self, master_end: int, end: int) -> None:
         """The master's log ends at master_end, before this one's end: cut this log back there."""
@@ -279,7 +290,7 @@ class HAClient(ServiceThread):
 
     def status(self) -> dict[str, Any]:
         return {"master": self.master_address, "connected": self.sock is not None, "tls": self.tls_context is not None,
-                "offset": self.ctl.get("wrote"),
+                "offset": self.ctl.get("wrote", log=self.log),
                 "connects": self.connects, "frames": self.frames, "bytes_received": self.bytes_received,
                 "last_error": self.last_error, "diverged": self.diverged, "truncated": read_truncation(self.root)}
 

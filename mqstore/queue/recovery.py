@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqstore.layout import FILLER_SIZE, file_start_of
+from mqstore.layout import FILLER_SIZE, file_start_of, log_of
 from mqstore._codec import check_record, decode_record
 from mqstore._scan import scan_records
 from mqstore._shm import log_of_queue
@@ -570,21 +570,23 @@ def truncate_store(offset: int, queue: MappedFileQueue, ctl: ControlBlock, queue
     a record at or after offset dropped, and the control block's positions, topic-queue table
     and published queue counts set to what is left. ``queues`` must hold every queue of the
     store, built up to what the dispatcher published."""
-    end = ctl.get("wrote")
+    k = log_of(offset)  # with several CommitLogs the offset names its log: only that log is cut
+    of_log = k if queues.log_count > 1 else None
+    end = ctl.get("wrote", log=k)
     report = Truncation(offset=offset, end=end)
     if offset >= end:
         report.offset = end
         return report
-    min_phy = ctl.get("min_phy")
+    min_phy = ctl.get("min_phy", log=k)
     if offset < min_phy:
         raise ValueError(f"cannot truncate the CommitLog to {offset}: it starts at {min_phy}")
     report.deleted_files, _ = queue.truncate_dirty_files(offset)
     for name in ("wrote", "committed", "flushed", "confirmed", "dispatched"):
-        if ctl.get(name) > offset:
-            ctl.set(name, offset)
-    for (topic, qid), n in queues.truncate_dirty(offset).items():
+        if ctl.get(name, log=k) > offset:  # type: ignore[arg-type]
+            ctl.set(name, offset, log=k)  # type: ignore[arg-type]
+    for (topic, qid), n in queues.truncate_dirty(offset, of_log).items():
         report.queue_units_dropped[f"{topic}/{qid}"] = n
-    for cq in queues:
+    for cq in queues.of_log(of_log):
         ctl.table_set(cq.topic, cq.queue_id, cq.max_offset_in_queue)
         ctl.table_set_dispatched(cq.topic, cq.queue_id, cq.max_offset_in_queue)
     if index is not None:

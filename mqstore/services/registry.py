@@ -100,8 +100,9 @@ def _several_logs(kind: str, parts: StoreParts, own_process: bool) -> list[Servi
     of the owner or in a node's service process (the differences of the table above hold per
     log): an allocator and a flusher per log (each on its log's channels and cells), a
     ConsumeQueue flush per log (its queues, its checkpoint), one reput loop serving every log's
-    dispatcher in turn, and one cleaner cleaning each log with its queues and index against that
-    log's min offset. No replication yet (the configuration refuses it)."""
+    dispatcher in turn, one cleaner cleaning each log with its queues and index against that
+    log's min offset, and replication per log: a master's one HA listener (each slave connection
+    follows the log its first report names), a slave's HA client per log."""
     cfg, ctl = parts.config, parts.ctl
     if kind == "allocator":
         warm, least_pages = cfg.warm_maped_file_enable, cfg.flush_least_pages_when_warm_maped_file
@@ -127,5 +128,20 @@ def _several_logs(kind: str, parts: StoreParts, own_process: bool) -> list[Servi
         return [CleanService(ctl, first, queues, parts.indexes[0], cfg, parts.root, follow=own_process,
                              more_logs=list(zip(more, parts.indexes[1:])))]
     if kind == "ha":
+        from mqstore.ha import ha_role
+
+        role = ha_role(cfg)
+        if role == "master":  # one listener; each slave connection follows the log it names
+            from mqstore.ha.master import HAService
+
+            return [HAService(ctl, list(parts.log_queues), cfg, follow=own_process, root=parts.root)]
+        if role == "slave":  # a client (a connection) per log
+            from mqstore.ha.slave import HAClient
+
+            clients = [HAClient(ctl, cl, cfg, root=parts.root, truncate=None if own_process else parts.truncate)
+                       for cl in parts.commitlogs]
+            for client in clients:
+                client.peers = clients
+            return list(clients)
         return []
     raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
