@@ -20,21 +20,27 @@ cdef enum:
     SCAN_INVALID = 2
     SCAN_HEADER = 3
     SCAN_TABLE_FULL = 4
+    SCAN_LIMIT = 5
 
 cdef tuple _SCAN_REASONS = ("end", "blank", "invalid", "header", "table full")
 
 
 cdef int scan_loop(const char *b, int64_t file_from, int64_t *at, int64_t end, bint check_crc, bint check_header,
-                   char *ctl, int64_t *count, int64_t *last_ts) noexcept nogil:
-    """scan_records' walk without a per-record callback (see there), for a caller that let go
-    of the GIL; the position reached in *at, the reason as SCAN_*."""
+                   char *ctl, int64_t *count, int64_t *last_ts, int64_t limit) noexcept nogil:
+    """scan_records' walk (see there) of at most ``limit`` records (-1: no limit), callable
+    without the GIL; the position reached in *at, the reason as SCAN_* (SCAN_LIMIT: stopped
+    after ``limit`` records, before ``end``)."""
     cdef int64_t pos = at[0], qoff, phy, ts
     cdef int32_t qid, sf
     cdef int r, reason = SCAN_END
     cdef RecordHead h
     cdef const char *p
     cdef mq_tq_slot *slot
+    cdef int64_t done = 0
     while pos < end:
+        if done == limit:
+            reason = SCAN_LIMIT
+            break
         p = b + pos
         r = parse_record_head(p, end - pos, &h)
         if r == MQ_PARSE_BLANK:
@@ -64,6 +70,7 @@ cdef int scan_loop(const char *b, int64_t file_from, int64_t *at, int64_t end, b
                 mq_max(&slot.next_offset, qoff + 1)
         last_ts[0] = ts
         count[0] += 1
+        done += 1
         pos += h.size
     at[0] = pos
     return reason
@@ -91,54 +98,27 @@ def scan_records(mapped, int64_t file_from, int64_t start, int64_t end, bint che
     cdef char *ctl = NULL
     if control_block is not None:
         ctl = (<ControlBlock?>control_block)._w()
-    cdef int64_t pos = start, count = 0, last_ts = -1, qoff, phy, ts
-    cdef int32_t qid, sf
-    cdef int r
+    cdef int64_t pos = start, count = 0, last_ts = -1, at
+    cdef int stop
     cdef RecordHead h
     cdef const char *p
-    cdef mq_tq_slot *slot
-    cdef int stop
     if on_record is None:
         # recovery's scan: no Python per record, so the GIL is let go and the CommitLogs of a
         # store with several are scanned in parallel (docs/parallel-commitlogs.md)
         with nogil:
-            stop = scan_loop(b, file_from, &pos, end, check_crc, check_header, ctl, &count, &last_ts)
-        if stop == SCAN_TABLE_FULL:
-            raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
-        return pos, _SCAN_REASONS[stop], count, last_ts
-    reason = "end"
-    while pos < end:
-        p = b + pos
-        r = parse_record_head(p, end - pos, &h)
-        if r == MQ_PARSE_BLANK:
-            reason = "blank"
-            break
-        if r != MQ_PARSE_OK:
-            reason = "invalid"
-            break
-        if check_crc and (mq_body_crc(p + h.body_pos, h.body_len) if h.body_len else 0) != mq_get_i32(p + MQ_POS_BODYCRC):
-            reason = "invalid"
-            break
-        sf = h.sys_flag
-        qid = mq_get_i32(p + MQ_POS_QUEUEID)
-        qoff = mq_get_i64(p + MQ_POS_QUEUEOFFSET)
-        phy = mq_get_i64(p + MQ_POS_PHYSICALOFFSET)
-        ts = mq_get_i64(p + store_timestamp_pos(sf))
-        if check_header and (phy != file_from + pos or qid < 0):
-            reason = "header"
-            break
-        if ctl != NULL and (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_PREPARED_TYPE and \
-                (sf & MQ_TRANSACTION_TYPE_MASK) != MQ_TRANSACTION_ROLLBACK_TYPE:
-            slot = mq_tq_get_or_insert(ctl, p + h.topic_pos, h.topic_len, qid)
-            if slot == NULL:
-                raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
-            # a queue offset far past the queue's next one is a damaged QUEUEOFFSET (no CRC covers
-            # it): dispatch gives such a record no unit, and the next puts must not continue from it
-            if slot.next_offset == 0 or qoff - slot.next_offset < MAX_GAP_UNITS:
-                mq_max(&slot.next_offset, qoff + 1)
-        if on_record is not None:
-            on_record(pos, h.size, p[h.topic_pos:h.topic_pos + h.topic_len], qid, qoff, phy, sf, ts)
-        last_ts = ts
-        count += 1
-        pos += h.size
-    return pos, reason, count, last_ts
+            stop = scan_loop(b, file_from, &pos, end, check_crc, check_header, ctl, &count, &last_ts, -1)
+    else:  # one record at a time, each handed to on_record
+        while True:
+            at = pos
+            stop = scan_loop(b, file_from, &pos, end, check_crc, check_header, ctl, &count, &last_ts, 1)
+            if pos == at:
+                break
+            p = b + at
+            parse_record_head(p, end - at, &h)
+            on_record(at, h.size, p[h.topic_pos:h.topic_pos + h.topic_len], mq_get_i32(p + MQ_POS_QUEUEID),
+                      mq_get_i64(p + MQ_POS_QUEUEOFFSET), mq_get_i64(p + MQ_POS_PHYSICALOFFSET), h.sys_flag, last_ts)
+            if stop != SCAN_LIMIT:
+                break
+    if stop == SCAN_TABLE_FULL:
+        raise OverflowError("topic-queue table is full while rebuilding; raise topic_queue_table_slots")
+    return pos, _SCAN_REASONS[SCAN_END if stop == SCAN_LIMIT else stop], count, last_ts
