@@ -25,6 +25,7 @@ import pytest
 
 from bench._common import WARMUP_ROUNDS, record_rate
 from bench._node import ENV, CpuMeter, Node
+from bench.test_node import LagSampler
 
 MiB = 1 << 20
 GROUP_MIXED = "several CommitLogs: 2 writer processes, mixed 256 B .. 1 MiB bodies"
@@ -112,12 +113,23 @@ def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: i
                     _round(procs)
             meter = CpuMeter({**node.pids, **pids})
             ctl = ControlBlock.attach(os.path.join(root, "mqstore.shm"), readonly=True)
+            sampler = LagSampler(ctl)  # the dispatch lag of the worst log, every ms of the rounds
+
+            def start() -> None:
+                meter.start()
+                sampler.start()
+
+            def stop(*_: Any) -> None:
+                sampler.stop()
+                meter.stop()
+
             try:
                 before = _lock_figures(ctl)
-                benchmark.pedantic(_round, args=(procs,), setup=meter.start, teardown=lambda *_: meter.stop(),
+                benchmark.pedantic(_round, args=(procs,), setup=start, teardown=stop,
                                    rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
                 after = _lock_figures(ctl)
             finally:
+                sampler.close()
                 ctl.close()
     finally:
         node.stop()
@@ -130,7 +142,7 @@ def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: i
                              # where the time goes: inside the put locks, and waiting for them
                              "lock_hold_ns_mean": round(delta["hold_ns"] / max(1, delta["puts"])),
                              "lock_waits_per_put": round(delta["waits"] / max(1, delta["puts"]), 4),
-                             "roll_wait_ms_total": round(delta["roll_wait_ns"] / 1e6, 1)}
+                             "roll_wait_ms_total": round(delta["roll_wait_ns"] / 1e6, 1), **sampler.figures()}
     if not benchmark.disabled:
         extra["mib_per_s_median"] = round(round_bytes / MiB / benchmark.stats.stats.median, 1)
         extra["cpu_s_per_million"] = round(sum(cpu.values()) / 100 * meter.wall / (ROUNDS * per_round) * 1e6, 2)

@@ -168,15 +168,18 @@ class LagSampler:
 
     def _run(self) -> None:
         ctl = self.ctl
+        logs = range(ctl.log_count)  # a store with several CommitLogs: the worst log's lag, all logs' bytes
         while not self._stop.is_set():
             if self._on.wait(0.05):
-                behind = ctl.get("committed") - ctl.get("dispatched")
-                lag = 0
-                if behind > 0:
-                    done = ctl.get("dispatched_store_timestamp")
-                    lag = max(0, ctl.get("last_store_timestamp") - done) if done > 0 else 0
+                lag = behind_all = 0
+                for k in logs:
+                    behind = ctl.get("committed", log=k) - ctl.get("dispatched", log=k)
+                    if behind > 0:
+                        done = ctl.get("dispatched_store_timestamp", log=k)
+                        lag = max(lag, ctl.get("last_store_timestamp", log=k) - done if done > 0 else 0)
+                        behind_all += behind
                 self.lag_ms.append(lag)
-                self.behind.append(max(0, behind))
+                self.behind.append(behind_all)
                 time.sleep(self.every_s)
 
     def start(self) -> None:
