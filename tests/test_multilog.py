@@ -952,3 +952,40 @@ def test_t11_a_master_and_slave_of_two_logs_replicate_each_log_byte_for_byte(tmp
         master.shutdown()
     check_store(str(tmp_path / "master")).raise_if_failed()
     check_store(str(tmp_path / "slave")).raise_if_failed()
+
+
+def test_t12_a_log_whose_disk_is_full_is_refused_alone(tmp_path):
+    """Disk full on one log's directory: the cleaner's disk check finds log 1's filesystem above
+    disk_space_warning_level_ratio and log 0's and the ConsumeQueues' below it: log 1 is "full"
+    (puts to its queues answer SERVICE_NOT_AVAILABLE naming it), log 0 goes on, DISK_FULL stays
+    clear; every log over it sets DISK_FULL; below it again, log 1 takes puts."""
+    from mqstore import Message, PutMessageStatus
+
+    q0 = next(q for q in range(8) if _queue_log("D", q, 2) == 0)
+    q1 = next(q for q in range(8) if _queue_log("D", q, 2) == 1)
+    usage = {"log1": 0.2, "other": 0.2}
+
+    def disk_usage(path: str) -> float:
+        return usage["log1"] if os.path.basename(path) == "commitlog-1" else usage["other"]
+
+    with _several(tmp_path / "s", 2) as store:
+        assert store.cleaner is not None
+        store.cleaner.commitlog_cleaner.disk_usage = disk_usage
+        usage["log1"] = 0.95
+        assert not store.cleaner.check_disk_space().disk_full
+        assert store.ctl.log_state(1) == "full" and store.ctl.log_state(0) == "online"
+        assert "DISK_FULL" not in store.ctl.running_flags()
+        r = store.put_message(Message("D", b"x", queue_id=q1))
+        assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "CommitLog 1 is full" in r.detail
+        store.put_message(Message("D", b"y", queue_id=q0)).check()
+        usage["other"] = 0.95  # every log (and the ConsumeQueues) over it: the store refuses every put
+        assert store.cleaner.check_disk_space().disk_full and "DISK_FULL" in store.ctl.running_flags()
+        assert store.ctl.log_state(1) == "online"  # the store-wide flag says it now
+        assert store.put_message(Message("D", b"z", queue_id=q0)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        usage["log1"] = usage["other"] = 0.2
+        assert not store.cleaner.check_disk_space().disk_full
+        store.put_message(Message("D", b"w", queue_id=q1)).check()
+        store.put_message(Message("D", b"v", queue_id=q0)).check()
+        assert store.wait_dispatched(timeout_ms=10_000)
+        assert store.read_messages("D", q1, 0).bodies() == [b"w"]
+        assert store.read_messages("D", q0, 0).bodies() == [b"y", b"v"]

@@ -449,7 +449,7 @@ cdef class CommitLogAppender:
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         if flags & (MQ_NOT_WRITEABLE | MQ_WRITE_LOGICS_QUEUE_ERROR | MQ_WRITE_INDEX_FILE_ERROR | MQ_DISK_FULL):
             return MQ_PUT_SERVICE_NOT_AVAILABLE
-        if mq_load(&self.lhead[MQ_LOG_STATE // 8]) == MQ_LOG_OFFLINE:
+        if mq_load(&self.lhead[MQ_LOG_STATE // 8]) >= MQ_LOG_OFFLINE:  # offline or full
             return MQ_PUT_SERVICE_NOT_AVAILABLE  # this log alone: docs/parallel-commitlogs.md
         if mq_page_cache_busy(self.lg, now, self.busy_timeout_ms):
             mq_add_relaxed(mq_stat(self.ctl, MQ_STAT_PAGE_CACHE_BUSY), 1)
@@ -492,6 +492,9 @@ cdef class CommitLogAppender:
             return "the store was opened again by a new owner since this process attached: attach again"
         flags = mq_load(mq_cell(self.ctl, MQ_CTL_RUNNING_FLAGS))
         names = [name for name, bit in _RUNNING_FLAG_WHY if flags & bit]
+        if not names and mq_load(&self.lhead[MQ_LOG_STATE // 8]) == MQ_LOG_FULL:
+            return (f"CommitLog {self.log_id} is full: its disk is above disk_space_warning_level_ratio, so the "
+                    "queues bound to it take no puts until the cleaner frees space; the other CommitLogs go on")
         if not names and mq_load(&self.lhead[MQ_LOG_STATE // 8]) == MQ_LOG_OFFLINE:
             err = mq_load(mq_cell(self.lg, MQ_CTL_FLUSH_LAST_ERRNO))
             return (f"CommitLog {self.log_id} is offline after an I/O error ({os.strerror(err) if err else 'unknown'}, "

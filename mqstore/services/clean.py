@@ -172,7 +172,15 @@ class CleanCommitLogService:
         logs = [self.disk_usage(p) for p in (self.commitlog.store_path, *self.other_log_paths)]
         ratios = (-1.0 if min(logs) < 0 else max(logs), self.disk_usage(cq_dir))
         worst = max(ratios)
-        disk_full = worst > cfg.disk_space_warning_level_ratio / 100
+        warning = cfg.disk_space_warning_level_ratio / 100
+        disk_full = worst > warning
+        if len(logs) > 1:
+            # several CommitLogs: a log whose disk is over the warning ratio while another's is
+            # not is "full" alone (its queues refused, the others go on); DISK_FULL, refusing
+            # every put, when the ConsumeQueues' disk or every log's is over it
+            over = [r > warning for r in logs]
+            disk_full = ratios[1] > warning or all(over)
+            self._mark_full_logs([o and not disk_full for o in over], logs, warning)
         clean_immediately = disk_full or worst > cfg.disk_space_clean_forcibly_ratio / 100
         flagged = "DISK_FULL" in self.ctl.running_flags()
         if disk_full and not flagged:
@@ -185,6 +193,19 @@ class CleanCommitLogService:
         max_used = cfg.effective_disk_max_used_space_ratio / 100
         space_to_delete = min(ratios) < 0 or worst > max_used
         return DiskCheck(ratios[0], ratios[1], disk_full, clean_immediately, space_to_delete)
+
+    def _mark_full_logs(self, full: list[bool], ratios: list[float], warning: float) -> None:
+        """Set each log's state "full" or back to "online" (an offline log stays offline)."""
+        for k, is_full in enumerate(full):
+            state = self.ctl.log_state(k)
+            if is_full and state == "online":
+                self.ctl.set_log_state(k, "full")
+                log.error("CommitLog %d: its disk is %.2f used, above disk_space_warning_level_ratio %.2f: the queues "
+                          "bound to it take no puts until the cleaner frees space; the other CommitLogs go on", k,
+                          ratios[k], warning)
+            elif not is_full and state == "full":
+                self.ctl.set_log_state(k, "online")
+                log.info("CommitLog %d: its disk is %.2f used: it takes puts again", k, ratios[k])
 
     def run(self, report: CleanReport) -> None:
         """RocketMQ CleanCommitLogService.run: deleteExpiredFiles, then redeleteHangedFile."""
