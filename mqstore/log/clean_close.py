@@ -153,7 +153,10 @@ def read_logs(root: str, log_count: int) -> tuple[dict[int, CleanClose], str]:
     if any(not 0 <= k < log_count or log_of(r.wrote) != k for k, r in records.items()):
         return {}, f"{CLEAN_CLOSE_NAME} names a CommitLog the store does not have, or an offset of another log"
     for topic, qid, n in table:
-        record = records.get(log_of_queue(topic, qid, log_count))
+        try:
+            record = records.get(log_of_queue(topic, qid, log_count))
+        except (OverflowError, UnicodeEncodeError):  # no queue has such a name: the record is not ours
+            return {}, f"{CLEAN_CLOSE_NAME} names a queue {topic!r}/{qid} no store can have"
         if record is not None:
             record.table.append((topic, qid, n))
     return records, ""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from mqstore._shm import log_of_queue
 from mqstore.layout import CONFIG_NAME, FENCE_NAME, FILLER_SIZE, consumequeue_dir, file_start_of, log_base
 from mqstore._scan import scan_records
 from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
@@ -262,6 +263,18 @@ def open_commitlog(root: str, *, contiguous: bool = True, file_size: int | None 
         file_size = cfg.mapped_file_size_commit_log
     return ReadOnlyFileQueue.of_directory(cdir, file_size, "CommitLog", contiguous=contiguous,
                                           last_file_was_cut=commitlog_file_was_cut, base=base, fenced=fenced)
+
+
+def queue_log(topic: str, queue_id: int, log_count: int) -> int:
+    """The CommitLog topic/queue_id is bound to (0 with one CommitLog). A name no queue can have
+    (a queue id past int32, a topic that is not UTF-8: a damaged or foreign directory a reader
+    met) is taken as log 0's, where a read finds nothing of it, instead of failing the reader."""
+    if log_count <= 1:
+        return 0
+    try:
+        return log_of_queue(topic, queue_id, log_count)
+    except (OverflowError, UnicodeEncodeError, TypeError):
+        return 0
 
 
 def commit_log_count(root: str) -> int:

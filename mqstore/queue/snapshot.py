@@ -36,6 +36,7 @@ from mqstore.queue.files import (
     open_commitlog,
     queue_dirs,
     queue_info,
+    queue_log,
 )
 from mqstore.layout import CONTROL_BLOCK_NAME, log_base, log_of
 from mqstore.log import clean_close
@@ -127,7 +128,7 @@ class StoreSnapshot:
 
     def log_of(self, topic: str, queue_id: int) -> int:
         """The CommitLog topic/queue_id is written to (docs/parallel-commitlogs.md)."""
-        return _shm.log_of_queue(topic, queue_id, len(self._logs))
+        return queue_log(topic, queue_id, len(self._logs))
 
     def log_map(self, log: int = 0) -> LogMap:
         """A LogMap over CommitLog log's files (made once per view)."""

@@ -57,8 +57,7 @@ from mqstore.errors import CorruptRecordError, MQStoreError
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.queue.files import (LogFile, QueueFiles, QueueInfo, ReadOnlyFileQueue, alloc_leftovers, commit_log_count,
                                  commitlog, is_filler, log_end, log_files, open_commitlog, queue_dirs, queue_info,
-                                 store_config)
-from mqstore._shm import log_of_queue
+                                 queue_log, store_config)
 from mqstore.queue.index import IndexLoadPlan, _geometry_vouched, plan_index_load
 from mqstore.log.record import DecodedRecord
 from mqstore.log import clean_close as clean_close_record
@@ -142,7 +141,7 @@ def inventory(root: str, *, flushed: int | None = None, progress: Progress | Non
     queues = []
     for i, (topic, qid, qdir) in enumerate(dirs):
         with QueueFiles(topic, qid, qdir) as qf:
-            queues.append(queue_info(qf, logs[log_of_queue(topic, qid, count)].min_offset))
+            queues.append(queue_info(qf, logs[queue_log(topic, qid, count)].min_offset))
         if progress is not None:
             progress("consumequeues", i + 1, len(dirs))
     first = logs[0]
@@ -221,7 +220,7 @@ class LogReader:
 
     def queue_min_offset(self, topic: str, queue_id: int) -> int:
         """The min offset of the log topic/queue_id is written to."""
-        return self.min_offset_of(log_of_queue(topic, queue_id, len(self.queues)))
+        return self.min_offset_of(queue_log(topic, queue_id, len(self.queues)))
 
     def _queue_of(self, phy: int) -> ReadOnlyFileQueue:
         k = log_of(phy) if phy >= 0 else 0
@@ -466,7 +465,7 @@ def plan_recovery(root: str, *, check_crc: bool | None = None, progress: Progres
                 queues.append(QueuePlan(cq.topic, cq.queue_id, before[key], cq.max_offset_in_queue,
                                         report.queue_units_dropped.get(f"{cq.topic}/{cq.queue_id}", 0),
                                         sum(files[key].zeroed.values()), list(files[key].deleted)))
-            of_log = [d for d in dirs if count == 1 or log_of_queue(d[0], d[1], count) == k]
+            of_log = [d for d in dirs if queue_log(d[0], d[1], count) == k]
             plans.append(RecoveryPlan(
                 report, check, checkpoint.to_dict(), min_ts, names,
                 scan_mf.file_from if scan_mf is not None else log_base(k),

@@ -49,8 +49,7 @@ from mqstore.tools.checker.control_block import _check_control_block, _read_posi
 from mqstore.tools.checker.index import _check_index_files
 from mqstore.tools.checker.queues import _check_consume_queues, unit_mismatch
 from mqstore.tools.checker.records import _Log, _Logs
-from mqstore.queue.files import store_config
-from mqstore._shm import log_of_queue
+from mqstore.queue.files import queue_log, store_config
 from mqstore.tools.checker.report import (CheckReport, ConsumeQueueSummary, IndexFileSummary, Problem, ProblemSink,
                                           Progress, QueueSummary)
 
@@ -184,7 +183,7 @@ def _check_several(root: str, config: StoreConfig, report: CheckReport, problem:
             report.log_ends[k] = report.valid_end
             torn += report.torn_tail_bytes
             for topic, qid in sorted(set(report.queues) - before):
-                bound = log_of_queue(topic, qid, count)
+                bound = queue_log(topic, qid, count)
                 if bound != k:
                     problem(f"commitlog-{k}" if k else "commitlog", 0,
                             f"queue {topic}-{qid} has records in CommitLog {k}, but it is bound to CommitLog {bound}")
