@@ -1,8 +1,10 @@
-"""Build script: compiles the Cython kernels in ``ext/mqstore/`` into ``mqstore._*`` modules.
+"""Build script: compiles the Cython kernels in ``ext/mqstore/<layer>/`` into ``mqstore.<layer>._*``
+modules (the kernels grouped by the layer that uses them: ``log``, ``queue``, ``broker``,
+``remoting``, ``client``, ``ha``, ``acl``, as uvloop groups its handles).
 
-``ext/mqstore/`` is a Cython package (``__init__.pxd``): a kernel's cdef classes are declared in
-its ``.pxd`` next to the ``.pyx`` and other kernels cimport them by their module's name
-(``from mqstore._mapped cimport MappedFile``), as asyncpg's protocol.pxd does. The ``.pxd`` files
+``ext/mqstore/`` and each layer folder are Cython packages (``__init__.pxd``): a kernel's cdef
+classes are declared in its ``.pxd`` next to the ``.pyx`` and other kernels cimport them by their
+module's name (``from mqstore.log._mapped cimport MappedFile``), as asyncpg's protocol.pxd does. The ``.pxd`` files
 directly under ``ext/`` declare shared C (inline helpers and ``ext/include`` headers).
 
 Switches (environment variables, as uvloop's build_ext has flags):
@@ -22,8 +24,12 @@ CYTHON_MIN = (3, 0, 10)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = os.path.join("ext", "mqstore")
-# every ext/mqstore/<name>.pyx becomes mqstore.<name>
-MODULES = sorted(p[:-4] for p in os.listdir(os.path.join(HERE, KERNELS)) if p.endswith(".pyx"))
+# every ext/mqstore/<layer>/<name>.pyx becomes mqstore.<layer>.<name>
+MODULES = sorted(f"{layer}.{p[:-4]}" for layer in os.listdir(os.path.join(HERE, KERNELS))
+                 if os.path.isdir(os.path.join(HERE, KERNELS, layer))
+                 for p in os.listdir(os.path.join(HERE, KERNELS, layer)) if p.endswith(".pyx"))
+#: every .pxd a kernel may cimport (the shared C under ext/, each layer's declarations)
+PXDS = sorted(os.path.join(d, p) for d, _, names in os.walk("ext") for p in names if p.endswith(".pxd"))
 
 
 def _flag(name: str) -> bool:
@@ -70,14 +76,13 @@ def _extension(name: str) -> Extension:
         macros.append(("CYTHON_TRACE_NOGIL", "1"))
     return Extension(
         f"mqstore.{name}",
-        [os.path.join(KERNELS, f"{name}.pyx")],
+        [os.path.join(KERNELS, *name.split(".")) + ".pyx"],
         include_dirs=["ext/include"],
         # C zlib: the kernels that hand out bodies inflate the compressed ones (ext/mq_inflate.pxd)
         libraries=["z"],
         define_macros=macros,
         extra_compile_args=["-O0", "-g"] if debug else ["-O3", "-fno-strict-aliasing"],
-        depends=[os.path.join("ext/include", h) for h in os.listdir("ext/include")]
-        + [os.path.join(d, p) for d in ("ext", KERNELS) for p in os.listdir(d) if p.endswith(".pxd")],
+        depends=[os.path.join("ext/include", h) for h in os.listdir("ext/include")] + PXDS,
     )
 
 

@@ -17,8 +17,8 @@ import zlib
 import pytest
 
 from bench._common import record_rate
-from mqstore import _arrow
-from mqstore._codec import encode_record
+from mqstore.queue import _arrow
+from mqstore.log._codec import encode_record
 
 RECORDS = 4000
 BODY = 6000

@@ -786,7 +786,7 @@ def test_long_poll_put_while_holding(benchmark: Any, brokers: Any) -> None:
 def _send_commands(serialize: int) -> dict[str, Any]:
     """A SEND_MESSAGE_V2 request as mqstore.client builds it (one-letter names, 100 B body) and
     the front's SUCCESS response to it."""
-    from mqstore._remoting import RemotingCommand
+    from mqstore.remoting._remoting import RemotingCommand
     from mqstore.client.producer import V2_NAMES
 
     fields = {"producerGroup": "PG_BENCH", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
@@ -807,10 +807,10 @@ CODEC_CASES = [(s, k, op) for s in ("JSON", "ROCKETMQ") for k in ("request", "re
 
 @pytest.mark.parametrize("serialize,kind,op", CODEC_CASES, ids=["-".join(c) for c in CODEC_CASES])
 def test_codec(benchmark: Any, serialize: str, kind: str, op: str) -> None:
-    """mqstore._remoting: CODEC_OPS x RemotingCommand.encode() / decode_frame(frame) of a send's
+    """mqstore.remoting._remoting: CODEC_OPS x RemotingCommand.encode() / decode_frame(frame) of a send's
     request (with its 100 B body) or response, per round."""
     benchmark.group = f"broker 3: header codec, {CODEC_OPS:,} ops per round"
-    from mqstore._remoting import JSON, ROCKETMQ, decode_frame
+    from mqstore.remoting._remoting import JSON, ROCKETMQ, decode_frame
 
     cmd = _send_commands(JSON if serialize == "JSON" else ROCKETMQ)[kind]
     frame = cmd.encode()

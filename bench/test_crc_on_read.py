@@ -20,7 +20,7 @@ import tempfile
 import pytest
 
 from bench._common import drain_queue, one_queue_store, record_rate
-from mqstore._search import CRC_FOLDED
+from mqstore.queue._search import CRC_FOLDED
 
 CRC_MSGS = 50_000
 LOOKUPS = 10_000

@@ -102,7 +102,7 @@ def _lock_figures(ctl: Any) -> dict[str, int]:
 
 
 def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: int, case: str) -> None:
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
 
     root = str(work_dir / "store")
     node = Node(root, commit_log_count=n)

@@ -52,7 +52,7 @@ FAILURES = ("flush_timeouts", "create_mapped_file_failed", "message_illegal", "s
 
 @contextmanager
 def node_and_writers(root: str, k: int, per_writer: int, **settings: Any) -> Iterator[tuple[Node, Writers, Any]]:
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
 
     node = Node(root, **settings)
     writers = None

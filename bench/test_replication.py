@@ -43,7 +43,7 @@ GROUP_SYNC = "replication: 16 producer processes, 1,600 x 100 B per round, one p
 
 
 def _ctl(root: str) -> Any:
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
 
     return ControlBlock.attach(os.path.join(root, "mqstore.shm"), readonly=True)
 

@@ -1,5 +1,5 @@
 # The body CRC check of reads (spec §1.5, §5.3), shared by the kernels that check records as
-# they return them (mqstore._search: getMessage results, mqstore._reads: look-ups by offset).
+# they return them (mqstore.queue._search: getMessage results, mqstore.queue._reads: look-ups by offset).
 # A kernel that cimports this calls mq_crc32_init() and mq_crc_fold_detect() at module init.
 from libc.stdint cimport int32_t, int64_t, uint32_t
 

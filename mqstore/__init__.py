@@ -17,9 +17,9 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "Message": "mqstore._message",
-    "MessageBatch": "mqstore._message",
-    "PutMessageResult": "mqstore._message",
+    "Message": "mqstore.log._message",
+    "MessageBatch": "mqstore.log._message",
+    "PutMessageResult": "mqstore.log._message",
     "StoreConfig": "mqstore.config",
     "BodyDecompressError": "mqstore.errors",
     "CompressionLibraryMissingError": "mqstore.errors",
@@ -53,9 +53,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # "X as X": explicit re-exports for type checkers
-    from mqstore._message import Message as Message
-    from mqstore._message import MessageBatch as MessageBatch
-    from mqstore._message import PutMessageResult as PutMessageResult
+    from mqstore.log._message import Message as Message
+    from mqstore.log._message import MessageBatch as MessageBatch
+    from mqstore.log._message import PutMessageResult as PutMessageResult
     from mqstore.config import StoreConfig as StoreConfig
     from mqstore.errors import BodyDecompressError as BodyDecompressError
     from mqstore.errors import CompressionLibraryMissingError as CompressionLibraryMissingError

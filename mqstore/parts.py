@@ -46,7 +46,7 @@ from mqstore.layout import checkpoint_path, consumequeue_dir
 from mqstore.roles import BrokerRole
 
 if TYPE_CHECKING:
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
     from mqstore.config import StoreConfig
     from mqstore.log.checkpoint import StoreCheckpoint
     from mqstore.log.commitlog import CommitLog

@@ -2,7 +2,7 @@
 
 The numbers are defined once, in ext/include/mq_status.h, which the compiled kernels use;
 the enums here must hold the same names and numbers (tests/test_status_codes.py compares
-them with ``mqstore._commitlog._C_STATUS_CODES``, the codes as compiled). Add or change a
+them with ``mqstore.log._commitlog._C_STATUS_CODES``, the codes as compiled). Add or change a
 code in both places."""
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
 from mqstore.layout import CONFIG_NAME, CONTROL_BLOCK_NAME, FENCE_NAME, abort_path, fence_text, log_of
-from mqstore import _shm
-from mqstore._commitlog import CommitLogAppender, LogRouter
-from mqstore._message import Message, MessageBatch, PutMessageResult
+from mqstore.log import _shm
+from mqstore.log._commitlog import CommitLogAppender, LogRouter
+from mqstore.log._message import Message, MessageBatch, PutMessageResult
 from mqstore.log.commitlog import CommitLog
 from mqstore.config import StoreConfig
 from mqstore.errors import ConfigError, NotAStoreError, StoreClosedError, StoreLockedError
@@ -49,7 +49,7 @@ from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
 from mqstore.services.registry import build_services
-from mqstore._reads import GetMessageResult, MessageView
+from mqstore.queue._reads import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
 

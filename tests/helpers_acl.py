@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameError, FrameReader, RemotingCommand
 
 LOOPBACK = "127.0.0.1"
 BROKER_NAME = "broker-acl"

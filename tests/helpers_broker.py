@@ -150,7 +150,7 @@ def send_raw(address: str, topic: str, bodies: list[bytes], *, tags: str = "", q
              timeout_s: float = 10) -> list[tuple[int, str | None, dict[str, str]]]:
     """SEND_MESSAGE requests over one blocking connection, one at a time (a minimal producer
     for tests that need no client library): (code, remark, ext_fields) of each answer."""
-    from mqstore._remoting import FrameReader, RemotingCommand
+    from mqstore.remoting._remoting import FrameReader, RemotingCommand
 
     host, _, port = address.rpartition(":")
     out = []

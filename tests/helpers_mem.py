@@ -25,8 +25,8 @@ def mem_queue_class(file_size: int) -> type:
     import os
     import tempfile
 
-    from mqstore._consumequeue import ConsumeQueueKernel
-    from mqstore._mapped import MappedFile
+    from mqstore.queue._consumequeue import ConsumeQueueKernel
+    from mqstore.log._mapped import MappedFile
 
     root = tempfile.TemporaryDirectory(prefix="mqstore-memq-")
     numbers = itertools.count()

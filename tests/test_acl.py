@@ -20,7 +20,7 @@ from helpers_acl import RecordingServer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqstore import _acl
+from mqstore.acl import _acl
 from mqstore.acl import (ADMIN_CODES_4_9_7, CLIENT_CODES, DENY, PUB, SUB, AclConfigError, AclHolder, PlainAcl,
                          SessionCredentials, as_credentials, check, load_acl, needs_admin, offset_group,
                          offset_refusal, parse_acl, parse_perm, remote_address, resources)

@@ -20,7 +20,7 @@ import pytest
 from helpers_broker import running_broker
 from helpers_proc import wait_until
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.acl.signature import sign_fields
 from mqstore.client import PullConsumer, SyncProducer
 from mqstore.client.message import MessageQueue

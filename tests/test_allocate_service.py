@@ -10,8 +10,8 @@ import pytest
 
 from helpers_fs import run_in_tmpfs, tmpfs_supported
 from helpers_mem import mapping_kb
-from mqstore._mapped import MappedFile
-from mqstore._shm import ControlBlock
+from mqstore.log._mapped import MappedFile
+from mqstore.log._shm import ControlBlock
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.allocate import AllocateMappedFileService, AllocateRequest
 
@@ -127,7 +127,7 @@ def test_priority_order(env):
 @pytest.mark.skipif(not tmpfs_supported(), reason="needs a tmpfs in a private mount namespace (root + unshare)")
 def test_enospc_returns_a_detail_naming_errno_and_file(tmp_path):
     out = run_in_tmpfs("""
-        from mqstore._shm import ControlBlock
+        from mqstore.log._shm import ControlBlock
         from mqstore.log.mapped_file_queue import MappedFileQueue
         from mqstore.services.allocate import AllocateMappedFileService
         out = {}

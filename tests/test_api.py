@@ -14,7 +14,7 @@ from helpers_proc import run_in_child
 
 import mqstore
 from mqstore import Message, MessageBatch, MessageStore, StoreClosedError
-from mqstore._reads import GetMessageResult, MessageView
+from mqstore.queue._reads import GetMessageResult, MessageView
 from mqstore.queue.reads import QueryMessageResult
 from mqstore.store import AttachedStore
 

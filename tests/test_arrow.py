@@ -1,4 +1,4 @@
-"""The Arrow column kernel (ext/mqstore/_arrow.pyx) against its pure-Python twin (mqstore.twin.arrow):
+"""The Arrow column kernel (ext/mqstore/queue/_arrow.pyx) against its pure-Python twin (mqstore.twin.arrow):
 records encoded by the codec into CommitLog-shaped files, read back by span (the whole-log
 scan) and by ConsumeQueue units, every column compared value by value. Bodies are stored as
 RocketMQ's producers store them (zlib, LZ4, ZSTD per sysFlag; tests/helpers_bodies.py): the body
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from helpers_bodies import FLAGS, broken_bodies, compress, good_bodies, with_stored_body
 from test_twin_codec import records
 
-from mqstore import _arrow
+from mqstore.queue import _arrow
 from mqstore import compression
-from mqstore._codec import encode_record
+from mqstore.log._codec import encode_record
 from mqstore.errors import BodyDecompressError
 from mqstore.twin import arrow as twin
 from mqstore.twin import codec as c
@@ -265,7 +265,7 @@ def test_a_body_past_the_inflated_size_bound_is_refused(monkeypatch):
 
 def test_keep_freed_memory_is_taken_by_glibc():
     """The reader processes' malloc setting (no fresh-page faults per batch) is accepted here."""
-    from mqstore._arrow import keep_freed_memory
+    from mqstore.queue._arrow import keep_freed_memory
 
     assert keep_freed_memory() is True
 

@@ -15,7 +15,7 @@ import socket
 
 from helpers_broker import ROOT, BrokerProcess, free_port
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.broker.topics import TopicConfigs
 from mqstore.protocol import RequestCode, ResponseCode
 from mqstore.tools.attack import ATTACKS, RECOVERED_FRACTION, AttackReport, Target, run_attacks

@@ -2,7 +2,7 @@
 compressed per its sysFlag (zlib; RocketMQ 5's LZ4 and ZSTD types) as RocketMQ's clients do, keep
 the stored bytes readable as they are, and name a body that does not inflate.
 
-The kernel side (mqstore._reads: GetMessageResult.bodies, MessageView.body / body_bytes) against
+The kernel side (mqstore.queue._reads: GetMessageResult.bodies, MessageView.body / body_bytes) against
 its twin (mqstore.twin.reads.body_as_sent, hypothesis); raw access; the errors; the inflated-size
 bound; a missing package; ``mqstore dump``. The Arrow kernel's parity is in tests/test_arrow.py,
 the client's in tests/test_client_decode.py, bodies the real C++ client compressed in
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore, compression
-from mqstore._arrow import BatchColumns
+from mqstore.queue._arrow import BatchColumns
 from mqstore.errors import BodyDecompressError, CompressionLibraryMissingError, CorruptRecordError
 from mqstore.exit_codes import EXIT_OK
 from mqstore.queue.snapshot import StoreSnapshot

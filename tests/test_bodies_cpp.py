@@ -16,7 +16,7 @@ from helpers_proc import wait_until
 from test_broker_cpp import TOPIC_QUEUES, checked_broker, clients, msg, sent_ok  # noqa: F401 (clients: a fixture)
 
 from mqstore import MessageStore
-from mqstore._arrow import BatchColumns
+from mqstore.queue._arrow import BatchColumns
 from mqstore.broker.consumer import GroupConsumer
 from mqstore.queue.snapshot import StoreSnapshot
 from mqstore.tools.cli import main

@@ -33,7 +33,7 @@ from helpers_broker import BrokerProcess, broker_settings, free_port, running_br
 from helpers_proc import wait_until
 from test_broker_cpp import TOPIC_QUEUES, ClientProc, msg, sent_ok, stored
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.broker.namesrv import NameServer
 from mqstore.broker.requests import wall_ms
 from mqstore.broker.server import Broker

@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 from helpers_broker import BrokerProcess, running_broker, send_raw
 from helpers_proc import wait_until
 
-from mqstore._codec import encode_batch_body
-from mqstore._remoting import ROCKETMQ, FrameReader, RemotingCommand
+from mqstore.log._codec import encode_batch_body
+from mqstore.remoting._remoting import ROCKETMQ, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.codes import SEND_V2_FIELDS, RequestCode
 from mqstore.broker.offsets import decode_offset_table

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.client import RemotingConnection, SyncProducer
 from mqstore.client.message import decode_messages
 from mqstore.ha import read_ha_master

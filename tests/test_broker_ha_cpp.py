@@ -55,7 +55,7 @@ from helpers_proc import wait_until
 from test_broker_cpp import TOPIC_QUEUES, clients, msg, sent_ok  # noqa: F401  (clients: the fixture)
 from test_broker_ha import request
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.client.message import decode_messages
 from mqstore.protocol import RequestCode, ResponseCode
 

@@ -20,8 +20,8 @@ from helpers_broker import (LOOPBACK, ROOT, BrokerProcess, broker_settings, clos
                             trickled_until_closed)
 from helpers_proc import wait_until
 
-from mqstore._conns import address_slot
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.broker._conns import address_slot
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.broker.limits import IP_SLOTS, ConnectionCounter, LogLimiter
 from mqstore.broker.server import Broker
 from mqstore.config import StoreConfig

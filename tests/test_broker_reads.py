@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.client import Producer, RemotingConnection, decode_messages
 from mqstore.protocol import RequestCode, ResponseCode
 

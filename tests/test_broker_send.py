@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from mqstore import Message, MessageBatch
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.client import RemotingConnection
 from mqstore.protocol import ResponseCode
 

@@ -10,7 +10,7 @@ import pytest
 from helpers_broker import LOOPBACK, running_broker
 from helpers_tls import Pki, exchange, make_pki
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.errors import ConfigError
 from mqstore.protocol import RequestCode, ResponseCode
 from mqstore.tls import client_context

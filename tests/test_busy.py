@@ -22,7 +22,7 @@ ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPAT
 
 HOLDER = textwrap.dedent("""
     import os, sys, time
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
     ctl = ControlBlock.attach(os.path.join(sys.argv[1], "mqstore.shm"))
     ctl.acquire_put_lock()
     print("HELD", flush=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from mqstore import _shm
+from mqstore.log import _shm
 
 STUB = Path(_shm.__file__).with_name("_shm.pyi")
 

@@ -12,7 +12,7 @@ from datetime import datetime
 import pytest
 
 from mqstore import Message, MessageStore, StoreConfig
-from mqstore._codec import BLANK_MAGIC_CODE, decode_record, java_string_hash
+from mqstore.log._codec import BLANK_MAGIC_CODE, decode_record, java_string_hash
 from mqstore.tools.checker import CheckReport, Problem, check_store, index_key_hash
 
 FILE = 64 * 1024

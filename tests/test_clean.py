@@ -18,9 +18,9 @@ import pytest
 
 from helpers_fs import run_in_tmpfs, tmpfs_supported
 from mqstore import Message, MessageStore, PutMessageStatus
-from mqstore import _shm
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE as UNIT
-from mqstore._mapped import MappedFile
+from mqstore.log import _shm
+from mqstore.queue._consumequeue import CQ_STORE_UNIT_SIZE as UNIT
+from mqstore.log._mapped import MappedFile
 from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.queue.consume_queue import ConsumeQueueTable

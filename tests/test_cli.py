@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore._shm import STAT_NAMES
+from mqstore.log._shm import STAT_NAMES
 from mqstore.tools.checker import check_store
 from mqstore.exit_codes import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from mqstore.tools.cli import COMMANDS, main

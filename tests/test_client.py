@@ -21,8 +21,8 @@ import zlib
 import pytest
 
 from helpers_broker import running_broker
-from mqstore._codec import encode_record
-from mqstore._remoting import ROCKETMQ, FrameReader, RemotingCommand
+from mqstore.log._codec import encode_record
+from mqstore.remoting._remoting import ROCKETMQ, FrameReader, RemotingCommand
 from mqstore.client import (ClientStateError, ConnectFailedError, ConnectionClosedError, Message, MessageDecodeError,
                             MessageQueue, MQClientError, Producer, PullConsumer, PullStatus, RemotingConnection,
                             RemotingTimeoutError, RequestCode, ResponseCode, RouteError, SendStatus, UniqIdGenerator,
@@ -799,7 +799,7 @@ def test_the_client_loads_neither_the_store_nor_the_broker():
     code = "import sys, mqstore.client; print(' '.join(sorted(m for m in sys.modules if m.startswith('mqstore'))))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             check=True).stdout.split()
-    assert "mqstore.client.producer" in loaded and "mqstore._remoting" in loaded
+    assert "mqstore.client.producer" in loaded and "mqstore.remoting._remoting" in loaded
     assert [m for m in loaded if m.partition(".")[2].split(".")[0] in ("store", "broker", "node", "services", "queue",
                                                                         "tools")] == []
 

@@ -11,8 +11,8 @@ import asyncio
 import pytest
 from helpers_acl import RecordingServer
 
-from mqstore import _acl
-from mqstore._remoting import RemotingCommand
+from mqstore.acl import _acl
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.acl import PlainAcl, SessionCredentials, check, parse_acl
 from mqstore.acl import signature as twin
 from mqstore.client import Message, Producer, PullConsumer, RemotingConnection, SyncProducer

@@ -1,4 +1,4 @@
-"""The client's decoding of pulled messages: the compiled mqstore._client against its pure-Python
+"""The client's decoding of pulled messages: the compiled mqstore.client._client against its pure-Python
 twin mqstore.client._twin (hypothesis), on valid records (IPv4 and IPv6 hosts, compressed bodies
 of each RocketMQ compression type, properties with and without UNIQ_KEY, empty and quirky
 properties strings, V2 records, several records back to back) and on broken ones (each fails
@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from helpers_bodies import good_bodies, with_flag
 
-from mqstore import _client as K
-from mqstore._codec import encode_record
+from mqstore.client import _client as K
+from mqstore.log._codec import encode_record
 from mqstore.client import MessageDecodeError, MessageExt, MessageQueue, decode_messages
 from mqstore.client import _twin as T
 from mqstore.client.protocol import SYSTEM_PROPERTIES

@@ -1,7 +1,7 @@
-"""The send side of the compiled client kernel (mqstore._client) against its twins: message ids
+"""The send side of the compiled client kernel (mqstore.client._client) against its twins: message ids
 (mqstore.client._twin.UniqIdGenerator) id for id from the same fixed bytes, counter and clock
-readings, across month bounds and clock steps; properties strings (mqstore._codec's
-properties_to_string) and batch bodies (mqstore._codec's encode_batch_body) byte for byte."""
+readings, across month bounds and clock steps; properties strings (mqstore.log._codec's
+properties_to_string) and batch bodies (mqstore.log._codec's encode_batch_body) byte for byte."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqstore._client import UniqIdGenerator, batch_entries, encode_batch, encode_properties
-from mqstore._codec import decode_batch_body, encode_batch_body, properties_to_string
+from mqstore.client._client import UniqIdGenerator, batch_entries, encode_batch, encode_properties
+from mqstore.log._codec import decode_batch_body, encode_batch_body, properties_to_string
 from mqstore.client import _twin
 from mqstore.client._sending import batch_body
 from mqstore.client._sending import batch_entries as checked_batch_entries

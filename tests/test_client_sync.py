@@ -23,7 +23,7 @@ import pytest
 
 from helpers_broker import running_broker
 from helpers_proc import wait_until
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.client import (ClientStateError, ConnectFailedError, ConnectionClosedError, Message, MessageQueue,
                             MQClientError, Producer, RemotingTimeoutError, RequestCode, ResponseCode, SendStatus,
                             SyncProducer)

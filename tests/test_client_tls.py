@@ -24,7 +24,7 @@ import pytest
 from helpers_broker import LOOPBACK, running_broker
 from helpers_tls import Pki, make_pki
 
-from mqstore._remoting import JSON, RemotingCommand
+from mqstore.remoting._remoting import JSON, RemotingCommand
 from mqstore.broker.namesrv import NameServerThread
 from mqstore.client import (ConnectFailedError, ConnectionClosedError, MessageQueue, MQClientError, Producer,
                             PullConsumer, PullStatus, RemotingConnection, RemotingConnectionError,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqstore import _codec
+from mqstore.log import _codec
 from mqstore.errors import CorruptRecordError
 from mqstore.twin import codec as twin
 

@@ -1,4 +1,4 @@
-"""The broker's connection table (mqstore._conns, docs/security.md "Limits on every connection"):
+"""The broker's connection table (mqstore.broker._conns, docs/security.md "Limits on every connection"):
 the kernel against its pure-Python twin (mqstore.twin.conns) with hypothesis, then what the
 fronts rely on: caps over every front's counts, a front's restart forgetting its dead
 predecessor's, and the table shared through a memory file as the fronts share it."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqstore import _conns as kernel
+from mqstore.broker import _conns as kernel
 from mqstore.broker.limits import IP_SLOTS, BrokerConnectionCounter, connection_table
 from mqstore.twin import conns as twin
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from mqstore import _shm
-from mqstore._shm import (
+from mqstore.log import _shm
+from mqstore.log._shm import (
     HEADER_SIZE,
     LOCK_MUTEX,
     LOCK_SPIN,
@@ -39,7 +39,7 @@ KINDS = ["spin", "mutex"]
 
 _CHILD_PRELUDE = """\
 import os, sys, time
-from mqstore._shm import ControlBlock, ofd_lock
+from mqstore.log._shm import ControlBlock, ofd_lock
 def say(s):
     print(s, flush=True)
 def hear():
@@ -726,11 +726,11 @@ def test_put_lock_taken_over_from_killed_holder(make_cb, children, kind):
 
 _ZOMBIE_SCRIPT = """
 import os, subprocess, sys, time
-from mqstore._shm import ControlBlock
+from mqstore.log._shm import ControlBlock
 path, kind = sys.argv[1], sys.argv[2]
 cb = ControlBlock.create(path, table_slots=64, file_size=4096, lock_kind=kind, sync_flush=False)
 holder = subprocess.Popen([sys.executable, "-c",
-    "import sys, time\\nfrom mqstore._shm import ControlBlock\\n"
+    "import sys, time\\nfrom mqstore.log._shm import ControlBlock\\n"
     f"cb = ControlBlock.attach({path!r})\\ncb.acquire_put_lock()\\nprint('locked', flush=True)\\ntime.sleep(120)"],
     stdout=subprocess.PIPE, text=True)
 assert holder.stdout.readline().strip() == "locked"
@@ -898,7 +898,7 @@ def test_create_refuses_a_log_count_out_of_range(tmp_path, count):
 
 _INSERTER = """
 import sys
-from mqstore._shm import ControlBlock
+from mqstore.log._shm import ControlBlock
 cb = ControlBlock.attach(sys.argv[1])
 me, n = int(sys.argv[2]), int(sys.argv[3])
 sys.stdin.readline()  # every inserter starts at once

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore._codec import decode_record
+from mqstore.log._codec import decode_record
 from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from helpers_store import read_queue as read_all_of_queue
@@ -276,7 +276,7 @@ def rp_write(root: str, flush: str, mode: str, rng: random.Random, start: int, *
 
 def units_on_disk(root: str) -> dict[tuple[str, int], int]:
     """Units each ConsumeQueue holds on disk (read before the store is reopened)."""
-    from mqstore._consumequeue import scan_units
+    from mqstore.queue._consumequeue import scan_units
     found = {}
     base = os.path.join(root, "consumequeue")
     for topic in os.listdir(base) if os.path.isdir(base) else ():

@@ -6,7 +6,7 @@ the last three files, so recovery does not see it) and the store is reopened: ge
 stops before the damaged message or answers MESSAGE_CORRUPTED naming its offsets, the look-ups
 raise CorruptRecordError, query_message skips it, undamaged messages still read, and with
 check_crc_on_read=false the flipped bytes come back as data. The CRC kernel
-(mqstore._search.crc32 / record_status / first_corrupt) and the checked getMessage are
+(mqstore.queue._search.crc32 / record_status / first_corrupt) and the checked getMessage are
 compared with their pure-Python twin (mqstore.twin.reads) with hypothesis.
 """
 
@@ -24,10 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
-from mqstore._codec import encode_record
-from mqstore._mapped import MappedFile
-from mqstore._reads import LogMap
-from mqstore._search import (CRC_FOLDED, RECORD_CRC_MISMATCH, RECORD_MALFORMED, RECORD_OK, crc32, first_corrupt,
+from mqstore.log._codec import encode_record
+from mqstore.log._mapped import MappedFile
+from mqstore.queue._reads import LogMap
+from mqstore.queue._search import (CRC_FOLDED, RECORD_CRC_MISMATCH, RECORD_MALFORMED, RECORD_OK, crc32, first_corrupt,
                              record_status)
 from mqstore.config import DEFINITIONS, StoreConfig
 from mqstore.errors import CorruptRecordError
@@ -293,7 +293,7 @@ def test_record_status_matches_the_twin(record: bytes, flips: list[tuple[int, in
 
 
 def body_in(record: bytes) -> bytes:
-    from mqstore._codec import decode_record
+    from mqstore.log._codec import decode_record
     return decode_record(record, 0, check_crc=False).body
 
 

@@ -130,7 +130,7 @@ def test_no_reference_to_documents_outside_the_repository(page):
     assert hits == []
 
 
-SOURCES = sorted(p for pattern in ("mqstore/**/*.py", "mqstore/**/*.pyi", "ext/mqstore/*.pyx", "ext/mqstore/*.pxd", "ext/*.pxd",
+SOURCES = sorted(p for pattern in ("mqstore/**/*.py", "mqstore/**/*.pyi", "ext/mqstore/*/*.pyx", "ext/mqstore/*/*.pxd", "ext/*.pxd",
                                          "ext/include/*.h")
                  for p in ROOT.glob(pattern))
 

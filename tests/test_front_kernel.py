@@ -1,4 +1,4 @@
-"""The broker front's send fast path (mqstore._front) against the general path it stands in
+"""The broker front's send fast path (mqstore.broker._front) against the general path it stands in
 for (send_fields, check_header, field, int_field in mqstore/broker): whatever ``parse_send``
 takes, the general path takes too and reads the same values from; a request it declines goes
 the general way, which serves it or names what is wrong."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqstore._front import parse_send, send_ok_response
-from mqstore._remoting import JSON, ROCKETMQ, RemotingCommand, decode_frame
+from mqstore.broker._front import parse_send, send_ok_response
+from mqstore.remoting._remoting import JSON, ROCKETMQ, RemotingCommand, decode_frame
 from mqstore.broker.codes import SEND_V2_FIELDS, send_fields
 from mqstore.broker.requests import BadField, check_header, field, int_field
 from mqstore.protocol import RequestCode, ResponseCode

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
-from mqstore import _ha
+from mqstore.ha import _ha
 from mqstore.ha import read_truncation, request_truncation, write_ha_master
 from mqstore.status import PutMessageStatus
 from mqstore.tools.checker import check_store

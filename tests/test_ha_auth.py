@@ -20,7 +20,7 @@ import time
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore import _ha
+from mqstore.ha import _ha
 from mqstore.ha import auth
 from mqstore.status import PutMessageStatus
 

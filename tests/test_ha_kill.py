@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mqstore._shm import ControlBlock
+from mqstore.log._shm import ControlBlock
 
 from helpers_proc import wait_until
 

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqstore import MessageStore
-from mqstore import _ha
+from mqstore.ha import _ha
 from mqstore.ha import auth
 from mqstore.tls import TLS_RECORD_HANDSHAKE
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore import _ha
+from mqstore.ha import _ha
 from mqstore.ha.master import read_ha_status, write_status
 from mqstore.status import PutMessageStatus
 from mqstore.tools.cli import main

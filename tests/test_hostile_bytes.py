@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 from mqstore import Message, MessageBatch, MessageStore
-from mqstore._codec import encode_batch_body
+from mqstore.log._codec import encode_batch_body
 
 pytestmark = pytest.mark.multiprocess
 
@@ -76,10 +76,10 @@ CHILD = textwrap.dedent('''
     import os, shutil, sys, warnings
     warnings.simplefilter("ignore")
     from mqstore import MessageStore, MQStoreError
-    from mqstore._codec import decode_record
-    from mqstore._scan import scan_records
-    from mqstore._reput import BatchParser
-    from mqstore._arrow import BatchColumns, RecordSource
+    from mqstore.log._codec import decode_record
+    from mqstore.log._scan import scan_records
+    from mqstore.queue._reput import BatchParser
+    from mqstore.queue._arrow import BatchColumns, RecordSource
     from mqstore.tools.checker import check_store
 
     src, work, cfg = sys.argv[1], sys.argv[2], eval(sys.argv[3])
@@ -171,7 +171,7 @@ def source_store(tmp_path_factory):
 
 def test_the_minimal_input_that_crashed_scan_records_is_invalid_not_a_crash():
     """BODYLEN 0x7FFFFFFF in a 110-byte record wrapped the 32-bit length check."""
-    from mqstore._scan import scan_records
+    from mqstore.log._scan import scan_records
 
     data = bytes.fromhex(
         "0000006edaa320a703dcefb700000005000000000000000244efe1ed000000de1e5274a2000000100000000000"
@@ -253,7 +253,7 @@ def test_a_new_owner_breaks_the_lock_of_a_writer_frozen_inside_it(tmp_path, capl
         assert owner.stdout.readline().strip() == "ready"
         holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
             import os, signal
-            from mqstore._shm import ControlBlock
+            from mqstore.log._shm import ControlBlock
             ctl = ControlBlock.attach({os.path.join(root, "mqstore.shm")!r})
             ctl.acquire_put_lock()            # a writer inside the lock ...
             os.kill(os.getpid(), signal.SIGSTOP)  # ... frozen there

@@ -17,7 +17,7 @@ file does the same for the two derived file kinds, on a real store:
 Each mutated store is, in a child process (a segfault fails the test instead of killing the
 run; a per-case watchdog turns a hang into a failure naming the case):
 
-1. read by the kernels directly (the unit scans of mqstore._consumequeue, IndexFile.load and
+1. read by the kernels directly (the unit scans of mqstore.queue._consumequeue, IndexFile.load and
    select_phy_offset over every hash slot, compared with the pure-Python twin), so header
    checks of the services cannot hide a kernel that trusts the file;
 2. read by the CLI tools (verify, inspect, dump, recover) as it is on the disk: they must
@@ -86,7 +86,7 @@ def build_source(root: str) -> dict[str, Any]:
     """A store with a queue of three ConsumeQueue files (T0/0), small queues, an IPv6 record, a
     batch, and keys spread over three index files. Returns what the mutations need."""
     from mqstore import Message, MessageBatch, MessageStore
-    from mqstore._codec import encode_batch_body
+    from mqstore.log._codec import encode_batch_body
 
     keys: dict[str, str] = {}
     with MessageStore(root, **CFG) as store:
@@ -235,7 +235,7 @@ def cq_mutations(src: str, meta: dict[str, Any], rng: random.Random) -> list[Cas
 
 # -- IndexFile mutations ------------------------------------------------------------------------
 def index_mutations(src: str, meta: dict[str, Any], rng: random.Random) -> list[Case]:
-    from mqstore._index import index_key_hash
+    from mqstore.queue._index import index_key_hash
 
     log_end = meta["log_end"]
     names = meta["index"]
@@ -419,7 +419,7 @@ class Child:
     @staticmethod
     def _slot_keys() -> list[str]:
         """One key per hash slot (the kernel-level query walks every chain)."""
-        from mqstore._index import index_key_hash
+        from mqstore.queue._index import index_key_hash
 
         keys: dict[int, str] = {}
         i = 0
@@ -444,8 +444,8 @@ class Child:
 
     # -- 1. the kernels on the files as they are
     def kernels(self) -> None:
-        from mqstore._consumequeue import order_break, scan_units, truncate_point
-        from mqstore._index import IndexFile
+        from mqstore.queue._consumequeue import order_break, scan_units, truncate_point
+        from mqstore.queue._index import IndexFile
         from mqstore.queue.index import _IndexMapping
         from mqstore.twin.consume_queue import order_break as twin_order_break
         from mqstore.twin.index import IndexFile as TwinIndexFile
@@ -686,7 +686,7 @@ class _Buffer:
     file's pages there, or nothing: a segfault)."""
 
     def __init__(self, file_size: int, extra: int) -> None:
-        from mqstore._mapped import MappedFile
+        from mqstore.log._mapped import MappedFile
 
         self._dir = tempfile.TemporaryDirectory()
         path = os.path.join(self._dir.name, f"{0:020d}")
@@ -711,13 +711,13 @@ class _Buffer:
 
 def _bait(buf: _Buffer, entry: int, key: str, phy: int) -> None:
     """Entry number `entry` (past the file when >= ENTRIES) matches key and points at phy."""
-    from mqstore._index import index_key_hash
+    from mqstore.queue._index import index_key_hash
 
     struct.pack_into(">iqii", buf.data, 40 + 4 * SLOTS + 20 * entry, index_key_hash(key), phy, 0, 0)
 
 
 def _slot(key: str) -> int:
-    from mqstore._index import index_key_hash
+    from mqstore.queue._index import index_key_hash
 
     return 40 + 4 * (index_key_hash(key) % SLOTS)
 
@@ -732,7 +732,7 @@ def test_a_slot_pointing_at_index_count_of_a_full_index_file_is_not_followed() -
     """A full file has indexCount = index_num; RocketMQ's check (slot > indexCount) lets a slot
     equal to it through, and entry #index_num lies past the end of the file: the kernel read
     20 bytes beyond the mapping (the fuzz: 'slot ... = 190' with index_num 190)."""
-    from mqstore._index import IndexFile
+    from mqstore.queue._index import IndexFile
 
     buf = _Buffer(INDEX_FS, 200)
     f = IndexFile(buf, SLOTS, ENTRIES)
@@ -746,7 +746,7 @@ def test_a_slot_pointing_at_index_count_of_a_full_index_file_is_not_followed() -
 
 
 def test_a_prev_index_equal_to_index_count_ends_the_chain() -> None:
-    from mqstore._index import IndexFile
+    from mqstore.queue._index import IndexFile
 
     buf = _Buffer(INDEX_FS, 200)
     f = IndexFile(buf, SLOTS, ENTRIES)
@@ -764,7 +764,7 @@ def test_an_index_count_beyond_the_file_is_clamped_to_index_num(count: int) -> N
     """A header whose indexCount exceeds index_num let a slot (or a chain) send the walk up to
     indexCount entries, far past the file; IndexService refuses such a header at load, but
     IndexFile.load and refresh_header (a follower) read any header."""
-    from mqstore._index import IndexFile
+    from mqstore.queue._index import IndexFile
 
     buf = _Buffer(INDEX_FS, 20 * 60)
     f = IndexFile(buf, SLOTS, ENTRIES)
@@ -785,7 +785,7 @@ def test_an_index_count_beyond_the_file_is_clamped_to_index_num(count: int) -> N
 def test_a_put_over_a_slot_pointing_at_the_entry_being_written_starts_a_new_chain() -> None:
     """The slot of the key holds the number of the entry the put is about to write (a torn put,
     damage): that entry is not written yet, so it is no previous entry."""
-    from mqstore._index import IndexFile
+    from mqstore.queue._index import IndexFile
 
     buf = _Buffer(INDEX_FS, 0)
     f = IndexFile(buf, SLOTS, ENTRIES)
@@ -801,7 +801,7 @@ def test_a_put_over_a_slot_pointing_at_the_entry_being_written_starts_a_new_chai
 def test_order_break_sees_a_unit_whose_end_overflows_int64() -> None:
     """phyOffset + size of a unit with phyOffset near 2^63 wrapped negative in the kernel, so the
     unit after it passed the order check (the twin, in Python ints, cut there)."""
-    from mqstore._consumequeue import order_break, scan_units, truncate_point
+    from mqstore.queue._consumequeue import order_break, scan_units, truncate_point
     from mqstore.twin.consume_queue import order_break as twin_order_break
 
     data = struct.pack(">qiq", 2**63 - 10, 100, 0) + struct.pack(">qiq", 5, 100, 0)
@@ -811,7 +811,7 @@ def test_order_break_sees_a_unit_whose_end_overflows_int64() -> None:
 
 
 def test_the_unit_scans_stay_inside_their_buffer() -> None:
-    from mqstore._consumequeue import scan_units, truncate_point
+    from mqstore.queue._consumequeue import scan_units, truncate_point
 
     data = struct.pack(">qiq", 100, 50, 0) * 2
     assert truncate_point(data, 0, 4000, 2**62) == (40, 150), "end clamped to the buffer"

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqstore.queue import index as index_mod
-from mqstore._index import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, IndexFile, index_file_size, index_key_hash
-from mqstore._mapped import MappedFile
+from mqstore.queue._index import HASH_SLOT_SIZE, INDEX_HEADER_SIZE, INDEX_SIZE, IndexFile, index_file_size, index_key_hash
+from mqstore.log._mapped import MappedFile
 from mqstore.log.checkpoint import StoreCheckpoint, read_checkpoint_file
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError, StoreClosedError

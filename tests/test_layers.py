@@ -1,7 +1,9 @@
 """The package's import graph has no cycle, counting imports inside functions too (a lazy import
 that closes a cycle is still a cycle: the layers must only import downward), and counting the
-compiled kernels' imports and cimports (ext/mqstore/*.pyx, *.pxd): a kernel that imports a Python
-module which imports the kernel back is a cycle too."""
+compiled kernels' imports and cimports (ext/mqstore/<layer>/*.pyx, *.pxd): a kernel that imports a
+Python module which imports the kernel back is a cycle too. A kernel lives in its layer's package
+(``mqstore.log._commitlog``), so importing it loads that package's ``__init__``: the cycle test counts
+that import; the layer test ranks the kernel itself under everything."""
 
 from __future__ import annotations
 
@@ -81,11 +83,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _kernels() -> dict[str, list[Path]]:
-    """mqstore._name -> its .pyx and .pxd sources."""
+    """mqstore.<layer>._name -> its .pyx and .pxd sources (ext/mqstore/<layer>/_name.*)."""
     found: dict[str, list[Path]] = {}
-    for p in sorted(EXT.glob("*.pyx")) + sorted(EXT.glob("*.pxd")):
-        found.setdefault(f"mqstore.{p.stem}", []).append(p)
+    for p in sorted(EXT.glob("*/*.pyx")) + sorted(EXT.glob("*/_*.pxd")):
+        found.setdefault(f"mqstore.{p.parent.name}.{p.stem}", []).append(p)
     return found
+
+
+KERNELS = frozenset(_kernels())
 
 
 def _kernel_imports(sources: list[Path], mods: dict[str, Path]) -> set[str]:
@@ -95,11 +100,17 @@ def _kernel_imports(sources: list[Path], mods: dict[str, Path]) -> set[str]:
         for m in _PYX_IMPORT.finditer(path.read_text(encoding="utf-8")):
             if m.group(3):
                 out.add(m.group(3))
-            elif m.group(1) == "mqstore":
-                out.update(f"mqstore.{a.split()[0]}" for a in m.group(2).split(",") if a.strip())
-            else:
-                out.add(m.group(1))
+                continue
+            names = [f"{m.group(1)}.{a.split()[0]}" for a in m.group(2).split(",") if a.strip()]
+            if m.group(1) != "mqstore":
+                out.add(m.group(1))  # the module itself, or the package whose __init__ loads first
+            out.update(names)
     return {m for m in out if m in mods}
+
+
+def _ancestors(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -108,7 +119,9 @@ def _graph() -> dict[str, set[str]]:
     mods = _modules()
     kernels = _kernels()
     everything = {**mods, **{name: sources[0] for name, sources in kernels.items()}}
-    graph = {m: _imports(p, everything) - {m} for m, p in mods.items()}
+    # a module's own packages are loading already when it imports from them (``from mqstore.acl
+    # import _acl`` in mqstore.acl.signature): not an edge
+    graph = {m: _imports(p, everything) - {m} - _ancestors(m) for m, p in mods.items()}
     graph.update({k: _kernel_imports(sources, everything) - {k} for k, sources in kernels.items()})
     return graph
 
@@ -121,14 +134,14 @@ def test_no_import_cycles_even_through_lazy_imports():
 
 def test_the_kernels_imports_are_seen():
     graph = _graph()
-    assert {"mqstore._mapped", "mqstore._shm", "mqstore._message", "mqstore._scan", "mqstore.errors"} <= graph[
-        "mqstore._commitlog"]
-    assert "mqstore._consumequeue" in graph["mqstore._scan"]  # a cimport
-    assert "mqstore._codec" in graph["mqstore._reads"]
-    assert "mqstore.compression" in graph["mqstore._arrow"]  # from mqstore import compression as _compression
+    assert {"mqstore.log._mapped", "mqstore.log._shm", "mqstore.log._message", "mqstore.log._scan", "mqstore.errors"} <= graph[
+        "mqstore.log._commitlog"]
+    assert "mqstore.queue._consumequeue" in graph["mqstore.log._scan"]  # a cimport
+    assert "mqstore.log._codec" in graph["mqstore.queue._reads"]
+    assert "mqstore.compression" in graph["mqstore.queue._arrow"]  # from mqstore import compression as _compression
     # a kernel importing a module that imports it back is found
-    graph["mqstore.errors"] = graph["mqstore.errors"] | {"mqstore._commitlog"}
-    assert any({"mqstore._commitlog", "mqstore.errors"} <= set(c) for c in _cycles(graph))
+    graph["mqstore.errors"] = graph["mqstore.errors"] | {"mqstore.log._commitlog"}
+    assert any({"mqstore.log._commitlog", "mqstore.errors"} <= set(c) for c in _cycles(graph))
 
 
 def test_the_cycle_finder_finds_one():
@@ -137,11 +150,12 @@ def test_the_cycle_finder_finds_one():
 
 #: the layers, lowest first; a module imports only from its own layer or below (imports under
 #: ``if TYPE_CHECKING:`` are for annotations only and do not count). The compiled kernels
-#: (``mqstore._*``) sit under everything.
+#: (``mqstore.<layer>._*``) sit under everything.
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("errors", "layout", "roles", "exit_codes", "progress", "status", "config", "_config_keys", "geometry",
-        "procs", "twin", "protocol", "acl", "tls", "compression", "signals"),  # acl: the plain ACL; tls:
-    #  contexts, accept loop; compression: stored bodies inflated for readers; signals: a stop request
+        "procs", "twin", "protocol", "remoting", "acl", "tls", "compression", "signals"),  # remoting: the
+    #  frame codec's package; acl: the plain ACL; tls: contexts, accept loop; compression: stored bodies
+    #  inflated for readers; signals: a stop request
     1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory
     2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
     3: ("parts",),                # open_parts: a store's parts as each process role maps them
@@ -158,8 +172,8 @@ def _rank(module: str) -> int:
     parts = module.split(".")
     if len(parts) == 1:
         return 99  # the package's lazy facade may name anything
-    if parts[1].startswith("_") and parts[1] not in _RANK:
-        return -1  # a compiled kernel
+    if module in KERNELS or (parts[1].startswith("_") and parts[1] not in _RANK):
+        return -1  # a compiled kernel, or a dunder of the package (__version__)
     return _RANK[parts[1]]
 
 
@@ -174,6 +188,8 @@ def _runtime_imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mqstore":
             if node.module == "mqstore":  # a submodule, or a public name of the facade: where it lives
                 names = [mqstore._EXPORTS.get(a.name, f"mqstore.{a.name}") for a in node.names]
+            elif all(f"{node.module}.{a.name}" in KERNELS for a in node.names):
+                names = [f"{node.module}.{a.name}" for a in node.names]  # kernels from their layer's package
             else:
                 names = [node.module]
             found += [(node.lineno, n) for n in names]

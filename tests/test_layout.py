@@ -8,7 +8,9 @@ from pathlib import Path
 
 from hypothesis import given, strategies as st
 
-from mqstore import _codec, _consumequeue, _mapped, _search, layout
+from mqstore import layout
+from mqstore.log import _codec, _mapped
+from mqstore.queue import _consumequeue, _search
 from mqstore.twin import codec as twin_codec
 
 
@@ -17,7 +19,7 @@ def test_the_kernels_compile_the_same_constants():
         _codec.MESSAGE_MAGIC_CODE, _codec.MESSAGE_MAGIC_CODE_V2, _codec.BLANK_MAGIC_CODE)
     assert layout.CQ_STORE_UNIT_SIZE == _consumequeue.CQ_STORE_UNIT_SIZE == _search.CQ_STORE_UNIT_SIZE
     assert layout.OS_PAGE_SIZE == _mapped.OS_PAGE_SIZE == _search.OS_PAGE_SIZE
-    from mqstore import _shm
+    from mqstore.log import _shm
     assert (layout.LOG_SHIFT, layout.MAX_LOGS) == (_shm.LOG_SHIFT, _shm.LOG_MAX)
 
 
@@ -67,7 +69,7 @@ def test_past_log_0_the_old_arithmetic_would_name_the_wrong_file():
 
 @given(st.text(min_size=1, max_size=40), st.integers(-(2 ** 31), 2 ** 31 - 1), st.integers(1, 32))
 def test_the_queue_to_log_binding_matches_its_twin(topic, queue_id, count):
-    from mqstore import _shm
+    from mqstore.log import _shm
     from mqstore.twin import logs
     assert _shm.log_of_queue(topic, queue_id, count) == logs.log_of_queue(topic, queue_id, count)
     assert 0 <= _shm.log_of_queue(topic, queue_id, count) < count
@@ -75,7 +77,7 @@ def test_the_queue_to_log_binding_matches_its_twin(topic, queue_id, count):
 
 @given(st.text(min_size=1, max_size=40), st.integers(2, 8))
 def test_a_topic_with_a_multiple_of_n_queues_puts_as_many_in_each_log(topic, count):
-    from mqstore import _shm
+    from mqstore.log import _shm
     per_log = [0] * count
     for q in range(8 * count):
         per_log[_shm.log_of_queue(topic, q, count)] += 1

@@ -14,8 +14,8 @@ import pytest
 
 from helpers_fs import REPO, run_in_tmpfs, tmpfs_supported
 from helpers_mem import mapping_kb
-from mqstore import _mapped
-from mqstore._mapped import OS_PAGE_SIZE, MappedFile, file_name
+from mqstore.log import _mapped
+from mqstore.log._mapped import OS_PAGE_SIZE, MappedFile, file_name
 
 PAGE = 4096
 FS = 64 * 1024  # 16 pages
@@ -484,7 +484,7 @@ def test_warm_async_flush_and_no_lock(tmp_path):
 def test_create_on_full_disk_is_enospc_and_leaves_nothing(tmp_path):
     out = run_in_tmpfs("""
         import errno
-        from mqstore._mapped import MappedFile
+        from mqstore.log._mapped import MappedFile
         out = {}
         big = os.path.join(TMPFS, "%020d" % 0)
         try:
@@ -516,7 +516,7 @@ def test_create_on_full_disk_is_enospc_and_leaves_nothing(tmp_path):
 def test_create_beyond_rlimit_fsize_is_efbig(tmp_path):
     code = textwrap.dedent(f"""
         import errno, os, resource, signal, sys
-        from mqstore._mapped import MappedFile
+        from mqstore.log._mapped import MappedFile
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
         d = {str(tmp_path)!r}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mqstore._mapped import MappedFile
+from mqstore.log._mapped import MappedFile
 from mqstore.errors import NotAStoreError
 from mqstore.log.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileQueue
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mqstore import _shm
+from mqstore.log import _shm
 from mqstore.config import StoreConfig
 from mqstore.errors import NotAStoreError
 from mqstore.log.commitlog import CommitLog
@@ -91,7 +91,7 @@ def test_a_second_commit_log_is_written_in_its_own_directory_offsets_and_cells(t
     their put answered, its own positions, flush and statistics; log 0 untouched by it; a
     reload finds the same contiguous files."""
     from mqstore import Message
-    from mqstore._codec import decode_record
+    from mqstore.log._codec import decode_record
     from mqstore.layout import commit_log_k_dir, file_start_of, local_of, log_base, log_of
     from mqstore.log.mapped_file_queue import MappedFileQueue
 
@@ -143,7 +143,7 @@ def test_two_logs_dispatched_apart_and_read_by_queue_and_by_offset(tmp_path):
     by offset in the log the offset names; an offset of a log the store does not have is
     not found."""
     from mqstore import Message
-    from mqstore._reads import ReadKernel
+    from mqstore.queue._reads import ReadKernel
     from mqstore.layout import log_base, log_of
     from mqstore.queue.consume_queue import ConsumeQueueTable
     from mqstore.queue.dispatch import Dispatcher
@@ -728,7 +728,7 @@ def test_t8_a_broker_serves_a_store_with_two_logs_sends_pulls_ids_and_keys(tmp_p
     import asyncio
 
     from helpers_broker import running_broker
-    from mqstore._remoting import RemotingCommand
+    from mqstore.remoting._remoting import RemotingCommand
     from mqstore.client import MessageQueue, Producer, PullConsumer, PullStatus, RemotingConnection, decode_messages
     from mqstore.protocol import RequestCode, ResponseCode
 
@@ -853,7 +853,7 @@ def test_t10_a_log_whose_flush_fails_with_an_io_error_goes_offline_alone(tmp_pat
     import errno
 
     from mqstore import Message, MessageStore, PutMessageStatus
-    from mqstore._mapped import inject_flush_failure
+    from mqstore.log._mapped import inject_flush_failure
 
     root = tmp_path / "s"
     q0 = next(q for q in range(8) if _queue_log("O", q, 2) == 0)

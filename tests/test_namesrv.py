@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.broker.namesrv import NameServer
 
 from helpers_broker import free_port

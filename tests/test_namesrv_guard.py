@@ -21,7 +21,7 @@ import pytest
 from helpers_broker import LOOPBACK, ROOT, BrokerProcess, free_port, running_broker
 from helpers_proc import wait_until
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.acl.signature import sign_fields
 from mqstore.broker.codes import RequestCode, ResponseCode
 

@@ -19,7 +19,7 @@ import pytest
 from helpers_broker import LOOPBACK, ROOT, closed_by_peer, free_port, running_broker, trickled_until_closed
 from helpers_proc import wait_until
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.protocol import RequestCode, ResponseCode
 
 pytestmark = pytest.mark.multiprocess

@@ -25,7 +25,7 @@ from helpers_broker import LOOPBACK, ROOT, free_port, running_broker
 from helpers_proc import wait_until
 from helpers_tls import Pki, exchange, make_pki
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.broker.codes import RequestCode, ResponseCode
 from mqstore.broker.namesrv import NameServer, NameServerThread
 from mqstore.tls import DISABLED, ENFORCING, PERMISSIVE, client_context, server_context

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from mqstore import MessageStore
-from mqstore._shm import ControlBlock
+from mqstore.log._shm import ControlBlock
 from mqstore.tools.checker import check_store
 from mqstore.config import StoreConfig
 from mqstore.store import AttachedStore
@@ -205,7 +205,7 @@ def test_a_writer_that_dies_holding_the_put_lock_does_not_block_the_others(tmp_p
         node.put("T", b"before", queue_id=0).check()
         holder = start_py(textwrap.dedent("""
             import os, signal, sys
-            from mqstore._shm import ControlBlock
+            from mqstore.log._shm import ControlBlock
             ctl = ControlBlock.attach(sys.argv[1])
             ctl.acquire_put_lock()
             print("HELD", flush=True)

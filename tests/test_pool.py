@@ -20,7 +20,7 @@ import time
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore._shm import TransientStorePool
+from mqstore.log._shm import TransientStorePool
 from mqstore.tools.checker import check_store
 from mqstore.errors import ConfigError
 from mqstore.log.pool import pool_path

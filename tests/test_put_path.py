@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageBatch, PutMessageError, PutMessageStatus, StoreClosedError
-from mqstore._codec import BLANK_MAGIC_CODE, decode_record, encode_batch_body
-from mqstore._mapped import inject_flush_failure
+from mqstore.log._codec import BLANK_MAGIC_CODE, decode_record, encode_batch_body
+from mqstore.log._mapped import inject_flush_failure
 from mqstore.tools.checker import check_store
 
 FILE = 64 * 1024
@@ -432,7 +432,7 @@ def test_takeover_repairs_an_uncounted_queue_offset(open_store, lock):
     store.ctl.set("lock_entry_wrote", r.wrote_offset)
     code = textwrap.dedent(f"""
         import os, signal
-        from mqstore._shm import ControlBlock
+        from mqstore.log._shm import ControlBlock
         cb = ControlBlock.attach({store.ctl.path!r})
         cb.acquire_put_lock()
         os.kill(os.getpid(), signal.SIGKILL)

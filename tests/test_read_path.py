@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore
-from mqstore._codec import java_string_hash
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE as UNIT
+from mqstore.log._codec import java_string_hash
+from mqstore.queue._consumequeue import CQ_STORE_UNIT_SIZE as UNIT
 from mqstore.queue.consume_queue import ConsumeQueue
 from mqstore.status import GetMessageStatus as S
 
@@ -437,7 +437,7 @@ def _unit_runs(draw):
 
 @given(_unit_runs(), st.integers(0, 1 << 30), st.integers(-1, 1 << 41), st.integers(-1, 1 << 30))
 def test_order_break_matches_the_twin(run, file_from, prev_end, prev_pos):
-    from mqstore._consumequeue import order_break
+    from mqstore.queue._consumequeue import order_break
     from mqstore.twin.consume_queue import order_break as twin_order_break
     data, end = run
     file_from -= file_from % 20

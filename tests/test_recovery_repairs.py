@@ -294,7 +294,7 @@ def test_full_last_file_cut_inside_its_end_of_file_blank(store_copy, how, where)
     full, last = files[-2], files[-1]
     with open(full, "rb") as fh:
         data = fh.read()
-    from mqstore._scan import scan_records
+    from mqstore.log._scan import scan_records
     blank = scan_records(data, 0, 0, len(data), False)[0]
     assert FS - blank >= 8
     lost = {a.i for a in acks if a.phy >= int(os.path.basename(last))}

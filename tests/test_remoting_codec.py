@@ -1,5 +1,5 @@
 """The remoting frame codec (issue 18 item 3, docs/rocketmq-remoting-spec.md §1): the compiled
-mqstore._remoting against its pure-Python twin mqstore.twin.remoting (hypothesis), what the real
+mqstore.remoting._remoting against its pure-Python twin mqstore.twin.remoting (hypothesis), what the real
 C++ client sends, and the frames a broker must refuse."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqstore import _remoting as R
+from mqstore.remoting import _remoting as R
 from mqstore.twin import remoting as T
 
 INT16 = st.integers(-(1 << 15), (1 << 15) - 1)

@@ -1,4 +1,4 @@
-"""The batch parser of the concurrent dispatch (mqstore._reput, spec §10.2) against its twin
+"""The batch parser of the concurrent dispatch (mqstore.queue._reput, spec §10.2) against its twin
 (mqstore.twin.reput), and its in-order apply against the serial kernel.
 
 Logs are built byte by byte (any topic, properties, transaction type, V2 records, IPv6 hosts,
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mqstore._dispatch import DispatchKernel
-from mqstore._index import index_key_hash
-from mqstore._reput import BatchParser
+from mqstore.queue._dispatch import DispatchKernel
+from mqstore.queue._index import index_key_hash
+from mqstore.queue._reput import BatchParser
 from mqstore.twin import reput as twin
 from helpers_mem import mem_queue_class
 from mqstore.twin.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, record_length

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.broker import link, namesrv
 from mqstore.broker.controller import BrokerController
 from mqstore.broker.front import Front, _not_a_namesrv

@@ -1,5 +1,5 @@
 """The kernels' seams are typed: a kernel reaches another's mapping through a cdef class it
-cimports (declared in ext/mqstore/<module>.pxd), never through an address passed as an int.
+cimports (declared in ext/mqstore/<layer>/<module>.pxd), never through an address passed as an int.
 
 A refactor that drops a keep-alive or passes the wrong object then fails to compile, or raises
 TypeError at the call, instead of reading freed memory."""
@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "ext" / "mqstore"
-SOURCES = sorted(KERNELS.glob("*.pyx")) + sorted(KERNELS.glob("*.pxd"))
+SOURCES = sorted(KERNELS.glob("*/*.pyx")) + sorted(KERNELS.glob("*/*.pxd"))
 # a pointer made from an integer: <char *><size_t>x, <const T *>some_int, ...
 INT_TO_POINTER = re.compile(r"<(?:const\s+)?\w+\s*\*+\s*>\s*<(?:size_t|uintptr_t|int64_t|Py_ssize_t|long)>")
 ADDRESS_PARAMETER = re.compile(r"\b(?:size_t|uintptr_t)\s+\w*address\b")
@@ -29,7 +29,7 @@ def test_no_pointer_is_made_from_an_int(source: Path) -> None:
 
 
 def _compiled_modules() -> list[str]:
-    return sorted(f"mqstore.{p.stem}" for p in KERNELS.glob("*.pyx"))
+    return sorted(f"mqstore.{p.parent.name}.{p.stem}" for p in KERNELS.glob("*/*.pyx"))
 
 
 @pytest.mark.parametrize("name", _compiled_modules())
@@ -41,13 +41,13 @@ def test_no_compiled_class_hands_out_an_address(name: str) -> None:
 
 
 def test_every_cimported_kernel_declares_its_classes() -> None:
-    """``from mqstore._x cimport C``: _x.pxd exists next to _x.pyx and declares C."""
-    cimports = re.compile(r"^from mqstore\.(_\w+) cimport (.+)$", re.M)
+    """``from mqstore.<layer>._x cimport C``: _x.pxd exists next to _x.pyx and declares C."""
+    cimports = re.compile(r"^from mqstore\.(\w+)\.(_\w+) cimport (.+)$", re.M)
     seen = 0
     for source in SOURCES:
-        for module, names in cimports.findall(source.read_text(encoding="utf-8")):
-            pxd = KERNELS / f"{module}.pxd"
-            assert (KERNELS / f"{module}.pyx").is_file() and pxd.is_file(), (source.name, module)
+        for layer, module, names in cimports.findall(source.read_text(encoding="utf-8")):
+            pxd = KERNELS / layer / f"{module}.pxd"
+            assert (KERNELS / layer / f"{module}.pyx").is_file() and pxd.is_file(), (source.name, module)
             declared = pxd.read_text(encoding="utf-8")
             for cname in (n.strip() for n in names.split(",")):
                 assert re.search(rf"\b{cname}\b", declared), (source.name, module, cname)
@@ -56,9 +56,9 @@ def test_every_cimported_kernel_declares_its_classes() -> None:
 
 
 def test_a_wrong_object_is_a_type_error_not_a_crash(tmp_path: Path) -> None:
-    from mqstore._consumequeue import ConsumeQueueKernel
-    from mqstore._reads import LogMap
-    from mqstore._search import first_corrupt
+    from mqstore.queue._consumequeue import ConsumeQueueKernel
+    from mqstore.queue._reads import LogMap
+    from mqstore.queue._search import first_corrupt
 
     kernel = ConsumeQueueKernel("T", 0, 20 * 10)
     with pytest.raises(TypeError):

@@ -1,6 +1,6 @@
 """Time -> queue-offset search (spec §3 getOffsetInQueueByTime, §15 hot/cold split, seed 003).
 
-Real CommitLog records (mqstore._codec.encode_record) and ConsumeQueue units are written into
+Real CommitLog records (mqstore.log._codec.encode_record) and ConsumeQueue units are written into
 real MappedFiles; every lookup runs the Cython kernel (with and without the warm split), the
 pure-Python twin (mqstore.twin.search) and its linear-scan oracle, and requires one answer.
 """
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqstore._codec import BORNHOST_V6_FLAG, decode_record, encode_record, record_length
-from mqstore._mapped import MappedFile
-from mqstore._reads import LogMap
-from mqstore._search import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE, WARM_BYTES_DEFAULT, offset_by_time, store_time_at
+from mqstore.log._codec import BORNHOST_V6_FLAG, decode_record, encode_record, record_length
+from mqstore.log._mapped import MappedFile
+from mqstore.queue._reads import LogMap
+from mqstore.queue._search import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE, WARM_BYTES_DEFAULT, offset_by_time, store_time_at
 from mqstore.twin import search as twin
 
 PAGE = 4096

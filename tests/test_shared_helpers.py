@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from mqstore import Message, MessageStore, StoreConfig
 from mqstore.queue import index as index_mod
-from mqstore._codec import decode_record, encode_record, java_string_hash
-from mqstore._index import index_key_hash
-from mqstore._mapped import OS_PAGE_SIZE, MappedFile
-from mqstore._reput import BatchParser
+from mqstore.log._codec import decode_record, encode_record, java_string_hash
+from mqstore.queue._index import index_key_hash
+from mqstore.log._mapped import OS_PAGE_SIZE, MappedFile
+from mqstore.queue._reput import BatchParser
 from mqstore.tools.checker import check_store
 from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.tools.cli import main

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore._arrow import BatchColumns
+from mqstore.queue._arrow import BatchColumns
 from mqstore.queue.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.twin import arrow as twin
 

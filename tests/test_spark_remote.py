@@ -56,7 +56,7 @@ def create_topic(namesrv: str, topic: str, *brokers: Any) -> None:
     names them all (a producer sends only to the brokers of a topic's route)."""
     from test_broker_ha import request
 
-    from mqstore._remoting import RemotingCommand
+    from mqstore.remoting._remoting import RemotingCommand
     from mqstore.protocol import RequestCode, ResponseCode
 
     fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",

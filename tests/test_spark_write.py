@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from mqstore import Message, MessageStore
-from mqstore._codec import decode_batch_body
+from mqstore.log._codec import decode_batch_body
 from mqstore.tools.checker import check_store
 from mqstore.spark.options import OptionError
 from mqstore.spark.rows import (

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mqstore import Message, MessageStore
-from mqstore._shm import STAT_NAMES
+from mqstore.log._shm import STAT_NAMES
 from mqstore.exit_codes import EXIT_OK, EXIT_USAGE
 from mqstore.tools.cli import main
 from mqstore.tools.stats import Snapshot, StatsReader, figures, format_lines, rates, render
@@ -60,7 +60,7 @@ def json_lines(text: str) -> list[dict]:
 def test_counters_read_while_another_process_puts_never_show_more_messages_than_requests(tmp_path):
     # a put bumps put_requests before put_messages before put_bytes; a reader that took them
     # first to last saw a put that began and ended between its two loads (CI, once in ~2,000)
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
     root, stop = str(tmp_path / "live"), tmp_path / "stop"
     writer = subprocess.Popen([sys.executable, "-c", WRITER, root, str(stop), "ASYNC_FLUSH"], cwd=REPO,
                               env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

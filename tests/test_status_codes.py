@@ -1,7 +1,7 @@
 """Status codes have one C definition (ext/include/mq_status.h) that mqstore.status agrees with,
 and the dispatch kernel's queue cache survives a failed growth (issue 16 item 2).
 
-The kernels cimport the codes from mq_status.h (through ext/mq_status.pxd); mqstore._commitlog
+The kernels cimport the codes from mq_status.h (through ext/mq_status.pxd); mqstore.log._commitlog
 exports them as compiled (``_C_STATUS_CODES``). A code added, renamed or renumbered on one side
 only fails here.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mqstore import status
-from mqstore._commitlog import _C_STATUS_CODES
-from mqstore._dispatch import DispatchKernel, _fail_next_grow_allocation
+from mqstore.log._commitlog import _C_STATUS_CODES
+from mqstore.queue._dispatch import DispatchKernel, _fail_next_grow_allocation
 from mqstore.status import AppendMessageStatus, GetMessageStatus, PutMessageStatus
 from helpers_mem import mem_queue_class
 from mqstore.twin.codec import MESSAGE_MAGIC_CODE, record_length

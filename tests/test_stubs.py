@@ -2,7 +2,7 @@
 
 stubtest imports each extension module and compares every public name, signature
 (parameter names, kinds, defaults), property and Final constant value with the stub, so a
-def/cpdef/property added to or changed in ext/mqstore/*.pyx without its stub fails here. The mypy
+def/cpdef/property added to or changed in ext/mqstore/<layer>/*.pyx without its stub fails here. The mypy
 run checks that code using the public API through the stubs gets precise types.
 """
 
@@ -15,8 +15,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# every kernel setup.py builds (ext/mqstore/<name>.pyx -> mqstore.<name>)
-MODULES = sorted(f"mqstore.{p.stem}" for p in (ROOT / "ext" / "mqstore").glob("*.pyx"))
+# every kernel setup.py builds (ext/mqstore/<layer>/<name>.pyx -> mqstore.<layer>.<name>)
+MODULES = sorted(f"mqstore.{p.parent.name}.{p.stem}" for p in (ROOT / "ext" / "mqstore").glob("*/*.pyx"))
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 
@@ -47,10 +47,10 @@ SNIPPET = '''
 from typing import Literal, assert_type
 
 from mqstore import Message, MessageBatch, MessageStore, PutMessageResult, PutMessageStatus
-from mqstore._codec import check_record, decode_batch_body, decode_record, encode_batch_body, encode_record
-from mqstore._scan import scan_records
-from mqstore._mapped import MappedFile
-from mqstore._shm import ControlBlock
+from mqstore.log._codec import check_record, decode_batch_body, decode_record, encode_batch_body, encode_record
+from mqstore.log._scan import scan_records
+from mqstore.log._mapped import MappedFile
+from mqstore.log._shm import ControlBlock
 from mqstore.log.record import DecodedRecord
 
 

@@ -26,8 +26,8 @@ from helpers_broker import running_broker
 from helpers_proc import wait_until
 
 from mqstore import Message, MessageStore
-from mqstore._consumequeue import CQ_ALLOCATE_STEP_MAX
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.queue._consumequeue import CQ_ALLOCATE_STEP_MAX
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.broker.codes import RequestCode
 from mqstore.broker.topics import PERSIST_INTERVAL_S, AutoCreations, TopicConfigs
 from mqstore.protocol import ResponseCode

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqstore import Message, MessageBatch, MessageStore, PutMessageStatus
-from mqstore._codec import encode_batch_body
-from mqstore._message import properties_problem_of, topic_problem_of
+from mqstore.log._codec import encode_batch_body
+from mqstore.log._message import properties_problem_of, topic_problem_of
 from mqstore.tools.checker import check_store
 from mqstore.twin.codec import properties_problem, string_to_properties, topic_problem
 
@@ -44,7 +44,7 @@ def test_properties_check_matches_the_twin(props):
     got = properties_problem_of(props)
     assert got == properties_problem(props)
     if got is None:
-        from mqstore._codec import properties_to_string
+        from mqstore.log._codec import properties_to_string
         expected = {k: str(v) for k, v in props.items() if v is not None}
         assert string_to_properties(properties_to_string(expected)) == expected
 

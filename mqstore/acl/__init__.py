@@ -5,7 +5,7 @@
 - ``mqstore.acl.address``: the remote address patterns (``*``, ``10.1.2.*``, ``10.1.2.{1,2}``,
   ``10.1.2.1-5``, IPv6);
 - ``mqstore.acl.signature``: the request signature (HMAC-SHA1, Base64) of the Java and C++
-  clients, and the SessionCredentials a client signs with; ``mqstore._acl`` is its compiled twin;
+  clients, and the SessionCredentials a client signs with; ``mqstore.acl._acl`` is its compiled twin;
 - ``mqstore.acl.validator``: what each request code needs, and ``check()``;
 - ``mqstore.acl.holder``: ``AclHolder``, the ACL in force, reloaded when its file changes.
 

@@ -1,5 +1,5 @@
 """RocketMQ's request signature (AclClientRPCHook, AclUtils, AclSigner; acl module of 4.9.7), the
-pure-Python twin of the compiled ``mqstore._acl``.
+pure-Python twin of the compiled ``mqstore.acl._acl``.
 
 A Java client signs a request by HMAC-SHA1 over the values of its extFields sorted by name
 (``AccessKey`` and ``SecurityToken`` among them, ``Signature`` left out; a TreeMap, so Java's
@@ -22,7 +22,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mqstore import _acl as _kernel  # SessionCredentials.sign: the digest in the compiled kernel
+from mqstore.acl import _acl as _kernel  # SessionCredentials.sign: the digest in the compiled kernel
 
 __all__ = ["ACCESS_KEY", "ONS_CHANNEL", "SECRET_KEY", "SECURITY_TOKEN", "SIGNATURE", "UNIQUE_KEY_QUERY",
            "SessionCredentials", "as_credentials", "calc_signature", "java_sorted", "request_content",
@@ -61,7 +61,7 @@ class SessionCredentials:
 
     def sign(self, fields: dict[str, str], body: bytes | None) -> dict[str, str]:
         """fields with AccessKey (SecurityToken) and the Signature added (in place; returned):
-        sign_fields, with the digest taken by the compiled kernel (mqstore._acl, whose twin
+        sign_fields, with the digest taken by the compiled kernel (mqstore.acl._acl, whose twin
         sign_fields is)."""
         fields[ACCESS_KEY] = self.access_key
         if self.security_token is not None:

@@ -9,7 +9,7 @@ what.
 2. a request without an AccessKey, or with one no account has, is refused;
 3. a remote address matching the account's ``whiteRemoteAddress`` passes;
 4. a Signature that is not the one the request makes with the account's secretKey is refused
-   (mqstore._acl; Java's and the C++ client's signatures alike, mqstore.acl.signature);
+   (mqstore.acl._acl; Java's and the C++ client's signatures alike, mqstore.acl.signature);
 5. a send to RMQ_SYS_TRACE_TOPIC (message traces) passes;
 6. a request code that needs admin (``needs_admin``) from an account that is not admin is refused;
 7. every resource the request uses (``resources``) needs the account's permission: the one
@@ -45,7 +45,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mqstore._acl import signature_matches
+from mqstore.acl._acl import signature_matches
 from mqstore.acl.address import NO_ADDRESS, normalize_ip
 from mqstore.acl.plain import PUB, SUB, Account, PlainAcl, check_permission, group_of, is_retry_topic, retry_topic
 from mqstore.acl.signature import ACCESS_KEY

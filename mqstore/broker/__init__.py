@@ -7,6 +7,6 @@ polling, the store's reads); ``controller`` holds what is broker-wide (``topics`
 ``offsets``, ``clients``, order locks, ``schedule`` for delayed delivery, ``retry`` for send-back)
 and registers with the NameServers (``namesrv`` over ``routes``); ``link`` joins fronts and
 controller; ``consumer`` is the embedded consumer group; ``codes`` maps put statuses to answers;
-``jsonfile`` writes the config files. The frame codec is the compiled ``mqstore._remoting``, the
+``jsonfile`` writes the config files. The frame codec is the compiled ``mqstore.remoting._remoting``, the
 codes ``mqstore.protocol``.
 """

@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from mqstore._reads import MessageView
-from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.queue._reads import MessageView
+from mqstore.remoting._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.broker import link
 from mqstore.broker.codes import RequestCode, ResponseCode
 from mqstore.errors import MQStoreError

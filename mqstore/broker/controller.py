@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.acl.holder import AclHolder, admin_accounts
 from mqstore.acl.signature import sign_fields
 from mqstore.acl.validator import offset_refusal

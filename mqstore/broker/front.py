@@ -37,10 +37,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
-from mqstore._codec import string_to_properties
-from mqstore._message import Message, MessageBatch
-from mqstore._front import parse_send, send_ok_response
-from mqstore._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
+from mqstore.log._codec import string_to_properties
+from mqstore.log._message import Message, MessageBatch
+from mqstore.broker._front import parse_send, send_ok_response
+from mqstore.remoting._remoting import ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.acl.holder import AclHolder
 from mqstore.acl.validator import SendVerdicts
 from mqstore.broker import link

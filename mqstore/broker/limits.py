@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from mqstore._conns import ADMITTED, OVER_TOTAL, ConnectionTable, table_size
+from mqstore.broker._conns import ADMITTED, OVER_TOTAL, ConnectionTable, table_size
 
 __all__ = ["BrokerConnectionCounter", "ConnectionCounter", "FRAME_TIMEOUT_S", "IP_SLOTS", "LogLimiter", "Watched",
            "connection_table", "housekeeping", "next_frame_started", "stale"]
@@ -61,7 +61,7 @@ class ConnectionCounter:
 
 
 def connection_table(fronts: int, ip_slots: int = IP_SLOTS) -> int:
-    """A broker's connection table for ``fronts`` front processes (``mqstore._conns``), laid out
+    """A broker's connection table for ``fronts`` front processes (``mqstore.broker._conns``), laid out
     in a memory file the broker's owner makes once: its file descriptor, which every front (and a
     front restarted) inherits as it inherits the listening socket. Nothing is on disk; it goes
     with the last process holding it."""

@@ -3,7 +3,7 @@
 Front processes hold the client connections and serve sends, pulls and the store's reads
 themselves; what is one broker-wide state (consumer offsets, the client registry, subscription
 groups, topic creation) lives in the controller, which every front reaches over one Unix socket
-(abstract namespace) carrying remoting frames (``mqstore._remoting``):
+(abstract namespace) carrying remoting frames (``mqstore.remoting._remoting``):
 
 - a client's request the front does not serve is forwarded as it came, with two ext fields added,
   ``_conn`` (the client connection's id, ``<front pid>:<n>``) and ``_peer`` (its ip:port), under
@@ -27,7 +27,7 @@ import logging
 import socket
 from collections.abc import Callable
 
-from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameError, FrameReader, RemotingCommand
 
 __all__ = ["CONN", "HELLO", "INTERNAL", "LinkClient", "PEER", "link_address"]
 

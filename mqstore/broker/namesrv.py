@@ -1,6 +1,6 @@
 """The NameServer (docs/rocketmq-remoting-spec.md §2.3): brokers register with it, clients ask it for
 a topic's route. An asyncio TCP server over the route table of ``mqstore.broker.routes`` and the
-frame codec of ``mqstore._remoting``: REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC;
+frame codec of ``mqstore.remoting._remoting``: REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC;
 served through the broker's request table (``mqstore.broker.requests.route``): any other code is
 answered REQUEST_CODE_NOT_SUPPORTED, a request missing a field SYSTEM_ERROR naming it, and a frame
 that cannot be decoded closes its connection only.
@@ -43,7 +43,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
-from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.acl.signature import ACCESS_KEY, signature_matches
 from mqstore.broker.codes import FAQ, ResponseCode
 from mqstore.broker.limits import ConnectionCounter, LogLimiter, housekeeping, next_frame_started

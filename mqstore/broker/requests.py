@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.broker.limits import LogLimiter
 from mqstore.broker.table import REQUESTS, RequestSpec, Server
 from mqstore.protocol import VERSION, ResponseCode

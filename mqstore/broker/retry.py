@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mqstore._message import Message
+from mqstore.log._message import Message
 
 if TYPE_CHECKING:
-    from mqstore._reads import MessageView
+    from mqstore.queue._reads import MessageView
 
 __all__ = ["DLQ_GROUP_TOPIC_PREFIX", "DLQ_NUMS_PER_GROUP", "RETRY_GROUP_TOPIC_PREFIX", "SendBack",
            "dlq_topic", "max_reconsume_times", "retry_topic", "send_back_message"]

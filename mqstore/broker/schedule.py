@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mqstore._message import Message
+from mqstore.log._message import Message
 from mqstore.broker.requests import wall_ms
 from mqstore.errors import ConfigError, CorruptRecordError, StoreClosedError
 from mqstore.queue.consume_queue import queue_problem

@@ -14,9 +14,9 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping
 
-from mqstore._client import batch_entries as _batch_entries
-from mqstore._client import encode_batch as _encode_batch
-from mqstore._remoting import RemotingCommand
+from mqstore.client._client import batch_entries as _batch_entries
+from mqstore.client._client import encode_batch as _encode_batch
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.client.errors import MQClientError, ProtocolError, RouteError
 from mqstore.client.instance import check_group, response_int
 from mqstore.client.message import (MAX_MESSAGE_SIZE, Message, SendResult, SendStatus, encode_properties,

@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of ``mqstore._client``: the messages of a pull response body
+"""Pure-Python twin (test oracle) of ``mqstore.client._client``: the messages of a pull response body
 (docs/rocketmq-remoting-spec.md §2.4.2, §2.6), decoded record by record with the compiled record
 codec's ``decode_record`` into a plain dataclass, as the client did before the kernel; and the
 message ids (``UniqIdGenerator``), made as the client made them before the kernel.
@@ -19,7 +19,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from mqstore._codec import decode_record
+from mqstore.log._codec import decode_record
 from mqstore.client.errors import MessageDecodeError
 from mqstore.client.protocol import SYSTEM_PROPERTIES
 from mqstore.compression import inflate_body

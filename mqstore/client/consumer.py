@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from types import TracebackType
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.acl.signature import SessionCredentials, as_credentials
 from mqstore.client.errors import MQClientError, ProtocolError, RouteError
 from mqstore.client.instance import ClientInstance, check_group, response_int

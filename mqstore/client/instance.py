@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.acl.signature import SessionCredentials
 from mqstore.client.errors import (ClientError, ClientStateError, ConnectFailedError, MQClientError, ProtocolError,
                                    RemotingConnectionError, RemotingTimeoutError)

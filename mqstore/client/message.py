@@ -3,7 +3,7 @@
 
 ``Message`` is what a producer sends (RocketMQ's Message); ``MessageExt`` is what a pull returns,
 decoded from the CommitLog records of the response body by the compiled client kernel
-(``mqstore._client``: the record checks of the record codec, the costly fields made on first
+(``mqstore.client._client``: the record checks of the record codec, the costly fields made on first
 access; its pure-Python twin is ``mqstore.client._twin``); message ids are made like RocketMQ's
 MessageClientIDSetter, by the same kernel's ``UniqIdGenerator`` (twin:
 ``mqstore.client._twin.UniqIdGenerator``).
@@ -15,9 +15,9 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mqstore._client import MessageExt, UniqIdGenerator
-from mqstore._client import decode_messages as _decode_messages
-from mqstore._client import encode_properties as _encode_properties
+from mqstore.client._client import MessageExt, UniqIdGenerator
+from mqstore.client._client import decode_messages as _decode_messages
+from mqstore.client._client import encode_properties as _encode_properties
 from mqstore.client.errors import MessageDecodeError
 from mqstore.client.protocol import SYSTEM_PROPERTIES
 from mqstore.client.route import MessageQueue
@@ -125,7 +125,7 @@ class Message:
 
 def encode_properties(props: Mapping[str, str]) -> str:
     """MessageDecoder.messageProperties2String, in Java HashMap order (spec §1.4): what
-    mqstore._codec.properties_to_string gives, each set of names' order computed once."""
+    mqstore.log._codec.properties_to_string gives, each set of names' order computed once."""
     return _encode_properties(props)
 
 

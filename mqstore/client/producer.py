@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.acl.signature import SessionCredentials, as_credentials
 from mqstore.client._sending import (BATCH_PROPERTIES, V2_NAMES, BatchItem, QueuePicker, batch_body, batch_entries,
                                      check_topic, heartbeat_body, prepare_message, producer_options, send_header,

@@ -7,7 +7,7 @@ A request costs no timer of its own: each one in flight keeps its deadline, and 
 connection, armed for the earliest deadline (never more than SCAN_INTERVAL_S ahead), fails the
 overdue ones when it fires, as RocketMQ's scanResponseTable does every second.
 
-Frames are encoded and decoded by the compiled ``mqstore._remoting``; the header serialization
+Frames are encoded and decoded by the compiled ``mqstore.remoting._remoting``; the header serialization
 (JSON or ROCKETMQ, §1.2, §1.4) is chosen per connection, and a 4.9.7 server answers in the
 request's.
 
@@ -35,7 +35,7 @@ import ssl
 from collections.abc import Callable
 from typing import TypeAlias, cast
 
-from mqstore._remoting import JSON, ROCKETMQ, FrameError, FrameReader, RemotingCommand
+from mqstore.remoting._remoting import JSON, ROCKETMQ, FrameError, FrameReader, RemotingCommand
 from mqstore.acl.signature import SessionCredentials
 from mqstore.client.errors import ConnectFailedError, ConnectionClosedError, RemotingTimeoutError
 from mqstore.client.protocol import VERSION, ResponseCode, request_name

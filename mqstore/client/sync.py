@@ -10,7 +10,7 @@ the SendResult) is the asyncio producer's own code (mqstore.client._sending); th
 looked up and decided as ClientInstance does (mqstore.client.instance's functions). What is
 different is the connection: one blocking TCP socket per address (TCP_NODELAY), and one lock per
 connection held for a whole request/response exchange: the frame is sent, then frames are read
-(mqstore._remoting.FrameReader) until the response with the request's opaque arrives. A request
+(mqstore.remoting._remoting.FrameReader) until the response with the request's opaque arrives. A request
 the server sends meanwhile is answered REQUEST_CODE_NOT_SUPPORTED (unless oneway, like
 NOTIFY_CONSUMER_IDS_CHANGED, which is skipped), as RemotingConnection does without a handler.
 A timeout (the socket's: SO_RCVTIMEO / SO_SNDTIMEO on Linux, so that a request costs one send and
@@ -39,8 +39,8 @@ import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 
-from mqstore._client import UniqIdGenerator
-from mqstore._remoting import FrameError, FrameReader, RemotingCommand
+from mqstore.client._client import UniqIdGenerator
+from mqstore.remoting._remoting import FrameError, FrameReader, RemotingCommand
 from mqstore.acl.signature import SessionCredentials, as_credentials
 from mqstore.client._sending import (BATCH_PROPERTIES, BatchItem, QueuePicker, batch_body, batch_entries, check_topic,
                                      heartbeat_body, prepare_message, producer_options, send_header, send_properties,

@@ -1,7 +1,7 @@
 """Master/slave replication (docs/replication.md, docs/rocketmq-remoting-spec.md §4): the
 master's HA service (``master.HAService``: slaves connect, the CommitLog streams to them from
 where each stands) and the slave's HA client (``slave.HAClient``: appends what its master sends
-and reports how far it got), over RocketMQ's own wire format (``mqstore._ha``), after a
+and reports how far it got), over RocketMQ's own wire format (``mqstore.ha._ha``), after a
 handshake in which both sides prove they hold the broker account when it is set
 (``auth``: ``inner_access_key`` / ``inner_secret_key``)."""
 

@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Any
 
-from mqstore._ha import header, last_report
+from mqstore.ha._ha import header, last_report
 from mqstore.errors import PortInUseError
 from mqstore.layout import log_base, log_of
 from mqstore.ha import read_json_object

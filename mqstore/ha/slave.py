@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mqstore._ha import SlaveReader, report
+from mqstore.ha._ha import SlaveReader, report
 from mqstore.layout import file_start_of, log_base, log_of
 from mqstore.ha import TRUNCATE_EXIT, read_ha_master, read_truncation, request_truncation
 from mqstore.ha.auth import HANDSHAKE_TIMEOUT_S, MAGIC, HandshakeError, authenticate_master

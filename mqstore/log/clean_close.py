@@ -135,7 +135,7 @@ def read_logs(root: str, log_count: int) -> tuple[dict[int, CleanClose], str]:
     """The version 2 record of a store with log_count CommitLogs, as one CleanClose per log it
     names (each with the table entries of its own queues, by the binding); ({}, why not) when
     there is none or it cannot be used ("" when there is none)."""
-    from mqstore._shm import log_of_queue
+    from mqstore.log._shm import log_of_queue
 
     data, why = _load(root)
     if data is None:

@@ -15,15 +15,15 @@ import time
 from typing import TYPE_CHECKING
 
 from mqstore.layout import OS_PAGE_SIZE, commit_log_k_dir, file_start_of, log_base
-from mqstore._commitlog import CommitLogAppender
+from mqstore.log._commitlog import CommitLogAppender
 from mqstore.log.mapped_file_queue import MappedFileQueue, reservation_step
 from mqstore.log.pool import commit_range
 from mqstore.roles import BrokerRole
 
 if TYPE_CHECKING:
-    from mqstore._shm import ControlBlock, TransientStorePool
+    from mqstore.log._shm import ControlBlock, TransientStorePool
     from mqstore.config import StoreConfig
-    from mqstore._mapped import MappedFile
+    from mqstore.log._mapped import MappedFile
     from mqstore.services.allocate import AllocateClient, AllocateMappedFileService
 
 log = logging.getLogger("mqstore.commitlog")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mqstore import _shm
+from mqstore.log import _shm
 from mqstore.errors import NotAStoreError, StoreLockedError
 from mqstore.layout import ABORT_NAME, COMMITLOG_DIR, CONTROL_BLOCK_NAME, LOCK_NAME, STORE_ENTRIES
 

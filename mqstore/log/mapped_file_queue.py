@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sortedcontainers import SortedDict
 
 from mqstore.layout import FENCE_NAME, file_start_of, log_of
-from mqstore._mapped import MappedFile, file_name
+from mqstore.log._mapped import MappedFile, file_name
 from mqstore.errors import NotAStoreError
 from mqstore.procs import dead_allocation
 from mqstore.log.scan import is_zero

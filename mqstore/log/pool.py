@@ -3,7 +3,7 @@ creates it, how other processes attach to it, and what a new owner does with the
 owner that died.
 
 With ``transient_store_pool_enable`` writers append into write buffers in shared memory
-(``mqstore._shm.TransientStorePool``: one file on ``/dev/shm`` per store, buffer i holds
+(``mqstore.log._shm.TransientStorePool``: one file on ``/dev/shm`` per store, buffer i holds
 every CommitLog file whose index is i modulo the pool size), and the commit service
 (``mqstore.services.flush.CommitRealTimeService``: a thread of the owner, or of the flusher
 process in a node) copies the bytes between the committed and the wrote positions into the
@@ -24,7 +24,7 @@ import os
 from typing import TYPE_CHECKING
 
 from mqstore.layout import file_start_of
-from mqstore import _shm
+from mqstore.log import _shm
 from mqstore.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The decoded form of a CommitLog record (spec §1) and the host address helpers.
 
-``mqstore._codec.decode_record`` returns ``DecodedRecord``; the pure-Python twin in
+``mqstore.log._codec.decode_record`` returns ``DecodedRecord``; the pure-Python twin in
 ``mqstore.twin.codec`` has its own identical-shaped class so the two can be compared
 field by field.
 """

@@ -27,8 +27,8 @@ from collections.abc import Generator
 from contextlib import closing
 from typing import TYPE_CHECKING, Union
 
-from mqstore._codec import decode_record
-from mqstore._mapped import OS_PAGE_SIZE, MappedFile
+from mqstore.log._codec import decode_record
+from mqstore.log._mapped import OS_PAGE_SIZE, MappedFile
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer

@@ -48,7 +48,7 @@ def service_main(kind: str, root: str) -> int:
     (``ServiceThread.exit_code``: a slave's HA client asking for a truncation)."""
     parent = os.getppid()
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {kind}[%(process)d] %(levelname)s %(message)s")
-    from mqstore import _shm
+    from mqstore.log import _shm
 
     stop = StopRequest()
     stop.on_signals((signal.SIGTERM, signal.SIGINT))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mqstore.layout import FILLER_SIZE, OS_PAGE_SIZE
-from mqstore._consumequeue import (
+from mqstore.queue._consumequeue import (
     CQ_STORE_UNIT_SIZE,
     ConsumeQueueKernel,
     filler_units,
@@ -31,9 +31,9 @@ from mqstore._consumequeue import (
     scan_units,
     truncate_point,
 )
-from mqstore._message import topic_problem_of
-from mqstore._mapped import MappedFile
-from mqstore._shm import log_of_queue
+from mqstore.log._message import topic_problem_of
+from mqstore.log._mapped import MappedFile
+from mqstore.log._shm import log_of_queue
 from mqstore.errors import NotAStoreError
 from mqstore.log.mapped_file_queue import MappedFileQueue, mapped_file_names
 from mqstore.log.scan import nonzero_extent

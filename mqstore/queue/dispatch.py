@@ -8,7 +8,7 @@ readable end, in one of two modes:
   to the index;
 * concurrent (spec §10.2, 5.x's ConcurrentReputMessageService, ``concurrent=True``): the log
   is cut into batches of whole records (``batch_bytes``, 4 MiB), a thread pool parses them
-  at the same time without the GIL (``mqstore._reput``), and the results are applied strictly
+  at the same time without the GIL (``mqstore.queue._reput``), and the results are applied strictly
   in batch order, so every queue's units and the index come out as the serial mode writes
   them. A pass that finds one batch or less to do parses it on the calling thread.
 
@@ -34,13 +34,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from mqstore.layout import file_start_of
-from mqstore._dispatch import DispatchKernel
-from mqstore._reput import BatchParser, ParsedBatch
+from mqstore.queue._dispatch import DispatchKernel
+from mqstore.queue._reput import BatchParser, ParsedBatch
 from mqstore.queue.index import index_key_triples
 
 if TYPE_CHECKING:
-    from mqstore._mapped import MappedFile
-    from mqstore._shm import ControlBlock
+    from mqstore.log._mapped import MappedFile
+    from mqstore.log._shm import ControlBlock
     from mqstore.log.commitlog import CommitLog
     from mqstore.config import StoreConfig
     from mqstore.queue.consume_queue import ConsumeQueueTable

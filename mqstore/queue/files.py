@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mqstore._shm import log_of_queue
+from mqstore.log._shm import log_of_queue
 from mqstore.layout import CONFIG_NAME, FENCE_NAME, FILLER_SIZE, consumequeue_dir, file_start_of, log_base
-from mqstore._scan import scan_records
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
-from mqstore._mapped import MappedFile
+from mqstore.log._scan import scan_records
+from mqstore.queue._consumequeue import CQ_STORE_UNIT_SIZE, scan_units
+from mqstore.log._mapped import MappedFile
 from mqstore.config import StoreConfig
 from mqstore.queue.consume_queue import RepairPlan
 from mqstore.errors import MQStoreError, NotAStoreError

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqstore._shm import ControlBlock
+from mqstore.log._shm import ControlBlock
 from mqstore.log.commitlog import CommitLog
 from mqstore.queue.consume_queue import ConsumeQueueTable
 

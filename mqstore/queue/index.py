@@ -1,7 +1,7 @@
 """IndexService (spec §4.4): find messages by key in ``ROOT/index/<yyyyMMddHHmmssSSS>`` files.
 
 Every dispatched message with a UNIQ_KEY or KEYS gets one entry per key (``topic#key``) in the
-newest index file; the files themselves are the compiled kernel ``mqstore._index.IndexFile``
+newest index file; the files themselves are the compiled kernel ``mqstore.queue._index.IndexFile``
 (spec §4.1-§4.3). When the newest file is full a new one is started, and the full one is
 flushed in the background, after which its end timestamp is stored as
 checkpoint.indexMsgTimestamp (spec §5.1). A query walks the files newest to oldest.
@@ -55,8 +55,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from mqstore._index import IndexFile, index_key_hash
-from mqstore._mapped import MappedFile
+from mqstore.queue._index import IndexFile, index_key_hash
+from mqstore.log._mapped import MappedFile
 from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.layout import index_dir
 from mqstore.config import StoreConfig
@@ -109,7 +109,7 @@ def index_key_triples(topic: str, keys: str | None, uniq_key: str | None, phy_of
     """The keys spec §4.4 buildIndex indexes for one message, as ``IndexService.put_key_hashes``
     takes them: ``topic#uniq_key``, then ``topic#k`` for each non-empty k of keys split on " ",
     each as a (phy_offset, store_timestamp, index_key_hash) triple of native int64s, the
-    layout and the hash of ``mqstore._reput.ParsedBatch.index_keys``. Empty for a ROLLBACK
+    layout and the hash of ``mqstore.queue._reput.ParsedBatch.index_keys``. Empty for a ROLLBACK
     message and for one without a non-empty key."""
     if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
         return b""
@@ -547,7 +547,7 @@ class IndexService:
 
     def put_key_hashes(self, keys: bytes) -> bool:
         """Index keys already hashed, in dispatch order: (phy_offset, store_timestamp,
-        key_hash) triples of native int64s (``mqstore._reput.ParsedBatch.index_keys``, or
+        key_hash) triples of native int64s (``mqstore.queue._reput.ParsedBatch.index_keys``, or
         ``index_key_triples`` of one message; ROLLBACK messages are not in them). A key below
         the newest file's end_phy_offset is skipped (build_index's skip: the keys of one
         message share its offset, so they are all skipped or all put); a full file is followed

@@ -3,11 +3,11 @@
 ``MessageReader`` serves getMessage, lookups by physical offset and by key, time lookups and
 the min/max offsets. Messages come back as ``MessageView`` objects: zero-copy views on the
 mapped CommitLog files, decoded field by field on access. The scans run in the compiled
-kernels (mqstore._consumequeue, mqstore._search).
+kernels (mqstore.queue._consumequeue, mqstore.queue._search).
 
 With ``check_crc_on_read`` every message a read returns has its body CRC checked first
-(mqstore._search.first_corrupt / record_status, one C call per getMessage result): see
-``MessageReader.verified``, the look-ups of ``ReadKernel`` (mqstore._reads) and ``query_message``.
+(mqstore.queue._search.first_corrupt / record_status, one C call per getMessage result): see
+``MessageReader.verified``, the look-ups of ``ReadKernel`` (mqstore.queue._reads) and ``query_message``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mqstore._consumequeue import CQ_STORE_UNIT_SIZE
-from mqstore._reads import GetMessageResult, LogMap, MessageView, ReadKernel, record_problem
-from mqstore._search import RECORD_OK, first_corrupt, offset_by_time, record_status
+from mqstore.queue._consumequeue import CQ_STORE_UNIT_SIZE
+from mqstore.queue._reads import GetMessageResult, LogMap, MessageView, ReadKernel, record_problem
+from mqstore.queue._search import RECORD_OK, first_corrupt, offset_by_time, record_status
 from mqstore.errors import CorruptRecordError
 from mqstore.layout import log_of
 from mqstore.status import GetMessageStatus

@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mqstore.layout import FILLER_SIZE, file_start_of, log_of
-from mqstore._codec import check_record, decode_record
-from mqstore._scan import scan_records
-from mqstore._shm import log_of_queue
+from mqstore.log._codec import check_record, decode_record
+from mqstore.log._scan import scan_records
+from mqstore.log._shm import log_of_queue
 from mqstore.errors import CorruptRecordError
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.log.clean_close import mismatch as clean_close_mismatch
@@ -61,9 +61,9 @@ from mqstore.progress import LogProgress
 from mqstore.log.scan import is_zero, why_invalid
 
 if TYPE_CHECKING:
-    from mqstore._shm import CellName
+    from mqstore.log._shm import CellName
     from mqstore.log.clean_close import CleanClose
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
     from mqstore.log.checkpoint import StoreCheckpoint
     from mqstore.queue.consume_queue import ConsumeQueue, ConsumeQueueTable
 

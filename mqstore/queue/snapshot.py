@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mqstore import _shm
-from mqstore._arrow import RecordSource
-from mqstore._reads import LogMap
-from mqstore._search import WARM_BYTES_DEFAULT
+from mqstore.log import _shm
+from mqstore.queue._arrow import RecordSource
+from mqstore.queue._reads import LogMap
+from mqstore.queue._search import WARM_BYTES_DEFAULT
 from mqstore.errors import MQStoreError
 from mqstore.queue.files import (
     UNIT,

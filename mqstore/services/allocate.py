@@ -14,7 +14,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from mqstore.layout import file_start_of, log_base, log_of
-from mqstore._mapped import MappedFile
+from mqstore.log._mapped import MappedFile
 from mqstore.log.mapped_file_queue import MappedFileQueue
 from mqstore.services.base import ServiceThread
 

@@ -11,7 +11,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mqstore._shm import Channel, ControlBlock
+    from mqstore.log._shm import Channel, ControlBlock
 
 log = logging.getLogger("mqstore.services")
 

@@ -61,7 +61,7 @@ from mqstore.layout import log_of
 from mqstore.services.base import ServiceThread
 
 if TYPE_CHECKING:
-    from mqstore._shm import ControlBlock
+    from mqstore.log._shm import ControlBlock
     from mqstore.config import StoreConfig
     from mqstore.queue.consume_queue import ConsumeQueueTable
     from mqstore.log.mapped_file_queue import MappedFileQueue

@@ -15,7 +15,7 @@ RocketMQ's defaults (``StoreConfig()``).
                      queue offset and store time, messages per tag and untagged ones
 ``rebuild_queues``   every ConsumeQueue and the IndexFile(s) rebuilt from the CommitLog: one
                      Spark task per CommitLog file parses it with the dispatcher's parser
-                     (``mqstore._reput.BatchParser``, the concurrent dispatch's parse step);
+                     (``mqstore.queue._reput.BatchParser``, the concurrent dispatch's parse step);
                      the driver applies the parsed files in log order with the dispatcher's
                      ConsumeQueue and IndexFile writers, so the files are byte for byte what
                      dispatching the log builds (IndexFile *names* are creation times, as in
@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
 
-from mqstore._reput import BatchParser
+from mqstore.queue._reput import BatchParser
 from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError, StoreLockedError
 from mqstore.queue.files import open_commitlog

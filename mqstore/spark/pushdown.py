@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql.datasource import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan,
                                     LessThanOrEqual)
 
-from mqstore._codec import tags_code
+from mqstore.log._codec import tags_code
 from mqstore.queue.snapshot import first_where
 from mqstore.layout import index_dir, log_of
 
@@ -192,7 +192,7 @@ def narrow(snap: Any, q: Any, start: int, end: int, pushed: Pushed) -> tuple[int
 def lookup_phys(snap: Any, root: str, ranges: dict[str, tuple[int, int]], topics: set[str], pushed: Pushed) -> list[int]:
     """The physical offsets of the records the keys and msg_id filters name, within the planned
     [start, end) of their queue (ranges by "topic/queueId"), in log order."""
-    from mqstore._reads import view_at
+    from mqstore.queue._reads import view_at
 
     candidates: set[int] = set()
     if pushed.msg_ids is not None:
@@ -232,8 +232,8 @@ def offset_of_msg_id(msg_id: str) -> int | None:
 def _index_lookup(root: str, topics: set[str], keys: frozenset[str], log_id: int = 0) -> set[int]:
     """Physical offsets the IndexFiles (of CommitLog log_id) give for topic#key, every planned
     topic and each key a keys value holds (its first; Spark checks the rest)."""
-    from mqstore._index import IndexFile, index_file_size
-    from mqstore._mapped import MappedFile
+    from mqstore.queue._index import IndexFile, index_file_size
+    from mqstore.log._mapped import MappedFile
     from mqstore.geometry import saved_sizes
 
     directory = index_dir(root, log_id)

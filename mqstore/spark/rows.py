@@ -48,10 +48,10 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, MapType, StringType, StructType
 
-from mqstore._arrow import BatchColumns
+from mqstore.queue._arrow import BatchColumns
 from mqstore.layout import log_of
-from mqstore._codec import java_string_hash, record_length
-from mqstore._message import MessageBatch, properties_problem_of, topic_problem_of
+from mqstore.log._codec import java_string_hash, record_length
+from mqstore.log._message import MessageBatch, properties_problem_of, topic_problem_of
 from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError
 from mqstore.log.directory import lock_state, require_store

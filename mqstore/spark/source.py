@@ -66,7 +66,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from mqstore._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
+from mqstore.queue._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
 from mqstore.layout import log_of
@@ -556,7 +556,7 @@ class Reading:
 
 
 def record_sizes(snap: StoreSnapshot, phys: list[int]) -> list[int]:
-    from mqstore._reads import view_at
+    from mqstore.queue._reads import view_at
 
     return [view_at(snap.log_map(log_of(phy)), phy).total_size for phy in phys]  # type: ignore[union-attr]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from mqstore._arrow import keep_freed_memory
+from mqstore.queue._arrow import keep_freed_memory
 
 _settled = False
 

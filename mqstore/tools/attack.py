@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mqstore._remoting import FrameReader, RemotingCommand
+from mqstore.remoting._remoting import FrameReader, RemotingCommand
 from mqstore.ha.auth import CHALLENGE_SIZE, is_handshake
 from mqstore.protocol import RequestCode
 

@@ -153,7 +153,7 @@ class HASoak:
         catch up, stop both nodes cleanly, and check every acknowledged message on the slave and
         the two logs byte for byte."""
         from mqstore import MessageStore
-        from mqstore._shm import ControlBlock
+        from mqstore.log._shm import ControlBlock
 
         wait_for_new_ack(self, f"see {self.master.root}.log and {self.slave.root}.log")
         for p in self.procs.values():

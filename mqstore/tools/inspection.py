@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 
 from mqstore.layout import (CONTROL_BLOCK_NAME, INDEX_DIR, abort_path, checkpoint_path, consumequeue_dir, file_start_of,
                             index_dir, log_base, log_of, queue_dir)
-from mqstore import _shm
-from mqstore._codec import check_record, crc32, decode_record
-from mqstore._scan import scan_records
-from mqstore._mapped import MappedFile
+from mqstore.log import _shm
+from mqstore.log._codec import check_record, crc32, decode_record
+from mqstore.log._scan import scan_records
+from mqstore.log._mapped import MappedFile
 from mqstore.tools.checker import IndexFileSummary, unit_mismatch
 from mqstore.log.checkpoint import StoreCheckpoint
 from mqstore.config import StoreConfig

@@ -241,7 +241,7 @@ class Soak:
         microseconds), else let it go on and watch again. Returns "writer-in-lock/<lock kind>",
         or "writer" when within_s passed without catching it inside (a writer that is not
         putting, e.g. starting up or waiting for a restarted flusher): killed where it stands."""
-        from mqstore._shm import ControlBlock
+        from mqstore.log._shm import ControlBlock
 
         name = self.rng.choice(sorted(self.procs))
         p = self.procs.pop(name)

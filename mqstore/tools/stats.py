@@ -42,14 +42,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
-from mqstore import _shm
+from mqstore.log import _shm
 from mqstore.errors import MQStoreError
 from mqstore.ha.master import read_ha_status
 from mqstore.log.directory import lock_state, require_store
 from mqstore.layout import CONTROL_BLOCK_NAME
 
 if TYPE_CHECKING:
-    from mqstore._shm import CellName
+    from mqstore.log._shm import CellName
 
 STATE_NAMES = {_shm.STATE_BUILDING: "BUILDING", _shm.STATE_READY: "READY", _shm.STATE_CLOSED: "CLOSED"}
 POSITION_NAMES: tuple[CellName, ...] = ("wrote", "committed", "flushed", "dispatched", "confirmed", "min_phy")

@@ -1,4 +1,4 @@
-"""Pure-Python twin of ``mqstore._arrow``: the row values a batch of CommitLog records gives
+"""Pure-Python twin of ``mqstore.queue._arrow``: the row values a batch of CommitLog records gives
 (the oracle of the parity tests; the body as the producer sent it, or as stored with
 ``decompress=False``: ``mqstore.twin.reads.body_as_sent``), and a reader of the kernel's Arrow-layout buffers back into
 rows (so the tests compare values without needing pyarrow).
@@ -114,7 +114,7 @@ def take_within(sizes: list[int], max_rows: int = 0, max_bytes: int = 0) -> int:
 
 
 def cut_units(units: bytes, start: int, max_rows: int = 0, max_bytes: int = 0) -> int:
-    """The twin of mqstore._arrow.cut_units: the end (exclusive) of the batch of 20-byte
+    """The twin of mqstore.queue._arrow.cut_units: the end (exclusive) of the batch of 20-byte
     ConsumeQueue units that starts at unit index start; fillers count as rows of no bytes."""
     n = len(units) // 20
     if not 0 <= start <= n:

@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of ``mqstore._conns``: a broker's connection counts, one slot
+"""Pure-Python twin (test oracle) of ``mqstore.broker._conns``: a broker's connection counts, one slot
 array per front process in a shared buffer, admitted against the sums over every front.
 
 Layout (native 64-bit integers): a 64-byte header (magic "MQCONNS1", fronts, ip_slots, stride),

@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of the ConsumeQueue unit scans of ``mqstore._consumequeue``.
+"""Pure-Python twin (test oracle) of the ConsumeQueue unit scans of ``mqstore.queue._consumequeue``.
 
 ``order_break``: the recovery check (beyond RocketMQ) that a queue's real units follow each other
 in the CommitLog (phyOffset >= the previous real unit's phyOffset + size; fillers

@@ -1,4 +1,4 @@
-"""Twin of mqstore._ha: RocketMQ's replication wire format (docs/rocketmq-remoting-spec.md §4.3),
+"""Twin of mqstore.ha._ha: RocketMQ's replication wire format (docs/rocketmq-remoting-spec.md §4.3),
 with struct, plainly: 8-byte big-endian reports from the slave, 12-byte headers (int64 offset,
 int32 size) and the CommitLog bytes from the master."""
 

@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of the IndexFile kernel ``mqstore._index``.
+"""Pure-Python twin (test oracle) of the IndexFile kernel ``mqstore.queue._index``.
 
 Follows spec §4.1-§4.3 of ``docs/rocketmq-store-spec.md``, i.e. Apache RocketMQ 4.9.7
 ``IndexFile`` / ``IndexHeader``, line by line, over a ``bytearray`` with the same layout:

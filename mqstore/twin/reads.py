@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of the getMessage path of ``mqstore._reads.ReadKernel``.
+"""Pure-Python twin (test oracle) of the getMessage path of ``mqstore.queue._reads.ReadKernel``.
 
 Follows spec §11 (``DefaultMessageStore.getMessage``) of ``docs/rocketmq-store-spec.md``:
 the status table on the queue's min/max offsets, the slice of units from the requested offset
@@ -7,7 +7,7 @@ the in-memory / on-disk transfer caps and the skip of a removed CommitLog file. 
 reads the same units from the mapped files; this twin takes them as a list.
 
 It is also the twin of the body CRC check on read (``check_crc_on_read``): ``record_status``
-and ``first_corrupt`` of ``mqstore._search`` (the structure checks of ``parse_record_head``,
+and ``first_corrupt`` of ``mqstore.queue._search`` (the structure checks of ``parse_record_head``,
 spec §5.3, then BODYCRC against ``zlib.crc32(body) & 0x7FFFFFFF``, spec §1.5), and
 ``get_message_checked``, what ``MessageStore.get_message`` returns with the check on: the
 messages before the first damaged one, or MESSAGE_CORRUPTED at it when it comes first.

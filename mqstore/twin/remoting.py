@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of ``mqstore._remoting``: RocketMQ's remoting frame and its two
+"""Pure-Python twin (test oracle) of ``mqstore.remoting._remoting``: RocketMQ's remoting frame and its two
 header serializations (docs/rocketmq-remoting-spec.md §1).
 
 A frame is ``totalLength (4) | serializeType << 24 | headerLength (4) | header | body``, big-endian,

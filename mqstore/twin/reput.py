@@ -1,4 +1,4 @@
-"""Pure-Python twin (test oracle) of ``mqstore._reput``: the batches of the concurrent dispatch.
+"""Pure-Python twin (test oracle) of ``mqstore.queue._reput``: the batches of the concurrent dispatch.
 
 ``cut`` cuts a CommitLog file's bytes into batches of whole records with the 5.x pre-check
 (TOTALSIZE and MAGIC only); ``parse`` parses one batch as the dispatch kernels of
@@ -33,7 +33,7 @@ _SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 
 @dataclass
 class ParsedBatch:
-    """What ``mqstore._reput.ParsedBatch`` holds, as plain values."""
+    """What ``mqstore.queue._reput.ParsedBatch`` holds, as plain values."""
 
     stop: int
     reason: str = "end"

@@ -1,8 +1,8 @@
-"""Pure-Python twin (test oracle) of ``mqstore._search``: time -> queue offset over a ConsumeQueue.
+"""Pure-Python twin (test oracle) of ``mqstore.queue._search``: time -> queue offset over a ConsumeQueue.
 
 Follows spec §3 (``getOffsetInQueueByTime``) and §15 (Kafka's hot/cold "warm section" lookup) of
 ``docs/rocketmq-store-spec.md``, with the deterministic result rules documented (as a
-QUIRK decision) in ``ext/mqstore/_search.pyx``. In short, over the 20-byte units ``low..high`` with
+QUIRK decision) in ``ext/mqstore/queue/_search.pyx``. In short, over the 20-byte units ``low..high`` with
 key(u) = -inf for a removed unit, else its store time, and r = the first unit with
 key(r) >= ts:
 
@@ -110,7 +110,7 @@ def offset_by_time(
     store_time: StoreTime,
     warm_bytes: int = WARM_BYTES_DEFAULT,
 ) -> tuple[int, int, int]:
-    """Twin of ``mqstore._search.offset_by_time``: (position, cq_pages, probes).
+    """Twin of ``mqstore.queue._search.offset_by_time``: (position, cq_pages, probes).
 
     cq is the ConsumeQueue file's bytes (positions are relative to its start, which the kernel
     assumes page aligned); store_time(phy) gives a record's store time or None if its file is

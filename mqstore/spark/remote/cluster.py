@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-from mqstore._remoting import RemotingCommand
+from mqstore.remoting._remoting import RemotingCommand
 from mqstore.client import MessageQueue, MQClientError, PullConsumer, RemotingConnectionError, RemotingTimeoutError
 from mqstore.client.instance import parse_namesrv, response_int
 from mqstore.client.protocol import PullSysFlag, RequestCode, ResponseCode

@@ -7,7 +7,7 @@ min and max offsets (GET_MIN_OFFSET, GET_MAX_OFFSET) and cut into offset ranges 
 reader cuts a store's queues (mqstore.spark.source.plan_queue_ranges, split_for); each task
 pulls its range (PULL_MESSAGE, from the broker id the last answer suggested) and turns the
 answers' bodies, the records as stored, into Arrow batches with the same kernel the local
-reader runs over mapped files (``mqstore._arrow``). The streaming reader is the local one
+reader runs over mapped files (``mqstore.queue._arrow``). The streaming reader is the local one
 (mqstore.spark.stream.MQStoreStreamReader: offsets, admission control, availableNow) over these
 queues; its offsets are keyed ``"broker/topic/queueId"`` (mqstore.spark.remote.cluster).
 """
@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructType
 
-from mqstore._arrow import RecordSource
+from mqstore.queue._arrow import RecordSource
 from mqstore.client.protocol import ResponseCode
 from mqstore.errors import MQStoreError
 from mqstore.spark.remote.cluster import Cluster, ClusterConfig, RemoteQueue, parse_key, queue_key, record_times

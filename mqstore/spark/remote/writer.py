@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StringType, StructType
 
-from mqstore._arrow import BatchColumns, RecordSource
+from mqstore.queue._arrow import BatchColumns, RecordSource
 from mqstore.client import ClientError, Message, MessageQueue, SyncProducer, decode_messages
 from mqstore.client.protocol import SYSTEM_PROPERTIES
 from mqstore.spark.options import OptionError, check_options

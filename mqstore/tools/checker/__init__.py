@@ -42,7 +42,7 @@ import os
 from array import array
 from typing import TYPE_CHECKING
 
-from mqstore._index import index_key_hash
+from mqstore.queue._index import index_key_hash
 from mqstore.layout import FENCE_NAME, abort_path, log_base
 from mqstore.tools.checker.commitlog import LogScan, _commitlog_dir, scan_commitlog
 from mqstore.tools.checker.control_block import _check_control_block, _read_positions

@@ -10,8 +10,8 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mqstore._scan import scan_records
-from mqstore._mapped import MappedFile
+from mqstore.log._scan import scan_records
+from mqstore.log._mapped import MappedFile
 from mqstore.layout import file_start_of
 from mqstore.log.scan import CLEAN_PAGES, is_zero, nonzero_extent, why_invalid
 from mqstore.queue.files import store_config

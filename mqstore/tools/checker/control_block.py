@@ -10,7 +10,7 @@ from mqstore.tools.checker.report import CheckReport
 
 
 def _read_positions(root: str, log: int = 0) -> dict[str, int] | None:
-    from mqstore import _shm
+    from mqstore.log import _shm
 
     path = os.path.join(root, CONTROL_BLOCK_NAME)
     if not os.path.exists(path):
@@ -35,7 +35,7 @@ def _check_control_block(root: str, report: CheckReport, problem, quiescent: boo
     log: the CommitLog whose positions are checked against report.valid_end (its end, in a
     store with several); check_table: the topic-queue table against every queue of the log(s)
     the report holds."""
-    from mqstore import _shm
+    from mqstore.log import _shm
 
     path = os.path.join(root, CONTROL_BLOCK_NAME)
     if not os.path.exists(path):

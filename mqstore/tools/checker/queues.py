@@ -9,7 +9,7 @@ from array import array
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from mqstore._consumequeue import scan_units
+from mqstore.queue._consumequeue import scan_units
 from mqstore.layout import CQ_STORE_UNIT_SIZE, FILLER_SIZE, consumequeue_dir
 from mqstore.log.scan import is_zero
 from mqstore.queue.consume_queue import queue_problem

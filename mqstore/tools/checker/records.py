@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import struct
 
-from mqstore._codec import java_string_hash, string_to_properties
-from mqstore._index import index_key_hash
-from mqstore._mapped import MappedFile
+from mqstore.log._codec import java_string_hash, string_to_properties
+from mqstore.queue._index import index_key_hash
+from mqstore.log._mapped import MappedFile
 from mqstore.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, log_base, log_of
 
 TX_MASK = 0xC

@@ -100,7 +100,7 @@ class _Broker:
         self.conn = conn
 
     async def call(self, code: int, what: str, fields: dict[str, str] | None = None) -> Any:
-        from mqstore._remoting import RemotingCommand
+        from mqstore.remoting._remoting import RemotingCommand
 
         answer = await self.conn.request(RemotingCommand(code, ext_fields=fields or {}), TIMEOUT_S)
         if answer.code != 0:
@@ -226,7 +226,7 @@ async def _lag_rows(broker: _Broker, group_name: str, offsets: dict[str, dict[in
 
 
 async def _clients(broker: _Broker, group_name: str) -> list[dict[str, Any]]:
-    from mqstore._remoting import RemotingCommand
+    from mqstore.remoting._remoting import RemotingCommand
 
     answer = await broker.conn.request(RemotingCommand(R.GET_CONSUMER_CONNECTION_LIST,
                                                        ext_fields={"consumerGroup": group_name}), TIMEOUT_S)

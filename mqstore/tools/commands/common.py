@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from mqstore import _shm
+from mqstore.log import _shm
 from mqstore.errors import MQStoreError
 from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.tools.stats import STATE_NAMES, ms_to_iso
