@@ -50,7 +50,7 @@ from mqstore.roles import BrokerRole
 from mqstore.store import StoreBase
 from mqstore.tls import config_client_context, config_server_context
 
-__all__ = ["BrokerController", "HA_SLAVE_KEYS", "LOCK_EXPIRY_MS", "wall_ms"]
+__all__ = ["BrokerController", "HA_SLAVE_KEYS", "LOCK_EXPIRY_MS", "LOG_KEY_SUFFIX", "log_key", "wall_ms"]
 
 log = logging.getLogger("mqstore.broker")
 
@@ -67,6 +67,15 @@ SLAVE_SYNC_PERIOD_S = 10.0
 #: field in the HA service's ha.json
 HA_SLAVE_KEYS = {"haSlaveAckOffset_": "ack_offset", "haSlaveLagBytes_": "lag_bytes", "haSlaveLagMs_": "lag_ms",
                  "haSlaveBytesPerSecond_": "rate_bytes_per_s"}
+#: a store with several CommitLogs (commit_log_count = N > 1): every log's figures again under
+#: the key with this suffix and the log id (``haSlaveAckOffset_ADDR_L1``, ``commitLogMaxOffset_L1``,
+#: log 0's too); the keys without it stay log 0's, as RocketMQ's tools read them
+LOG_KEY_SUFFIX = "_L"
+
+
+def log_key(name: str, log: int) -> str:
+    """The runtime info key of a figure of CommitLog ``log`` (LOG_KEY_SUFFIX)."""
+    return f"{name}{LOG_KEY_SUFFIX}{log}"
 
 
 def _json_body(cmd: RemotingCommand) -> Any:
@@ -638,30 +647,63 @@ class BrokerController:
                  "consumerGroups": str(len(self.consumers.groups())), "registrations": str(self.registrations),
                  "namesrvAddr": ";".join(self.namesrv_addrs)}
         table.update({k: str(v) for k, v in st.stats().items()})
-        table.update(self._ha_runtime_info(int(table["commitLogMaxOffset"])))
+        logs = st.logs() if st.ctl.log_count > 1 else []
+        if logs:  # every log's offsets; the keys above are log 0's (docs/parallel-commitlogs.md)
+            table["commitLogCount"] = str(len(logs))
+            for k, low, high in logs:
+                table[log_key("commitLogMaxOffset", k)] = str(high)
+                table[log_key("commitLogMinOffset", k)] = str(low)
+        table.update(self._ha_runtime_info(int(table["commitLogMaxOffset"]), [high for _, _, high in logs]))
         return response(cmd, ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
 
-    def _ha_runtime_info(self, max_offset: int) -> dict[str, str]:
+    def _ha_runtime_info(self, max_offset: int, log_ends: list[int] | None = None) -> dict[str, str]:
         """The runtime info's replication keys. RocketMQ 4.9.7's prepareRuntimeInfo has none;
         its names are kept where 4.9.7 has one for the figure elsewhere: ``slaveFallBehindMuch``
         (MessageStore.slaveFallBehindMuch: the CommitLog's max offset minus the highest offset a
         slave reported, ``confirmed``), ``haServerAddr`` and ``masterAddr`` (the registration's
         fields), ``haMasterAddress`` (the store setting). The others are mqstore's, from the
-        control block and the HA service's ha.json (mqstore.ha.master.read_ha_status)."""
+        control block and the HA service's ha.json (mqstore.ha.master.read_ha_status).
+
+        ``log_ends``: each CommitLog's max offset of a store with several (else empty). The
+        keys above stay log 0's; every log's figures (log 0's too) come again under the key
+        with ``_L<k>`` (log_key): on a master the fall-behind, slave count, last report,
+        ``confirmed`` and each of its slaves' keys (``haSlaveAckOffset_ADDR_L<k>``; a slave
+        broker holds one connection per log, so each log's slave has its own ADDR); on a
+        slave each log's connection, reported offset, last error and divergence."""
         ha = read_ha_status(self.root) or {}
-        if self.is_slave:
-            return {"masterAddr": self.master_addr or "",
-                    "haMasterAddress": str(ha.get("master") or self.cfg.ha_master_address or read_ha_master(self.root)),
-                    "haConnected": "true" if ha.get("connected") else "false",
-                    "haReportedOffset": str(ha.get("offset", self.store.ctl.get("wrote"))),
-                    "haLastError": str(ha.get("last_error") or ""), "haDiverged": str(ha.get("diverged") or "")}
         ctl = self.store.ctl
+        several = log_ends or []
+        if self.is_slave:
+            out = {"masterAddr": self.master_addr or "",
+                   "haMasterAddress": str(ha.get("master") or self.cfg.ha_master_address or read_ha_master(self.root)),
+                   "haConnected": "true" if ha.get("connected") else "false",
+                   "haReportedOffset": str(ha.get("offset", ctl.get("wrote"))),
+                   "haLastError": str(ha.get("last_error") or ""), "haDiverged": str(ha.get("diverged") or "")}
+            listed = ha.get("logs")
+            peers: list[Any] = listed if isinstance(listed, list) else []
+            for k in range(len(several)):  # the slave's HA process has a client per log, in log order
+                peer = peers[k] if k < len(peers) and isinstance(peers[k], dict) else {}
+                out.update({log_key("haConnected", k): "true" if peer.get("connected") else "false",
+                            log_key("haReportedOffset", k): str(peer.get("offset", ctl.get("wrote", log=k))),
+                            log_key("haLastError", k): str(peer.get("last_error") or ""),
+                            log_key("haDiverged", k): str(peer.get("diverged") or "")})
+            return out
         out = {"haServerAddr": self._ha_server_addr(),
                "slaveFallBehindMuch": str(max(0, max_offset - ctl.get("confirmed"))),
                "haSlaveCount": str(ctl.get("ha_slaves")), "haLastReportTimestamp": str(ctl.get("ha_report_ms"))}
+        for k, end in enumerate(several):
+            confirmed = ctl.get("confirmed", log=k)
+            out.update({log_key("slaveFallBehindMuch", k): str(max(0, end - confirmed)),
+                        log_key("confirmed", k): str(confirmed),
+                        log_key("haSlaveCount", k): str(ctl.get("ha_slaves", log=k)),
+                        log_key("haLastReportTimestamp", k): str(ctl.get("ha_report_ms", log=k))})
         for slave in ha.get("slaves", []) if ha.get("role") == "master" else []:
-            out.update({prefix + str(slave.get("slave")): str(slave.get(name, ""))
-                        for prefix, name in HA_SLAVE_KEYS.items()})
+            k = slave.get("log", 0)
+            figures = {prefix + str(slave.get("slave")): str(slave.get(name, "")) for prefix, name in HA_SLAVE_KEYS.items()}
+            if k == 0:  # RocketMQ's keys: log 0's slaves only
+                out.update(figures)
+            if several and isinstance(k, int):
+                out.update({log_key(key, k): value for key, value in figures.items()})
         return out
 
     def _ha_server_addr(self) -> str:

@@ -46,7 +46,7 @@ from mqstore.log import _shm
 from mqstore.errors import MQStoreError
 from mqstore.ha.master import read_ha_status
 from mqstore.log.directory import lock_state, require_store
-from mqstore.layout import CONTROL_BLOCK_NAME
+from mqstore.layout import CONTROL_BLOCK_NAME, log_of
 
 if TYPE_CHECKING:
     from mqstore.log._shm import CellName
@@ -135,16 +135,23 @@ class Snapshot:
 
     @property
     def uncommitted_bytes(self) -> int:
-        """Bytes in the transient store pool's buffers not yet committed to the files."""
-        return max(0, self.positions["wrote"] - self.positions["committed"])
+        """Bytes in the transient store pools' buffers not yet committed to the files (every
+        CommitLog's)."""
+        return sum(max(0, p["wrote"] - p["committed"]) for p in self._log_positions())
 
     @property
     def pool_buffers_in_use(self) -> int:
-        """Buffers holding uncommitted bytes or being written (file i uses buffer i mod size)."""
+        """Buffers holding uncommitted bytes or being written (file i of a log uses buffer i mod
+        size of the log's own pool), over every CommitLog's pool."""
         if not self.pool_buffers:
             return 0
-        return min(self.pool_buffers,
-                   self.positions["wrote"] // self.file_size - self.positions["committed"] // self.file_size + 1)
+        fs = self.file_size
+        return sum(min(self.pool_buffers, (p["wrote"] - base) // fs - (p["committed"] - base) // fs + 1)
+                   for base, p in ((k << 56, p) for k, p in enumerate(self._log_positions())))
+
+    def _log_positions(self) -> list[dict[str, int]]:
+        """Each CommitLog's positions, by log id (log 0's alone for a store with one)."""
+        return [log["positions"] for log in self.logs] if self.logs else [self.positions]
 
     @property
     def unflushed_bytes(self) -> int:
@@ -188,7 +195,8 @@ def _logs_of(ctl: _shm.ControlBlock) -> tuple[dict[str, Any], ...]:
         out.append({"log": k, "state": ctl.log_state(k), **stats,
                     "positions": {name: positions[name] for name in POSITION_NAMES},
                     "dispatch_behind_bytes": max(0, positions["committed"] - positions["dispatched"]),
-                    "unflushed_bytes": max(0, positions["wrote"] - positions["flushed"])})
+                    "unflushed_bytes": max(0, positions["wrote"] - positions["flushed"]),
+                    "ha_slaves": ctl.get("ha_slaves", log=k), "ha_report_ms": ctl.get("ha_report_ms", log=k)})
     return tuple(out)
 
 
@@ -335,7 +343,8 @@ def replication_figures(snap: Snapshot) -> dict[str, Any]:
     reported holding, and ``fall_behind_bytes``, the log's end minus that: RocketMQ's
     slaveFallBehindMuch) and what the HA service last wrote (``service``: ha.json, with the
     per-slave figures on a master; None when there is none), with its age. ``role`` is
-    "master", "slave" or None (the store does not replicate)."""
+    "master", "slave" or None (the store does not replicate). A store with several CommitLogs
+    adds ``logs``, each log's cells (log_replication); the figures above are log 0's."""
     ha = snap.ha
     if ha is not None:
         role = ha.get("role")
@@ -343,6 +352,9 @@ def replication_figures(snap: Snapshot) -> dict[str, Any]:
         role = "master" if snap.ha_port > 0 or snap.ha_report_ms > 0 else None
     confirmed = snap.positions["confirmed"]
     written = ha.get("time_ms") if ha is not None else None
+    several = {"logs": [log_replication(role, snap.wall_ms, entry["log"], entry["positions"]["wrote"],
+                                        entry["positions"]["confirmed"], entry["ha_slaves"], entry["ha_report_ms"])
+                        for entry in snap.logs]} if snap.logs else {}
     return {
         "role": role,
         "ha_port": snap.ha_port,
@@ -353,13 +365,26 @@ def replication_figures(snap: Snapshot) -> dict[str, Any]:
         "fall_behind_bytes": max(0, snap.positions["wrote"] - confirmed) if role == "master" else None,
         "service": ha,
         "service_age_ms": max(0, snap.wall_ms - written) if isinstance(written, int) and written > 0 else None,
+        **several,
     }
+
+
+def log_replication(role: str | None, now_ms: int, log: int, wrote: int, confirmed: int, slaves: int,
+                    report_ms: int) -> dict[str, Any]:
+    """One CommitLog's replication figures of a store with several (``replication_figures``'s
+    ``logs``): its cells as the store-wide ones above are log 0's."""
+    return {"log": log, "ha_slaves": slaves, "ha_report_ms": report_ms,
+            "last_report_ago_ms": max(0, now_ms - report_ms) if report_ms > 0 else None, "confirmed": confirmed,
+            "fall_behind_bytes": max(0, wrote - confirmed) if role == "master" else None}
 
 
 def replication_lines(rep: dict[str, Any]) -> list[str]:
     """Replication figures (``replication_figures``'s shape) in words: a head line, then one
     line per slave on a master (its offset, lag in bytes and ms, transfer rate) or the
-    divergence on a slave; [] when the store does not replicate."""
+    divergence on a slave; [] when the store does not replicate. A store with several
+    CommitLogs (``logs`` in the figures, ``logs`` in a slave's ha.json) gets a line per log
+    instead: on a master its slaves, ``confirmed`` and fall-behind, then its slaves' lines; on
+    a slave its connection and offset."""
     role = rep.get("role")
     if role is None:
         return []
@@ -369,32 +394,61 @@ def replication_lines(rep: dict[str, Any]) -> list[str]:
     if role == "master":
         port = rep.get("ha_port") or 0
         where = f"HA port {port}" if port else "HA service not listening"
+        logs = rep.get("logs") or []
+        if logs:
+            agos = [e["last_report_ago_ms"] for e in logs if e.get("last_report_ago_ms") is not None]
+            last = f"last report {min(agos):,} ms ago" if agos else "no report yet"
+            out = [f"replication: master, {where}, {len(logs)} CommitLogs, {last}{stale}"]
+            for e in logs:
+                k = e.get("log")
+                out.append(f"  CommitLog {k}: {e.get('ha_slaves', 0)} slave(s) connected, confirmed "
+                           f"{e.get('confirmed', 0):,} (the highest offset a slave reported), "
+                           f"{e.get('fall_behind_bytes') or 0:,} bytes behind its end")
+                out += [f"    {_slave_line(s)}" for s in ha.get("slaves", []) if s.get("log", 0) == k]
+            return out
         ago = rep.get("last_report_ago_ms")
         last = f"last report {ago:,} ms ago" if ago is not None else "no report yet"
         out = [f"replication: master, {where}, {rep.get('ha_slaves', 0)} slave(s) connected, {last}{stale}",
                f"  confirmed {rep.get('confirmed', 0):,} (the highest offset a slave reported), "
                f"{rep.get('fall_behind_bytes') or 0:,} bytes behind the log's end"]
-        for s in ha.get("slaves", []):
-            ack = s.get("ack_offset", -1)
-            at = f"offset {ack:,}" if ack >= 0 else "no report yet"
-            out.append(f"  slave {s.get('slave')}: {at}, lag {s.get('lag_bytes', 0):,} bytes / "
-                       f"{s.get('lag_ms', 0):,} ms, {_bytes(s.get('rate_bytes_per_s', 0))}/s")
+        out += [f"  {_slave_line(s)}" for s in ha.get("slaves", [])]
         return out
-    if ha.get("connected"):
-        state = "connected"
-    else:
-        state = f"not connected ({ha.get('last_error') or ('connecting' if ha.get('master') else 'no master known')})"
     of = ha.get("master") or "?"
     if ha.get("master_broker"):  # a slave broker's master, as its NameServer named it (admin status)
         of += f" (broker {ha['master_broker']})"
-    out = [f"replication: slave of {of}, offset {ha.get('offset', 0):,}, {state}{stale}"]
-    if ha.get("diverged"):
-        out.append(f"  DIVERGED: {ha['diverged']}")
+    peers = ha.get("logs") if isinstance(ha.get("logs"), list) else []
+    if peers:
+        connected = sum(1 for p in peers if isinstance(p, dict) and p.get("connected"))
+        out = [f"replication: slave of {of}, {len(peers)} CommitLogs, {connected} connected{stale}"]
+        for k, peer in enumerate(p if isinstance(p, dict) else {} for p in peers):
+            out.append(f"  CommitLog {k}: offset {peer.get('offset', 0):,}, {_slave_state(peer)}")
+            if peer.get("diverged"):
+                out.append(f"  CommitLog {k} DIVERGED: {peer['diverged']}")
+    else:
+        out = [f"replication: slave of {of}, offset {ha.get('offset', 0):,}, {_slave_state(ha)}{stale}"]
+        if ha.get("diverged"):
+            out.append(f"  DIVERGED: {ha['diverged']}")
     cut = ha.get("truncated")
     if isinstance(cut, dict) and isinstance(cut.get("offset"), int) and isinstance(cut.get("end"), int):
-        out.append(f"  last truncation: the log was cut from {cut['end']:,} back to the master's end "
+        which = f"CommitLog {log_of(cut['offset'])}" if peers else "the log"
+        out.append(f"  last truncation: {which} was cut from {cut['end']:,} back to the master's end "
                    f"{cut['offset']:,} ({cut['end'] - cut['offset']:,} bytes dropped)")
     return out
+
+
+def _slave_line(s: dict[str, Any]) -> str:
+    """A master's line for one slave connection (ha.json's ``slaves``)."""
+    ack = s.get("ack_offset", -1)
+    at = f"offset {ack:,}" if ack >= 0 else "no report yet"
+    return (f"slave {s.get('slave')}: {at}, lag {s.get('lag_bytes', 0):,} bytes / "
+            f"{s.get('lag_ms', 0):,} ms, {_bytes(s.get('rate_bytes_per_s', 0))}/s")
+
+
+def _slave_state(ha: dict[str, Any]) -> str:
+    """Whether a slave's connection (its ha.json, or one log's part of it) is up, or why not."""
+    if ha.get("connected"):
+        return "connected"
+    return f"not connected ({ha.get('last_error') or ('connecting' if ha.get('master') else 'no master known')})"
 
 
 def figures(prev: Snapshot | None, cur: Snapshot) -> dict[str, Any]:
@@ -481,8 +535,10 @@ def format_lines(fig: dict[str, Any], width: int = WIDE, height: int | None = No
     parts.append((3, _event_lines(fig, width)))
     parts.append((2, _position_lines(fig, width)))
     if fig["pool_buffers"]:
-        parts.append((4, wrap(f"transient store pool: {fig['pool_buffers_in_use']} of {fig['pool_buffers']} buffers "
-                              f"in use, uncommitted {_bytes(fig['uncommitted_bytes'])}", "  ")))
+        pools = len(fig.get("logs") or ()) or 1  # a pool per CommitLog
+        each = f" ({pools} pools of {fig['pool_buffers']})" if pools > 1 else ""
+        parts.append((4, wrap(f"transient store pool: {fig['pool_buffers_in_use']} of {fig['pool_buffers'] * pools} "
+                              f"buffers in use{each}, uncommitted {_bytes(fig['uncommitted_bytes'])}", "  ")))
     parts.append((2, wrap(f"unflushed {_bytes(fig['unflushed_bytes'])}; dispatch behind "
                           f"{_bytes(fig['dispatch_behind_bytes'])}, lag {fig['dispatch_lag_ms']:,} ms; put lock {lock}",
                           "  ")))
@@ -496,7 +552,9 @@ def format_lines(fig: dict[str, Any], width: int = WIDE, height: int | None = No
     replication = replication_lines(fig["replication"])
     if replication:
         parts.append((2, wrap(replication[0], "  ")))
-        parts += [(3, wrap(line.strip(), "    ", "      ")) for line in replication[1:]]
+        for line in replication[1:]:  # indented as replication_lines nests them (a slave under its log)
+            lead = "  " + line[:len(line) - len(line.lstrip())]
+            parts.append((3, wrap(line.strip(), lead, lead + "  ")))
     return _fit(parts, height, width)
 
 

@@ -164,12 +164,14 @@ def _check_several(root: str, config: StoreConfig, report: CheckReport, problem:
             report.valid_end = report.torn_tail_bytes = 0
             live_positions = None if quiescent else _read_positions(root, k)
             before = set(report.queues)
+            records, found = report.records, len(report.problems)
             blank_end = None
             if names:
                 scan = scan_commitlog(cdir, names, report, problem, check_crc=check_crc,
                                       allow_torn_tail=allow_torn_tail, deep=deep, config=config,
                                       live_positions=live_positions, progress=progress)
                 if scan is None:
+                    report.log_problems[k] = report.problems[found:]
                     return report
                 scans.append(scan)
                 log, blank_end = scan.log, scan.blank_end
@@ -189,6 +191,9 @@ def _check_several(root: str, config: StoreConfig, report: CheckReport, problem:
                             f"queue {topic}-{qid} has records in CommitLog {k}, but it is bound to CommitLog {bound}")
             _check_control_block(root, report, problem, quiescent, live_positions, blank_end, log=k,
                                  check_table=k == count - 1)
+            report.log_records[k] = report.records - records
+            report.log_torn_tail_bytes[k] = report.torn_tail_bytes
+            report.log_problems[k] = report.problems[found:]
         report.valid_end, report.torn_tail_bytes = report.log_ends[0], torn
         every = _Logs(logs)
         _check_queues_and_index(root, report, problem, every, queue_phys, broken, quiescent=quiescent, config=config,

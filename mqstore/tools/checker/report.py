@@ -86,6 +86,11 @@ class CheckReport:
     notes: list[str] = field(default_factory=list)
     #: a store with several CommitLogs: the valid end of each, by log id (valid_end is log 0's)
     log_ends: dict[int, int] = field(default_factory=dict)
+    #: ... and of each log: its records, the bytes of a torn record after its valid end, and
+    #: the problems found in its files and control-block cells (also in ``problems``)
+    log_records: dict[int, int] = field(default_factory=dict)
+    log_torn_tail_bytes: dict[int, int] = field(default_factory=dict)
+    log_problems: dict[int, list[Problem]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
