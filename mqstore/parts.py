@@ -24,8 +24,8 @@ dispatcher     the CommitLog, the ConsumeQueues resumed at what the last dispatc
 cleaner        the CommitLog files, the ConsumeQueues following the dispatcher's counts, the
                checkpoint and the index
 ha             a slave: the CommitLog (it appends what the master sends); a master: the files
-rebuild        (the Spark rebuild of a store's queues) fresh ConsumeQueues, checkpoint and index
-               under ``root``, which is the rebuild's target directory; no control block
+rebuild        (the Spark rebuild of a store's queues) fresh ConsumeQueues, and each log's checkpoint
+               and index, under ``root``, which is the rebuild's target directory; no control block
 =============  ====================================================================================
 
 The read-only tools and the Spark source read the files through
@@ -301,8 +301,8 @@ def _ha(parts: StoreParts, **_: Any) -> None:
 
 def _rebuild(parts: StoreParts, **_: Any) -> None:
     _queues(parts)
-    _checkpoint(parts)
-    _index(parts)
+    _checkpoints(parts)
+    _indexes(parts)  # every log's (``index``, index-k), each with its log's checkpoint
 
 
 _OPENERS: dict[str, Callable[..., None]] = {

@@ -489,3 +489,185 @@ def test_a_store_with_two_logs_reads_by_queue_by_log_and_by_key(spark, store_of_
     got = spark.read.format("mqstore").load(root).where(f"msg_id = '{row['msg_id']}'").collect()
     assert [(r.topic, r.queue_id, r.queue_offset) for r in got] == [(row["topic"], row["queue_id"],
                                                                      row["queue_offset"])]
+
+
+def test_commitlog_id_is_an_optional_column_each_commitlog_partition_one_file_of_one_log(spark, two_logs_small_files):
+    """commitlog_id (commitlog_offset's top byte) is a column a schema may name; the default
+    schema does not have it. In mode=commitlog each Spark partition reads one file of one log:
+    a partition per file of both logs, every row of a partition of one log and one file."""
+    from pyspark.sql import functions as F
+
+    from mqstore.queue.files import open_commitlog
+
+    root = two_logs_small_files
+    assert "commitlog_id" not in spark.read.format("mqstore").load(root).columns
+    files = []
+    for k in (0, 1):
+        queue = open_commitlog(root, log=k)
+        try:
+            files += [(k, mf.file_from, queue.file_size) for mf in queue.files]
+        finally:
+            queue.close()
+    assert {k for k, _, _ in files} == {0, 1} and len(files) > 4
+    df = (spark.read.format("mqstore").option("mode", "commitlog")
+          .schema("commitlog_id int, commitlog_offset bigint, topic string").load(root))
+    assert df.rdd.getNumPartitions() == len(files)
+    rows = df.select(F.spark_partition_id().alias("p"), "commitlog_id", "commitlog_offset").collect()
+    assert len(rows) == 2400 and all(r.commitlog_id == r.commitlog_offset >> 56 for r in rows)
+    by_partition: dict[int, set[tuple[int, int]]] = {}
+    for r in rows:
+        file_from = next(f for k, f, size in files if f <= r.commitlog_offset < f + size)
+        by_partition.setdefault(r.p, set()).add((r.commitlog_id, file_from))
+    assert all(len(v) == 1 for v in by_partition.values())  # one file of one log each
+    assert sorted(v.pop() for v in by_partition.values()) == sorted((k, f) for k, f, _ in files)
+    ones = sum(r.commitlog_id == 1 for r in rows)  # a filter on it (pushed down: one log's files / queues)
+    assert 0 < ones < len(rows) and df.where("commitlog_id = 1").count() == ones
+    by_queue = spark.read.format("mqstore").schema("commitlog_id int, topic string").load(root)
+    assert by_queue.where("commitlog_id = 1").count() == ones
+
+
+def test_commitlog_id_in_queue_mode_a_one_log_store_and_a_write(store, store_of_two_logs):
+    """In queue mode (from the ConsumeQueue units alone, or with the records) commitlog_id is
+    the log each queue is bound to; a store with one CommitLog gives 0; another type is named;
+    a write ignores the column, as it ignores the other read columns."""
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+    from mqstore.queue.snapshot import StoreSnapshot
+    from mqstore.spark import COMMITLOG_ID
+    from mqstore.spark.rows import write_columns
+
+    def rows(root: str, schema: StructType, **options: str) -> list[dict]:
+        reader = MQStoreBatchReader({"path": root, **options}, schema)
+        return [r for part in reader.partitions() for batch in reader.read(part) for r in batch.to_pylist()]
+
+    queue_only = StructType([StructField("topic", StringType()), StructField("queue_id", IntegerType()),
+                             COMMITLOG_ID])
+    with_records = StructType([COMMITLOG_ID, StructField("topic", StringType()), StructField("queue_id", IntegerType()),
+                               StructField("body", BinaryType())])
+    with StoreSnapshot(store_of_two_logs) as snap:
+        for schema in (queue_only, with_records):
+            got = rows(store_of_two_logs, schema)
+            assert len(got) == 2540
+            assert all(r["commitlog_id"] == snap.log_of(r["topic"], r["queue_id"]) for r in got)
+            assert {r["commitlog_id"] for r in got} == {0, 1}
+    assert {r["commitlog_id"] for r in rows(store, StructType([COMMITLOG_ID]), mode="commitlog")} == {0}
+    assert {r["commitlog_id"] for r in rows(store, queue_only)} == {0}
+    with pytest.raises(OptionError, match="'commitlog_id' is int, not bigint"):
+        MQStoreBatchReader({"path": store}, StructType([StructField("commitlog_id", LongType())]))
+    assert write_columns(StructType([StructField("topic", StringType()), StructField("body", StringType()),
+                                     COMMITLOG_ID])) == ["topic", "body"]
+
+
+def test_a_commitlog_id_filter_plans_only_that_logs_queues_or_files(store_of_two_logs):
+    """commitlog_id = / IN pushed down: queue mode plans only the queues bound to those logs,
+    mode=commitlog only those logs' files; Spark still checks the rows (the filter is kept)."""
+    from pyspark.sql.datasource import EqualTo, In
+
+    from mqstore.layout import log_of
+    from mqstore.queue.snapshot import StoreSnapshot
+    from mqstore.spark.source import LogSlice, MQStorePushdownReader
+
+    root = store_of_two_logs
+    with StoreSnapshot(root) as snap:
+        bound = {(q.topic, q.queue_id): snap.log_of(q.topic, q.queue_id) for q in snap.queues()}
+    assert set(bound.values()) == {0, 1}
+
+    def planned(filters: list, **options: str) -> list:
+        reader = MQStorePushdownReader({"path": root, **options}, SCHEMA)
+        assert list(reader.pushFilters(filters)) == filters
+        return reader.partitions()
+
+    def queues_of(parts: list) -> set:
+        return {(s.topic, s.queue_id) for p in parts for s in getattr(p, "parts", (p,))}
+
+    one = EqualTo(("commitlog_id",), 1)
+    assert queues_of(planned([one])) == {key for key, k in bound.items() if k == 1}
+    assert queues_of(planned([In(("commitlog_id",), (0, 1))])) == set(bound)
+    assert planned([one, EqualTo(("commitlog_id",), 0)]) == []
+    files = planned([one], mode="commitlog")
+    assert files and all(isinstance(p, LogSlice) and log_of(p.start) == 1 for p in files)
+    assert len(planned([], mode="commitlog")) == len(files) + 1  # one file in each log
+
+
+REBUILD_CFG = {"mapped_file_size_commit_log": 64 * 1024, "mapped_file_size_consume_queue": 20 * 200,
+               "max_hash_slot_num": 128, "max_index_num": 512}
+
+
+@pytest.fixture(scope="module")
+def two_logs_small_files(tmp_path_factory):
+    """A store with two CommitLogs of several files each, delay messages (the tags code is the
+    delivery time) and keys enough for each log's index to roll over."""
+    root = str(tmp_path_factory.mktemp("rebuild2") / "store")
+    with MessageStore(root, commit_log_count=2, **REBUILD_CFG) as s:
+        for i in range(2400):
+            props = {"DELAY": "2"} if i % 97 == 0 else None
+            s.put_message(Message(f"T{i % 3}", b"x" * (i % 90), queue_id=i % 4, tags=f"t{i % 5}" if i % 7 else None,
+                                  keys=f"k{i} j{i}" if i % 2 else None, properties=props)).check()
+        assert all(hi > lo for _, lo, hi in s.logs())
+    return root
+
+
+def _same_files(a: str, b: str, *, by_order: bool = False) -> None:
+    """Every file under a and b has the same bytes: by relative name, or (IndexFiles, named by
+    their creation times) in name order."""
+    import filecmp
+    import os
+
+    names_a = sorted(os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs)
+    names_b = sorted(os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs)
+    assert len(names_a) == len(names_b) > 0
+    if not by_order:
+        assert names_a == names_b
+    for x, y in zip(names_a, names_b):
+        assert filecmp.cmp(os.path.join(a, x), os.path.join(b, y), shallow=False), (a, x, y)
+
+
+def test_a_rebuild_of_a_store_with_two_logs_gives_each_logs_queues_and_index_byte_for_byte(
+        spark, two_logs_small_files, tmp_path):
+    """The Spark rebuild (mqstore.spark.jobs) of a store with two CommitLogs: a task per file of
+    each log, every queue's units and each log's index (index/, index-1/) byte for byte what
+    the store's own dispatch wrote; in place too, after which the store reads by key in both
+    logs without redispatching."""
+    import os
+    import shutil
+
+    from mqstore.queue.files import open_commitlog
+    from mqstore.spark.jobs import rebuild_queues
+    from mqstore.tools.checker import check_store
+
+    root = two_logs_small_files
+    files = 0
+    for k in (0, 1):
+        queue = open_commitlog(root, log=k)
+        try:
+            files += len(queue.files)
+        finally:
+            queue.close()
+    out = str(tmp_path / "out")
+    report = rebuild_queues(spark, root, out=out)
+    assert (report.units, report.queues, report.logs, report.commitlog_files) == (2400, 12 + 1, 2, files)
+    assert report.index_keys == 2 * 1200 and files > 2
+    assert sorted(os.listdir(out)) == ["consumequeue", "index", "index-1"]
+    _same_files(os.path.join(root, "consumequeue"), os.path.join(out, "consumequeue"))
+    for sub in ("index", "index-1"):
+        assert len(os.listdir(os.path.join(root, sub))) > 1  # each log's index rolled over
+        _same_files(os.path.join(root, sub), os.path.join(out, sub), by_order=True)
+
+    copy = str(tmp_path / "copy")
+    shutil.copytree(root, copy)
+    for sub in ("consumequeue", "index", "index-1"):
+        shutil.rmtree(os.path.join(copy, sub))
+    assert rebuild_queues(spark, copy).logs == 2
+    assert not os.path.exists(os.path.join(copy, ".rebuild"))
+    _same_files(os.path.join(root, "consumequeue"), os.path.join(copy, "consumequeue"))
+    for sub in ("index", "index-1"):
+        _same_files(os.path.join(root, sub), os.path.join(copy, sub), by_order=True)
+    check_store(copy).raise_if_failed()
+    with MessageStore(copy) as s:
+        assert [r.redispatched_records for r in s.recoveries] == [0, 0]
+        logs_found = set()
+        for i in (7, 9, 11, 13):  # keys of queues in both logs
+            found = s.query_message(f"T{i % 3}", f"k{i}", 10, 0, 2**62).messages
+            assert len(found) == 1
+            logs_found.add(found[0].physical_offset >> 56)
+        assert logs_found == {0, 1}

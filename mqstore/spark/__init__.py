@@ -20,6 +20,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from mqstore.spark.session import register, session
 from mqstore.spark.datasource import MQStoreDataSource
-from mqstore.spark.source import SCHEMA
+from mqstore.spark.source import COMMITLOG_ID, SCHEMA
 
-__all__ = ["SCHEMA", "MQStoreDataSource", "register", "session"]
+__all__ = ["COMMITLOG_ID", "SCHEMA", "MQStoreDataSource", "register", "session"]

@@ -19,10 +19,13 @@ RocketMQ's defaults (``StoreConfig()``).
                      the driver applies the parsed files in log order with the dispatcher's
                      ConsumeQueue and IndexFile writers, so the files are byte for byte what
                      dispatching the log builds (IndexFile *names* are creation times, as in
-                     RocketMQ, so only their contents compare). In place (the default) it
-                     takes the store's lock, builds next to the old files and swaps them in;
+                     RocketMQ, so only their contents compare). A store with several
+                     CommitLogs: a task per file of every log, each log's keys into its own
+                     index (``index-k``), as each log's dispatcher puts them. In place (the
+                     default) it takes the store's lock, builds next to the old files and swaps
+                     them in;
                      ``out=DIR`` leaves the store alone and writes ``DIR/consumequeue`` and
-                     ``DIR/index``.
+                     ``DIR/index`` (and ``DIR/index-k``).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from mqstore.config import StoreConfig
 from mqstore.errors import MQStoreError, StoreLockedError
 from mqstore.queue.files import open_commitlog
 from mqstore.node import read_config
-from mqstore.layout import CONFIG_NAME, CONSUMEQUEUE_DIR, INDEX_DIR, checkpoint_path
+from mqstore.layout import CONFIG_NAME, CONSUMEQUEUE_DIR, checkpoint_path, fence_log_count, index_dir, log_of
 from mqstore.parts import open_parts
 from mqstore.queue.snapshot import StoreNotReadableError, StoreSnapshot
 from mqstore.spark.source import LogSlice
@@ -76,8 +79,19 @@ DISPATCH_SCHEMA = StructType([
 
 
 def store_config(root: str) -> StoreConfig:
-    """The store's configuration (mqstore.config.json), or RocketMQ's defaults without one."""
-    return read_config(root) if os.path.exists(os.path.join(root, CONFIG_NAME)) else StoreConfig()
+    """The store's configuration (mqstore.config.json), or RocketMQ's defaults without one
+    (with the CommitLog count the fence names, for a store with several whose file is gone)."""
+    if os.path.exists(os.path.join(root, CONFIG_NAME)):
+        return read_config(root)
+    cfg = StoreConfig()
+    count = fence_log_count(cfg.commit_log_dir(root))
+    return cfg.replace(commit_log_count=count) if count else cfg
+
+
+def rebuilt_dirs(cfg: StoreConfig) -> list[str]:
+    """The directories a rebuild writes, under its target: consumequeue and each log's index
+    (``index``, ``index-1``, ...)."""
+    return [CONSUMEQUEUE_DIR] + [os.path.basename(index_dir("", k)) for k in range(cfg.commit_log_count)]
 
 
 # -- export and statistics ------------------------------------------------------------------
@@ -129,7 +143,7 @@ def queue_stats(spark: SparkSession, store: str, *, topics: Sequence[str] | None
 # -- rebuilding ConsumeQueues and the IndexFile ------------------------------------------------
 class DispatchDataSource(DataSource):
     """``format("mqstore_dispatch")``: the parse step of dispatch, a partition per CommitLog file
-    (the rebuild's input; see DISPATCH_SCHEMA)."""
+    of every log (the rebuild's input; see DISPATCH_SCHEMA)."""
 
     @classmethod
     def name(cls) -> str:
@@ -150,6 +164,8 @@ class DispatchReader(DataSourceReader):
         self.index_enable = cfg.message_index_enable
 
     def partitions(self) -> list[InputPartition]:
+        """A partition per CommitLog file of every log (log after log: a span never crosses
+        logs), as mode=commitlog reads them."""
         with StoreSnapshot(self.root) as snap:
             return [LogSlice(start, end) for start, end in snap.log_spans()]
 
@@ -161,7 +177,8 @@ class DispatchReader(DataSourceReader):
 
         schema = to_arrow_schema(DISPATCH_SCHEMA, timezone="UTC")
         parser = BatchParser(self.delay_levels_ms, index_enable=self.index_enable)
-        queue = open_commitlog(self.root)
+        # the partition's CommitLog (log 0 of a store with one is the store's only one)
+        queue = open_commitlog(self.root, log=log_of(partition.start))
         try:
             mf = next(f for f in queue.files if f.file_from <= partition.start < f.file_from + queue.file_size)
             batch = parser.parse(mf, mf.file_from, partition.start - mf.file_from, partition.end - mf.file_from)
@@ -192,6 +209,8 @@ class RebuildReport:
     index_keys: int
     commitlog_files: int
     out: str
+    #: the store's CommitLogs (each log's files parsed, its index-k rebuilt)
+    logs: int = 1
 
 
 def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -> RebuildReport:
@@ -211,13 +230,13 @@ def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -
         target = os.path.abspath(out) if out is not None else os.path.join(root, ".rebuild")
         if out is None:
             shutil.rmtree(target, ignore_errors=True)
-        for sub in (CONSUMEQUEUE_DIR, INDEX_DIR):
+        for sub in rebuilt_dirs(cfg):
             if os.path.exists(os.path.join(target, sub)):
                 raise MQStoreError(f"{os.path.join(target, sub)} exists; a rebuild writes into a fresh directory")
         os.makedirs(target, exist_ok=True)
         report = _write_queues(table, target, cfg)
         if out is None:
-            _swap_in(root, target)
+            _swap_in(root, target, rebuilt_dirs(cfg))
             report.out = root
         return report
     finally:
@@ -226,9 +245,12 @@ def rebuild_queues(spark: SparkSession, store: str, *, out: str | None = None) -
 
 
 def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildReport:
-    """Apply the parsed files in log order with the dispatcher's writers."""
+    """Apply the parsed files in log order with the dispatcher's writers: each log's index
+    keys into that log's index (``index-k``), as its own dispatcher puts them; a queue's
+    units all come from the log it is bound to, so the logs' order between them does not
+    matter."""
     parts = open_parts(target, cfg, None, "rebuild")
-    queues, index = parts.consume_queues, parts.index
+    queues, indexes = parts.consume_queues, parts.indexes
     assert queues is not None
     units = keys = skipped = 0
     try:
@@ -237,6 +259,7 @@ def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildRepo
         for i in range(table.num_rows):
             blob = cols["index_keys"][i]
             if blob is not None:
+                index = indexes[log_of(cols["file_from"][i])]
                 if index is not None and blob:
                     if not index.put_key_hashes(blob):
                         raise MQStoreError(f"no index file could be created under {target}")
@@ -255,15 +278,18 @@ def _write_queues(table: pa.Table, target: str, cfg: StoreConfig) -> RebuildRepo
         files = len(set(cols["file_from"]))
         if skipped:
             log.error("rebuild: %d record(s) name a queue that cannot exist (a damaged topic); left out", skipped)
-        return RebuildReport(sum(1 for cq in current.values() if cq is not None), units, keys, files, target)
+        return RebuildReport(sum(1 for cq in current.values() if cq is not None), units, keys, files, target,
+                             cfg.commit_log_count)
     finally:
         parts.close()
-        os.unlink(checkpoint_path(target))
+        for k in range(cfg.commit_log_count):
+            os.unlink(checkpoint_path(target, k))
 
 
-def _swap_in(root: str, staging: str) -> None:
-    """Replace root's consumequeue/ and index/ with the rebuilt ones (under the store lock)."""
-    for sub in (CONSUMEQUEUE_DIR, INDEX_DIR):
+def _swap_in(root: str, staging: str, subs: list[str]) -> None:
+    """Replace root's consumequeue/ and index/ (and each log's index-k/) with the rebuilt ones
+    (under the store lock)."""
+    for sub in subs:
         new, old = os.path.join(staging, sub), os.path.join(root, sub)
         retired = os.path.join(staging, f"{sub}.old")
         if os.path.exists(old):

@@ -12,6 +12,8 @@ the partitions before anything is read:
   checks the rows, so the answer is Spark's own even on a store whose clock stepped back.
 - ``tags`` (=, IN): the ConsumeQueue units whose tag hash matches are read, the rest skipped
   unread; Spark checks the rows (two tags can share a hash).
+- ``commitlog_id`` (=, IN): only the queues bound to those CommitLogs are planned (in
+  mode=commitlog, only those logs' files); Spark checks the rows.
 - ``keys`` and ``msg_id`` (=, IN): the records come from the IndexFile (``topic#key`` of each
   planned topic) and from the offset message id (its physical offset), not from a scan; every
   filter goes back to Spark, which checks the few rows found.
@@ -51,6 +53,8 @@ class Pushed:
     #: [low, high) of queue_offset, commitlog_offset and store_timestamp (ms)
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     tag_codes: frozenset[int] | None = None
+    #: the CommitLogs (commitlog_id) whose queues / files are read
+    logs: frozenset[int] | None = None
     keys: frozenset[str] | None = None
     msg_ids: frozenset[str] | None = None
     #: the filters taken, as text
@@ -139,6 +143,10 @@ def push(filters: list[Filter]) -> tuple[Pushed, list[Filter]]:
             taken = True
         elif column == "queue_id" and values is not None and all(isinstance(v, int) for v in values):
             pushed.restrict("queue_ids", frozenset(values))
+            taken = True
+        elif column == "commitlog_id" and values is not None and all(isinstance(v, int) for v in values):
+            pushed.restrict("logs", frozenset(values))
+            keep.append(f)
             taken = True
         elif column in _RANGED and op in (EqualTo, EqualNullSafe, GreaterThan, GreaterThanOrEqual, LessThan,
                                           LessThanOrEqual) and value is not None:

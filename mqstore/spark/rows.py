@@ -19,8 +19,9 @@ Columns (``topic`` and ``body`` are required; the others are optional, null mean
 ``keys``        string: the KEYS property (space-separated keys)
 ``properties``  map<string,string>: user properties
 
-Other columns of the read schema (``mqstore.spark.SCHEMA``) are ignored, so a DataFrame
-read from one store can be written into another; a column of any other name is an error.
+Other columns of the read schema (``mqstore.spark.SCHEMA``, and the optional ``commitlog_id``)
+are ignored, so a DataFrame read from one store can be written into another; a column of any
+other name is an error.
 
 Options: ``queueCount`` (queues per topic for hash and round-robin selection, default 4,
 RocketMQ's defaultTopicQueueNums); streaming only: ``sinkId`` (required, ``[A-Za-z0-9._-]+``).
@@ -58,7 +59,7 @@ from mqstore.log.directory import lock_state, require_store
 from mqstore.node.settings import read_config
 from mqstore.queue.snapshot import StoreSnapshot
 from mqstore.spark.options import OptionError
-from mqstore.spark.source import SCHEMA, record_batch
+from mqstore.spark.source import COMMITLOG_ID, SCHEMA, record_batch
 from mqstore.spark.worker import settle_worker
 from mqstore.store import AttachedStore, StoreBase
 
@@ -119,7 +120,7 @@ def write_columns(schema: StructType) -> list[str]:
                 allowed = " or ".join(t.simpleString() for t in WRITE_TYPES[f.name])
                 raise OptionError(f"column {f.name!r} is {f.dataType.simpleString()}; a write needs {allowed}")
             names.append(f.name)
-        elif f.name not in SCHEMA.fieldNames():
+        elif f.name not in SCHEMA.fieldNames() and f.name != COMMITLOG_ID.name:
             raise OptionError(f"column {f.name!r} is not an mqstore column; a write takes "
                               f"{', '.join(WRITE_TYPES)} (topic and body required)")
     for required in ("topic", "body"):

@@ -24,7 +24,8 @@ Options (all optional):
                          offset the time lookup gives
 ``mode``                 ``queues`` (default: partitions are (topic, queue) offset ranges,
                          rows in queue order) or ``commitlog`` (a partition per CommitLog
-                         file, every record in log order; topics/queues/offsets do not apply)
+                         file of every log, each one file of one log, every record in log
+                         order; topics/queues/offsets do not apply)
 ``maxRowsPerPartition``  queue offsets per partition (default 1048576); smaller slices are
                          packed together (pack_slices)
 ``batchRows``            rows per Arrow record batch (default 65536)
@@ -38,7 +39,8 @@ Options (all optional):
 
 A narrower schema (``spark.read.format("mqstore").schema("topic string, body binary")``)
 reads only those columns (names and types from ``SCHEMA``); it is the only column pruning
-PySpark 4.3 offers, and the body and properties are the costly columns.
+PySpark 4.3 offers, and the body and properties are the costly columns. It may also name
+``commitlog_id`` (``COMMITLOG_ID``: the record's CommitLog, not in the default schema).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ from pyspark.sql.types import (
 from mqstore.queue._arrow import INT32_COLUMNS, INT64_COLUMNS, NULLABLE_STRING_COLUMNS, STRING_COLUMNS, BatchColumns, cut_units
 from mqstore.errors import MQStoreError
 from mqstore.layout import CQ_STORE_UNIT_SIZE as UNIT
-from mqstore.layout import log_of
+from mqstore.layout import LOG_SHIFT, log_of
 from mqstore.queue.snapshot import QueueRange, StoreSnapshot
 from mqstore.spark.pushdown import Pushed, lookup_phys, narrow, push
 from mqstore.spark.worker import settle_worker
@@ -96,6 +98,10 @@ SCHEMA = StructType([
     StructField("sys_flag", IntegerType()),
 ])
 _TYPES = {f.name: f.dataType for f in SCHEMA.fields}
+#: an optional column a user-given schema may name (not in SCHEMA, so the default schema stays
+#: what it was): the id of the CommitLog the record is in, commitlog_offset's top byte
+#: (layout.log_of; 0 in a store with one CommitLog)
+COMMITLOG_ID = StructField("commitlog_id", IntegerType())
 #: Kafka's headers column (includeHeaders=true): the properties as (key, value bytes) pairs
 HEADERS = StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                         StructField("value", BinaryType())])))
@@ -366,8 +372,10 @@ def plan_queue_slices(queues: list[QueueRange], options: Mapping[str, str],
 
 def _columns(schema: StructType, *, include_headers: bool = False) -> list[str]:
     """The columns a (possibly narrower, user-given) schema asks for; each must be one of
-    SCHEMA's, with its type (``headers`` too with includeHeaders)."""
-    types = {**_TYPES, HEADERS.name: HEADERS.dataType} if include_headers else _TYPES
+    SCHEMA's or ``commitlog_id``, with its type (``headers`` too with includeHeaders)."""
+    types = {**_TYPES, COMMITLOG_ID.name: COMMITLOG_ID.dataType}
+    if include_headers:
+        types[HEADERS.name] = HEADERS.dataType
     names = []
     for field in schema.fields:
         expected = types.get(field.name)
@@ -392,7 +400,7 @@ def read_schema(options: Mapping[str, str]) -> StructType:
 # -- Arrow ----------------------------------------------------------------------------------
 def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
     """The kernel's buffers as a record batch of arrow_schema (no copy of the buffers; the
-    headers column is made from the properties' arrays)."""
+    headers column is made from the properties' arrays, commitlog_id from commitlog_offset)."""
     n = cols.rows
     buffers = cols.buffers()
     arrays = []
@@ -423,6 +431,11 @@ def record_batch(cols: BatchColumns, arrow_schema: pa.Schema) -> pa.RecordBatch:
                                                 null_count=nulls))
         elif name == "properties":
             arrays.append(properties(field.type))
+        elif name == COMMITLOG_ID.name:  # from commitlog_offset (_batch_columns asks for it)
+            import pyarrow.compute as pc
+
+            phys = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(buffers["commitlog_offset"][0])])
+            arrays.append(pc.shift_right(phys, pa.scalar(LOG_SHIFT, pa.int64())).cast(pa.int32()))
         else:  # headers: the properties as a list of (key, value bytes)
             props = properties(pa.map_(pa.string(), pa.string()))
             entry = field.type.value_type
@@ -468,9 +481,11 @@ class Reading:
         self.raw_body = bool_option(self.options, "rawBody", False)
 
     def _batch_columns(self) -> BatchColumns:
-        names = [c for c in self.columns if c != "headers"]
+        names = [c for c in self.columns if c not in ("headers", COMMITLOG_ID.name)]
         if "headers" in self.columns and "properties" not in names:
             names.append("properties")
+        if COMMITLOG_ID.name in self.columns and "commitlog_offset" not in names:
+            names.append("commitlog_offset")
         return BatchColumns(names, decompress=not self.raw_body)
 
     def read_slices(self, partition: InputPartition) -> Iterator[Any]:
@@ -588,17 +603,20 @@ class MQStoreBatchReader(Reading, DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         with StoreSnapshot(self.root) as snap:
-            if self.mode == "commitlog":
-                return [LogSlice(start, end) for start, end in snap.log_spans()]
-            ranges = plan_queue_ranges(snap.queues(), self.options, snap.first_offset_at)
             pushed = self.pushed
+            if self.mode == "commitlog":  # a partition per CommitLog file (of the logs commitlog_id picks)
+                logs = None if pushed is None else pushed.logs
+                return [LogSlice(start, end) for start, end in snap.log_spans()
+                        if logs is None or log_of(start) in logs]
+            ranges = plan_queue_ranges(snap.queues(), self.options, snap.first_offset_at)
             if pushed is None:
                 return packed(cut_ranges(ranges, self.options), self.options)
             if pushed.empty:
                 return []
             ranges = [(q, *narrow(snap, q, s, e, pushed)) for q, s, e in ranges
                       if (pushed.topics is None or q.topic in pushed.topics)
-                      and (pushed.queue_ids is None or q.queue_id in pushed.queue_ids)]
+                      and (pushed.queue_ids is None or q.queue_id in pushed.queue_ids)
+                      and (pushed.logs is None or snap.log_of(q.topic, q.queue_id) in pushed.logs)]
             if pushed.described:
                 log.info("mqstore read of %s: pushed %s", self.root, ", ".join(pushed.described))
             if pushed.lookup:
@@ -619,7 +637,8 @@ class MQStorePushdownReader(MQStoreBatchReader):
     spark.sql.python.filterPushdown.enabled (mqstore.spark.session() and register() set it)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        if self.mode != "queues":
+        if self.mode != "queues":  # commitlog_id alone picks files; Spark checks every filter
+            self.pushed, _ = push([f for f in filters if getattr(f, "attribute", None) == (COMMITLOG_ID.name,)])
             return filters
         self.pushed, keep = push(list(filters))
         return keep
