@@ -1,6 +1,8 @@
 """Several CommitLogs (docs/parallel-commitlogs.md): commit_log_count N = 2 against N = 1, side
 by side in one run, each on a fresh node (``mqstore node``: allocator, flusher, dispatcher and
-cleaner processes) with default settings, the CommitLog count aside.
+cleaner processes) with default settings, the CommitLog count aside; N = 2 also with
+``dispatch_logs_in_parallel`` off (one dispatcher process serving both logs in turn, the case
+ids ``N=2-one-dispatcher``) against its default (a dispatcher process per log).
 
 The issue's workload: 2 writer processes attached to the node, each putting the field report's
 mix (equal counts of 256 B, 512 B, 1 KiB, 4 KiB and 1 MiB bodies) into 4 queues of its own (8
@@ -101,11 +103,13 @@ def _lock_figures(ctl: Any) -> dict[str, int]:
             "roll_wait_ns": stats["roll_wait_ns_total"]}
 
 
-def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: int, case: str) -> None:
+def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: int, case: str,
+         parallel: bool = True) -> None:
     from mqstore.log._shm import ControlBlock
 
     root = str(work_dir / "store")
-    node = Node(root, commit_log_count=n)
+    # parallel: dispatch_logs_in_parallel (a dispatcher process per log; no effect with N = 1)
+    node = Node(root, commit_log_count=n, dispatch_logs_in_parallel=str(parallel).lower())
     try:
         with _writers(root, sizes, count) as (procs, pids):
             if not benchmark.disabled:
@@ -137,7 +141,8 @@ def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: i
     per_round = 2 * count
     round_bytes = 2 * sum(sizes[i % len(sizes)] for i in range(count))
     cpu = meter.percent()
-    extra: dict[str, Any] = {"commit_logs": n, "bytes_per_round": round_bytes, "cpu_percent": cpu,
+    extra: dict[str, Any] = {"commit_logs": n, "dispatch_logs_in_parallel": parallel and n > 1,
+                             "bytes_per_round": round_bytes, "cpu_percent": cpu,
                              "machine_idle_percent": meter.machine_idle_percent(),
                              # where the time goes: inside the put locks, and waiting for them
                              "lock_hold_ns_mean": round(delta["hold_ns"] / max(1, delta["puts"])),
@@ -149,18 +154,28 @@ def _run(benchmark: Any, work_dir: Any, n: int, sizes: tuple[int, ...], count: i
     record_rate(benchmark, case, per_round, **extra)
 
 
+#: (N, dispatch_logs_in_parallel): one log; two logs with a dispatcher process each (the
+#: default); two logs served by one dispatcher process in turn
+LOGS = [pytest.param(1, True, id="N=1"), pytest.param(2, True, id="N=2"),
+        pytest.param(2, False, id="N=2-one-dispatcher")]
+
+
+def _case(kind: str, n: int, parallel: bool) -> str:
+    return f"multilog/{kind}/N={n}" + ("" if parallel or n == 1 else "/one-dispatcher")
+
+
 @pytest.mark.benchmark(group=GROUP_MIXED)
-@pytest.mark.parametrize("n", [1, 2])
-def test_mixed_bodies(benchmark, work_dir, n):
+@pytest.mark.parametrize("n, parallel", LOGS)
+def test_mixed_bodies(benchmark, work_dir, n, parallel):
     """2 writers x 200 messages (40 of each size, ~42 MiB) per round."""
-    _run(benchmark, work_dir, n, MIX, 200, f"multilog/mixed/N={n}")
+    _run(benchmark, work_dir, n, MIX, 200, _case("mixed", n, parallel), parallel)
 
 
 @pytest.mark.benchmark(group=GROUP_SMALL)
-@pytest.mark.parametrize("n", [1, 2])
-def test_small_bodies(benchmark, work_dir, n):
+@pytest.mark.parametrize("n, parallel", LOGS)
+def test_small_bodies(benchmark, work_dir, n, parallel):
     """2 writers x 100,000 messages of 100 B per round."""
-    _run(benchmark, work_dir, n, (100,), 100_000, f"multilog/100B/N={n}")
+    _run(benchmark, work_dir, n, (100,), 100_000, _case("100B", n, parallel), parallel)
 
 
 # A writer that owns the store (threads mode), puts 4 KiB bodies into 8 queues up to a byte count,

@@ -22,6 +22,7 @@ cdef extern from "mq_ctl.h" nogil:
     int MQ_CTL_ALLOC_REQUEST_UPTO, MQ_CTL_ALLOC_READY_UPTO, MQ_CTL_ALLOC_ERROR_ERRNO, MQ_CTL_ALLOC_ERROR_OFFSET
     int MQ_CTL_ALLOC_ERROR_COUNT, MQ_CTL_RESERVED, MQ_CTL_STATS
     int MQ_CTL_HA_SLAVES, MQ_CTL_HA_REPORT_MS, MQ_CTL_HA_SEQ, MQ_CTL_HA_DATA_SEQ, MQ_CTL_HA_PORT
+    int MQ_CTL_FLAG_LOGS
     int MQ_CH_FLUSH, MQ_CH_FLUSHED, MQ_CH_ALLOC, MQ_CH_ALLOC_DONE, MQ_CH_COMMIT, MQ_CH_DISPATCH
     int MQ_CH_DISPATCHED, MQ_CH_CLEAN, MQ_CHANNELS
     int MQ_STATE_BUILDING, MQ_STATE_READY, MQ_STATE_CLOSED
@@ -69,9 +70,10 @@ cdef extern from "mq_ctl.h" nogil:
     void mq_notify(char *ctl, int ch)
     void mq_ha_broadcast(char *ctl)
     void mq_ha_data(char *ctl)
-    int mq_dispatch_idle_arm(char *ctl)
-    void mq_dispatch_idle_disarm(char *ctl)
-    void mq_wake_idle_dispatcher(char *ctl)
+    int MQ_IDLE_EVERY_LOG
+    int mq_dispatch_idle_arm(char *ctl, int k)
+    void mq_dispatch_idle_disarm(char *ctl, int k)
+    void mq_wake_idle_dispatcher(char *ctl, char *lg, int k)
     void mq_broadcast(char *ctl, int ch)
     int mq_wait_notified(char *ctl, int ch, int64_t timeout_ns)
     int64_t mq_lock_token()

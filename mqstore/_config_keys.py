@@ -23,6 +23,7 @@ class TypedKeys:
     commit_log_count: int
     store_path_commit_logs: str
     commit_log_recovery_threads: int
+    dispatch_logs_in_parallel: bool
     broker_role: BrokerRole
     flush_disk_type: FlushDiskType
     store_host: str

@@ -18,9 +18,10 @@ attached       the CommitLog over the owner's pool (files the owner's allocator 
                they appear), the ConsumeQueue table (queues opened as reads need them), a
                following index (reads only, no checkpoint) and a dispatcher that only follows
 allocator      the CommitLog files alone (it creates the next ones)
-flusher        the CommitLog over the owner's pool, when there is one
+flusher        each CommitLog over its own pool of the owner's, when there are pools
 dispatcher     the CommitLog, the ConsumeQueues resumed at what the last dispatcher published,
-               the checkpoint, the index, and the dispatcher over them
+               the checkpoint, the index, and the dispatcher over them (``log=k``: log k's
+               alone and the ConsumeQueues of its queues, for its own dispatcher process)
 cleaner        the CommitLog files, the ConsumeQueues following the dispatcher's counts, the
                checkpoint and the index
 ha             a slave: the CommitLog (it appends what the master sends); a master: the files
@@ -76,7 +77,8 @@ class StoreParts:
     index: IndexService | None = None
     checkpoint: StoreCheckpoint | None = None
     dispatcher: Dispatcher | None = None
-    pool: Any | None = None                    # the transient store pool, when enabled
+    pool: Any | None = None                    # the transient store pool (log 0's), when enabled
+    pools: list[Any] = field(default_factory=list)  # every CommitLog's pool, by log id
     truncate: Callable[[], Any] | None = None  # the owner's truncation of a slave (threads only)
     closers: list[Any] = field(default_factory=list, repr=False)
     #: every CommitLog's parts, by log id, for an owner of a store with several CommitLogs
@@ -109,18 +111,22 @@ class StoreParts:
 
 
 def open_parts(root: str, config: StoreConfig, ctl: ControlBlock | None, role: str, *,
-               pool: Any | None = None, clean: bool = True) -> StoreParts:
+               pool: Any | None = None, clean: bool = True, log: int | None = None) -> StoreParts:
     """Map the parts of the store at root that a process of ``role`` needs (see the module's
-    table). pool: the owner's transient store pool (role "owner"; other roles attach to the
-    owner's themselves). clean: whether the last owner stopped cleanly (role "owner": an index
-    after a crash is loaded for repair)."""
+    table). pool: the owner's transient store pool, or its list of one pool per CommitLog
+    (role "owner"; other roles attach to the owner's themselves). clean: whether the last owner stopped cleanly (role "owner": an index
+    after a crash is loaded for repair). log: role "dispatcher" of one CommitLog
+    (dispatch_logs_in_parallel): that log's CommitLog, checkpoint and index, and a table of
+    its queues alone."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+    if log is not None and (role != "dispatcher" or not 0 <= log < config.commit_log_count):
+        raise ValueError(f"log={log}: only a dispatcher serves one CommitLog, of 0 .. {config.commit_log_count - 1}")
     if role != "rebuild" and ctl is None:
         raise ValueError(f"role {role!r} needs the store's control block")
     parts = StoreParts(root, config, cast("ControlBlock", ctl))
     try:
-        _OPENERS[role](parts, pool=pool, clean=clean)
+        _OPENERS[role](parts, pool=pool, clean=clean, **({} if log is None else {"log_id": log}))
     except BaseException:
         parts.close()
         raise
@@ -153,10 +159,14 @@ def _log_files(parts: StoreParts) -> list[MappedFileQueue]:
     return parts.log_queues
 
 
-def _commitlogs(parts: StoreParts, pool: Any | None = None, *, map_files: bool = True) -> list[CommitLog]:
-    """Every log's CommitLog; ``commitlog`` is log 0's."""
-    parts.commitlogs = [_commitlog(parts, pool, map_files=map_files, log=k)
-                        for k in range(parts.config.commit_log_count)]
+def _commitlogs(parts: StoreParts, pools: list[Any] | None = None, *, map_files: bool = True) -> list[CommitLog]:
+    """Every log's CommitLog, each over its own transient store pool when there are pools;
+    ``commitlog`` is log 0's."""
+    count = parts.config.commit_log_count
+    if pools and len(pools) != count:
+        raise ValueError(f"{len(pools)} transient store pool(s) for {count} CommitLog(s): each log has its own")
+    parts.commitlogs = [_commitlog(parts, pools[k] if pools else None, map_files=map_files, log=k)
+                        for k in range(count)]
     return parts.commitlogs
 
 
@@ -174,11 +184,11 @@ def _checkpoints(parts: StoreParts) -> list[StoreCheckpoint]:
     return parts.checkpoints
 
 
-def _queues(parts: StoreParts, *, load: bool = True) -> ConsumeQueueTable:
+def _queues(parts: StoreParts, *, load: bool = True, only_log: int | None = None) -> ConsumeQueueTable:
     from mqstore.queue.consume_queue import ConsumeQueueTable
 
     queues = parts._opened(ConsumeQueueTable(consumequeue_dir(parts.root), parts.config.mapped_file_size_consume_queue,
-                                             parts.config.commit_log_count))
+                                             parts.config.commit_log_count, only_log))
     if load:
         queues.load()
     parts.consume_queues = queues
@@ -217,21 +227,23 @@ def _owner(parts: StoreParts, *, pool: Any | None, clean: bool) -> None:
     ConsumeQueues of all."""
     from mqstore.queue.recovery import commitlog_file_was_cut
 
-    parts.pool = pool
+    parts.pools = pools = pool if isinstance(pool, list) else ([pool] if pool is not None else [])
+    parts.pool = pools[0] if pools else None
     _checkpoints(parts)
-    for commitlog in _commitlogs(parts, pool, map_files=False):
+    for commitlog in _commitlogs(parts, pools, map_files=False):
         commitlog.queue.load(commitlog_file_was_cut)
     _queues(parts)
     _indexes(parts, clean=clean)
 
 
-def _attach_pool(parts: StoreParts) -> Any | None:
-    """The owner's transient store pool, for a process that attaches to the store (or None)."""
-    from mqstore.log.pool import attach_pool
+def _attach_pool(parts: StoreParts) -> list[Any]:
+    """The owner's transient store pools (one per CommitLog), for a process that attaches to the
+    store (empty without a pool)."""
+    from mqstore.log.pool import attach_pools
 
-    pool = attach_pool(parts.root, parts.ctl)
-    parts.pool = parts._opened(pool) if pool is not None else None
-    return parts.pool
+    parts.pools = [parts._opened(pool) for pool in attach_pools(parts.root, parts.ctl)]
+    parts.pool = parts.pools[0] if parts.pools else None
+    return parts.pools
 
 
 def _attached(parts: StoreParts, **_: Any) -> None:
@@ -255,12 +267,17 @@ def _flusher(parts: StoreParts, **_: Any) -> None:
     _commitlogs(parts, _attach_pool(parts))
 
 
-def _dispatcher(parts: StoreParts, **_: Any) -> None:
+def _dispatcher(parts: StoreParts, *, log_id: int | None = None, **_: Any) -> None:
+    """Every log's parts, or log ``log_id``'s alone (its dispatcher process: the other logs'
+    queues are not even loaded, as their own dispatchers append to them)."""
     from mqstore.queue.dispatch import Dispatcher
 
     ctl = parts.ctl
-    commitlogs = _commitlogs(parts)
-    queues = _queues(parts)
+    if log_id is None:
+        commitlogs = _commitlogs(parts)
+    else:
+        parts.commitlogs = commitlogs = [_commitlog(parts, log=log_id)]
+    queues = _queues(parts, only_log=log_id)
     for cq in queues:
         units = ctl.table_get_dispatched(cq.topic, cq.queue_id)
         if units is None:
@@ -270,8 +287,12 @@ def _dispatcher(parts: StoreParts, **_: Any) -> None:
             if dropped:
                 log.warning("ConsumeQueue %s/%d: dropped %d unit(s) past the published %d (a dispatcher "
                             "died writing them); dispatch rebuilds them", cq.topic, cq.queue_id, dropped, units)
-    _checkpoints(parts)
-    indexes = _indexes(parts)
+    if log_id is None:
+        _checkpoints(parts)
+        indexes = _indexes(parts)
+    else:
+        parts.checkpoints = [_checkpoint(parts, log_id)]
+        parts.indexes = indexes = [_index(parts, log=log_id, checkpoint=parts.checkpoints[0])]
     queues.publish_to(ctl)
     parts.dispatchers = [Dispatcher.from_config(cl, queues, indexes[k], ctl, parts.config)
                          for k, cl in enumerate(commitlogs)]

@@ -44,11 +44,12 @@ from mqstore.log import clean_close as clean_close_record
 from mqstore.log.clean_close import CleanClose
 from mqstore.queue.follow import NOT_FOLLOWING, Follower, NotFollowing
 from mqstore.roles import BrokerRole
-from mqstore.services import service_kinds
+from mqstore.services import service_kinds, service_processes
 from mqstore.services.allocate import AllocateClient
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
 from mqstore.services.registry import build_services
+from mqstore.services.reput import ReputMessageService
 from mqstore.queue._reads import GetMessageResult, MessageView
 
 log = logging.getLogger("mqstore.store")
@@ -130,6 +131,8 @@ class StoreBase:
     dispatcher: Dispatcher
     reader: MessageReader
     pool: _shm.TransientStorePool | None
+    #: with the transient store pool: every CommitLog's own pool, by log id (``pool`` is log 0's)
+    pools: list[_shm.TransientStorePool]
     cleaner: CleanService | None
     follower: NotFollowing
     _closed: bool
@@ -160,18 +163,23 @@ class StoreBase:
         """With the transient store pool: have everything written so far committed to the
         CommitLog files (readable, flushable) by the commit service of the process that runs
         it, woken here; waits up to timeout_ms. True when the committed position reached the
-        write position read first (at once without the pool)."""
+        write position read first (at once without the pool), in every CommitLog."""
         self._check_open()
         if self.pool is None:
             return True
-        target = self.ctl.get("wrote")
-        # the request makes the commit service commit whatever the least-pages setting says
-        self.ctl.advance("flush_request_upto", target)
+        logs = range(len(self.commitlogs))
+        targets = [self.ctl.get("wrote", log=k) for k in logs]
+        for k in logs:
+            # the request makes the log's commit service commit whatever the least-pages setting says
+            self.ctl.advance("flush_request_upto", targets[k], log=k)
         deadline = time.monotonic() + timeout_ms / 1000
-        while self.ctl.get("committed") < target and time.monotonic() < deadline:
-            self.ctl.notify("commit")
+        while True:
+            behind = [k for k in logs if self.ctl.get("committed", log=k) < targets[k]]
+            if not behind or time.monotonic() >= deadline:
+                return not behind
+            for k in behind:
+                self.ctl.notify("commit", log=k)
             time.sleep(0.001)
-        return self.ctl.get("committed") >= target
 
     # -- puts ----------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -519,6 +527,7 @@ class MessageStore(StoreBase):
         self._closed = True
         self._lock_fd = -1
         self.pool: _shm.TransientStorePool | None = None
+        self.pools: list[_shm.TransientStorePool] = []
         self._services: list[ServiceThread] = []
         self.follower: NotFollowing = NOT_FOLLOWING  # a node's owner follows its service processes
         self.supervisor: Supervisor | None = None
@@ -604,7 +613,7 @@ class MessageStore(StoreBase):
         fence_control_block(ctl_path)
         # bytes a dead owner's writers appended to its transient store pool go into the files
         # before they are recovered
-        self.pool_replayed_bytes = transient_pool.replay(self.root, ctl_path, cfg.commit_log_dir(self.root))
+        self.pool_replayed_bytes = transient_pool.replay(self.root, ctl_path, cfg)
         if cfg.commit_log_count > 1:
             _write_fence(cfg.commit_log_dir(self.root), cfg.commit_log_count)
         self.ctl = _shm.ControlBlock.create(
@@ -619,8 +628,10 @@ class MessageStore(StoreBase):
         if self.ctl.reused:
             log.warning("%s: no room for a new control block (the disk is full): the old one was laid out "
                         "again in place", self.root)
-        self.pool = transient_pool.create_pool(self.root, self.ctl, cfg) if cfg.transient_store_pool_enable else None
-        self._parts = parts = open_parts(self.root, cfg, self.ctl, "owner", pool=self.pool, clean=self.last_exit_ok)
+        # a pool per CommitLog, each on its own committed position and commit service
+        self.pools = transient_pool.create_pools(self.root, self.ctl, cfg) if cfg.transient_store_pool_enable else []
+        self.pool = self.pools[0] if self.pools else None
+        self._parts = parts = open_parts(self.root, cfg, self.ctl, "owner", pool=self.pools, clean=self.last_exit_ok)
         assert parts.checkpoint is not None and parts.commitlog is not None and parts.consume_queues is not None
         self.checkpoint, self.commitlog = parts.checkpoint, parts.commitlog
         self.consume_queues, self.index = parts.consume_queues, parts.index
@@ -678,7 +689,7 @@ class MessageStore(StoreBase):
                       "WRITE_LOGICS_QUEUE_ERROR and dispatch resumes when there is room",
                       dispatcher.dispatched, exc)
             self.ctl.add_stat("dispatch_errors")
-            self.ctl.set_running_flag("WRITE_LOGICS_QUEUE_ERROR")
+            self.ctl.set_log_running_flag("WRITE_LOGICS_QUEUE_ERROR", dispatcher.log_id)
         logged.finish(f"{report.redispatched_records:,} records")
         log_report(report)
 
@@ -700,7 +711,10 @@ class MessageStore(StoreBase):
         built = {kind: build_services(kind, self._parts, own_process=False) for kind in kinds}
         for cl, allocator in zip(self.commitlogs, built["allocator"], strict=True):
             cl.allocator = allocator  # type: ignore[assignment]
-        self.cq_flusher, self.reput = built["dispatcher"][0], built["dispatcher"][-1]
+        #: the reput services (one, or one per log with dispatch_logs_in_parallel); ``reput``
+        #: is the first (log 0's)
+        self.reputs = [s for s in built["dispatcher"] if isinstance(s, ReputMessageService)]
+        self.cq_flusher, self.reput = built["dispatcher"][0], self.reputs[0]
         self.cleaner = built["cleaner"][0]  # type: ignore[assignment]
         # shutdown runs in reverse: the cleaner stops, dispatch catches up, then queues and the
         # log are flushed (the pool's commit service before the flusher, whose final flush
@@ -772,7 +786,7 @@ class MessageStore(StoreBase):
             if index is not None:
                 index.flush()
         self._follow(Follower(self.commitlogs, self.consume_queues, self.ctl, indexes))
-        self.supervisor = Supervisor(self.root, service_kinds(cfg))
+        self.supervisor = Supervisor(self.root, service_processes(cfg))
         self.supervisor.on_exit = self._on_service_exit
         try:
             self.supervisor.start()
@@ -803,9 +817,12 @@ class MessageStore(StoreBase):
         if self.supervisor is not None or self.pool is None:
             return super().commit(timeout_ms)
         self._check_open()
-        target = self.ctl.get("wrote")
-        self.commitlog.commit(0)  # this process runs the commit service
-        return self.ctl.get("committed") >= target
+        done = True
+        for cl in self.commitlogs:  # this process runs each log's commit service
+            target = self.ctl.get("wrote", log=cl.log_id)
+            cl.commit(0)
+            done = done and self.ctl.get("committed", log=cl.log_id) >= target
+        return done
 
     # -- closing -------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -820,10 +837,11 @@ class MessageStore(StoreBase):
         if self.pool is not None:
             # no writer can append any more: commit everything here (the commit service of
             # the flusher process may be copying the same bytes: the same bytes to the same place)
-            try:
-                self.commitlog.commit(0)
-            except OSError as exc:
-                log.error("final commit from the transient store pool failed: %s", exc)
+            for cl in self.commitlogs:
+                try:
+                    cl.commit(0)
+                except OSError as exc:
+                    log.error("final commit of CommitLog %d from the transient store pool failed: %s", cl.log_id, exc)
         for service in reversed(self._services):
             service.shutdown()
         errors: list[Any] = [s.error for s in self._services if s.error is not None]
@@ -855,10 +873,10 @@ class MessageStore(StoreBase):
         self.reader = None  # type: ignore[assignment]
         for cl in self.commitlogs:
             cl.close()
-        if self.pool is not None:
-            self.pool.close()
-            if flushed_all:
-                transient_pool.remove_pool(self.root)  # else the next owner replays it
+        for pool in self.pools:
+            pool.close()
+        if self.pools and flushed_all:
+            transient_pool.remove_pools(self.root, len(self.pools))  # else the next owner replays them
         self.ctl.mark_closed()
         self.ctl.close()
         if flushed_all and not errors and behind == 0:
@@ -911,6 +929,7 @@ class AttachedStore(StoreBase):
         self.cleaner = None
         self.ctl = self._attach_control_block()
         self.pool = None
+        self.pools = []
         opened: StoreParts | None = None
         try:
             self.config = self._owner_config(config, overrides)
@@ -920,7 +939,7 @@ class AttachedStore(StoreBase):
             parts = open_parts(self.root, cfg, self.ctl, "attached")
             opened = parts
             assert parts.commitlog is not None and parts.consume_queues is not None and parts.dispatcher is not None
-            self.pool, self.commitlog = parts.pool, parts.commitlog
+            self.pool, self.pools, self.commitlog = parts.pool, parts.pools, parts.commitlog
             self.consume_queues, self.index, self.dispatcher = parts.consume_queues, parts.index, parts.dispatcher
             self.commitlogs, self.dispatchers = parts.commitlogs, parts.dispatchers
             self._indexes = parts.indexes
@@ -996,8 +1015,8 @@ class AttachedStore(StoreBase):
         self.consume_queues.close()
         for cl in self.commitlogs:
             cl.close()
-        if self.pool is not None:
-            self.pool.close()
+        for pool in self.pools:
+            pool.close()
         self.ctl.close()
 
     close = shutdown

@@ -105,6 +105,7 @@ OWN_KEYS: dict[str, Any] = {
     "commit_log_count": 1,
     "store_path_commit_logs": "",
     "commit_log_recovery_threads": 0,
+    "dispatch_logs_in_parallel": True,
     "commit_log_allocate_step_bytes": 64 * 1024 * 1024,
     "store_host": "127.0.0.1:10911",
     "topic_queue_table_slots": 16384,

@@ -845,8 +845,8 @@ def test_each_log_has_its_own_cells_starting_at_its_first_offset(tmp_path):
             cb.get("wrote", log=3)
         with pytest.raises(ValueError, match="running_flags is the store's cell"):
             cb.get("running_flags", log=1)
-        with pytest.raises(ValueError, match="'dispatch' channel is the store's"):
-            cb.notify("dispatch", log=1)
+        with pytest.raises(ValueError, match="'dispatched' channel is the store's"):
+            cb.notify("dispatched", log=1)
         with pytest.raises(ValueError, match="state 'gone'"):
             cb.set_log_state(0, "gone")
     finally:

@@ -329,7 +329,6 @@ def _several(root: Any, n: int = 2, **config: Any) -> Any:
     ({"commit_log_count": 33}, "commit_log_count"),
     ({"commit_log_count": 2, "store_path_commit_logs": "a;b;c"}, "names 3 path(s) for commit_log_count=2"),
     ({"commit_log_count": 2, "store_path_commit_logs": "a;a"}, "named twice"),
-    ({"commit_log_count": 2, "transient_store_pool_enable": True}, "transient_store_pool_enable=true"),
 ])
 def test_t2_settings_a_store_with_several_logs_cannot_have_are_refused_naming_them(tmp_path, settings, says):
     from mqstore import MessageStore

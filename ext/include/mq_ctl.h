@@ -97,6 +97,11 @@ enum {
      * the port the master's HA service listens on (0 while it does not) */
     MQ_CTL_HA_SLAVES = 936, MQ_CTL_HA_REPORT_MS = 944, MQ_CTL_HA_SEQ = 952, MQ_CTL_HA_DATA_SEQ = 956,
     MQ_CTL_HA_PORT = 960,
+    /* the logs a running flag stands for (ControlBlock.set_log_running_flag): bit k while log
+     * k's dispatch fails (WRITE_LOGICS_QUEUE_ERROR), bit 32 + k while log k's index cannot be
+     * written (WRITE_INDEX_FILE_ERROR); the flag is cleared when its last log's bit is. The
+     * store's cell (never a log section's) */
+    MQ_CTL_FLAG_LOGS = 968,
 
     MQ_CTL_STATS = 1024
 };
@@ -320,24 +325,40 @@ static inline int mq_page_cache_busy(char *ctl, int64_t now_ms, int64_t timeout_
 
 /* ---- the dispatcher's idle sleep: puts wake it ----
  * An asymmetric Dekker handshake, so the put path pays no fence: a put publishes its
- * position, then (compiler barrier only) reads the idle flag; the dispatcher sets the flag,
+ * position, then (compiler barrier only) reads the idle cell; the dispatcher sets its bit,
  * makes every CPU pass a full barrier (membarrier MEMBARRIER_CMD_GLOBAL), then reads the
- * position. Either the put sees the flag and wakes the dispatcher, or the dispatcher sees the
- * put and does not sleep. Arming returns 0, or -1 where membarrier is unavailable (the flag
- * is then left clear and the dispatcher must keep polling). */
-static inline int mq_dispatch_idle_arm(char *ctl) {
-    mq_store(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), 1);
+ * position. Either the put sees the bit and wakes the dispatcher, or the dispatcher sees the
+ * put and does not sleep. Arming returns 0, or -1 where membarrier is unavailable (the bit
+ * is then left clear and the dispatcher must keep polling).
+ * The idle cell (the store's) holds a bit per sleeper: bit 0 for the one dispatcher of every
+ * log, woken on the store's DISPATCH channel by a put into any log; bit 32 + k for log k's own
+ * dispatcher (dispatch_logs_in_parallel), woken on log k's DISPATCH channel by a put into log
+ * k (log 0's channel is the store's). Each dispatcher sets and clears only its own bit. */
+#define MQ_IDLE_EVERY_LOG (-1)
+static inline int64_t mq_dispatch_idle_bit(int k) {
+    return k == MQ_IDLE_EVERY_LOG ? 1 : (int64_t)((uint64_t)1 << (32 + k));
+}
+static inline int mq_dispatch_idle_arm(char *ctl, int k) {
+    int64_t bit = mq_dispatch_idle_bit(k);
+    __atomic_fetch_or(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), bit, __ATOMIC_SEQ_CST);
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0) {
-        mq_store(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), 0);
+        __atomic_fetch_and(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), ~bit, __ATOMIC_SEQ_CST);
         return -1;
     }
     return 0;
 }
-static inline void mq_dispatch_idle_disarm(char *ctl) { mq_store(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), 0); }
-/* After a position readers dispatch from (committed) moved: wake the dispatcher if it sleeps. */
-static inline void mq_wake_idle_dispatcher(char *ctl) {
+static inline void mq_dispatch_idle_disarm(char *ctl, int k) {
+    __atomic_fetch_and(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE), ~mq_dispatch_idle_bit(k), __ATOMIC_SEQ_CST);
+}
+/* After a position readers dispatch from (committed) of log k (its cells at lg) moved: wake
+ * the dispatcher that sleeps idle for it. */
+static inline void mq_wake_idle_dispatcher(char *ctl, char *lg, int k) {
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (mq_load_relaxed(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE))) mq_notify(ctl, MQ_CH_DISPATCH);
+    int64_t idle = mq_load_relaxed(mq_cell(ctl, MQ_CTL_DISPATCH_IDLE));
+    if (idle) {
+        if (idle & 1) mq_notify(ctl, MQ_CH_DISPATCH);
+        if (idle & mq_dispatch_idle_bit(k)) mq_notify(lg, MQ_CH_DISPATCH);
+    }
 }
 
 /* ---- topic-queue offset table ("topic-queueId" -> next queue offset) ---- */

@@ -163,8 +163,8 @@ _TABLE: tuple[Definition, ...] = (
          "dispatch cursor and checkpoint; a topic-queue is bound to one of them "
          "(docs/parallel-commitlogs.md). Fixed when the store is created (kept in "
          "mqstore.config.json; another value on reopen is refused). 1 = RocketMQ 4.9.7's layout "
-         "byte for byte. More than 1 runs without the transient store pool for now; a master and "
-         "its slave must have the same count.",
+         "byte for byte. With the transient store pool each CommitLog has its own pool "
+         "(transient_store_pool_size buffers each); a master and its slave must have the same count.",
          java=None, origin=_OWN),
     _key("store_path_commit_logs", str, "", "-", _COMMIT_LOG_PATHS_RULE,
          'The directory of each CommitLog when commit_log_count > 1, ";"-separated (exactly '
@@ -175,6 +175,13 @@ _TABLE: tuple[Definition, ...] = (
     _key("commit_log_recovery_threads", int, 0, "count", _int_range(0, 32),
          "Threads recovering the CommitLogs of a store with several at open (each log's scan lets "
          "go of the GIL); 0 = one per log, at most the CPUs (Kafka's num.recovery.threads.per.data.dir).",
+         java=None, origin=_OWN),
+    _key("dispatch_logs_in_parallel", bool, True, "-", _BOOL,
+         "With commit_log_count > 1: dispatch each CommitLog on its own (a node runs a dispatcher "
+         "process per log, dispatcher-k for log k >= 1; the threads mode a reput thread per log), "
+         "so one log's dispatch lag never waits behind another's and the logs' dispatch runs on "
+         "several cores; off = one dispatcher serves the logs in turn. 1 log: no effect "
+         "(docs/parallel-commitlogs.md).",
          java=None, origin=_OWN),
     _key("broker_role", BrokerRole, BrokerRole.ASYNC_MASTER, "-", _enum_rule(BrokerRole),
          "ASYNC_MASTER replicates best-effort; SYNC_MASTER makes puts wait for a slave "
@@ -316,15 +323,15 @@ _TABLE: tuple[Definition, ...] = (
          java="flushConsumeQueueThoroughInterval"),
     # --- transient store pool ------------------------------------------------------------------
     _key("transient_store_pool_enable", bool, False, "-", _BOOL,
-         "Append into mlocked write buffers in shared memory (/dev/shm, one pool per store, used by "
+         "Append into mlocked write buffers in shared memory (/dev/shm, one pool per CommitLog, used by "
          "every writer process) and let the commit service copy them into the CommitLog files "
          "(spec §7); readers see committed bytes only, puts get OS_PAGECACHE_BUSY while the buffer "
          "they need still holds uncommitted bytes. Refused with SYNC_FLUSH or on a SLAVE (RocketMQ "
          "silently ignores it there).",
          java="transientStorePoolEnable"),
     _key("transient_store_pool_size", int, 5, "count", _POSITIVE,
-         "Buffers in the pool, each one commit log file big and mlocked: memory = this x "
-         "mapped_file_size_commit_log.",
+         "Buffers in the pool of each CommitLog, each one commit log file big and mlocked: memory = "
+         "this x mapped_file_size_commit_log x commit_log_count.",
          java="transientStorePoolSize"),
     _key("fast_fail_if_no_buffer_in_store_pool", bool, False, "-", _BOOL,
          "Accepted for RocketMQ configurations; changes nothing here: buffers are not borrowed "

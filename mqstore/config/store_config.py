@@ -64,13 +64,7 @@ def _several_logs(cfg: StoreConfig) -> tuple[str, str] | None:
     if paths and len(paths.split(";")) != n:
         return (f"store_path_commit_logs names {len(paths.split(';'))} path(s) for commit_log_count={n}",
                 "name one directory per CommitLog, or leave store_path_commit_logs empty")
-    if n == 1:
-        return None
-    if not cfg.transient_store_pool_enable:
-        return None
-    return (f"commit_log_count={n} with transient_store_pool_enable=true is not built yet: several CommitLogs "
-            "run without the transient store pool (docs/parallel-commitlogs.md)",
-            "use commit_log_count=1 for the pool, or transient_store_pool_enable=false")
+    return None
 
 
 @dataclass(frozen=True)
@@ -116,8 +110,7 @@ _COMBINATIONS: tuple[_Combination, ...] = (
                  "silently ignores the pool; mqstore refuses).", _pool_with_sync_flush),
     _Combination("`transient_store_pool_enable` with `broker_role=SLAVE` (RocketMQ silently "
                  "ignores the pool; mqstore refuses).", _pool_on_slave),
-    _Combination("`commit_log_count` > 1 with `transient_store_pool_enable` (not built yet for several "
-                 "CommitLogs); `store_path_commit_logs` naming another number of paths than `commit_log_count`.",
+    _Combination("`store_path_commit_logs` naming another number of paths than `commit_log_count`.",
                  _several_logs),
     _Combination("`max_hash_slot_num` and `max_index_num` giving an index file above 2147483647 "
                  "bytes (40 + 4 x slots + 20 x entries).", _index_file_too_big),

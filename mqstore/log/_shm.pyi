@@ -39,7 +39,7 @@ CellName = Literal[
     "alloc_request_upto", "alloc_ready_upto", "alloc_error_errno", "alloc_error_offset",
     "alloc_error_count", "running_flags", "lock_begin_time_ms", "lock_takeovers",
     "lock_entry_wrote", "lock_owner_pid", "manual_delete_request", "dispatch_idle", "reserved",
-    "ha_slaves", "ha_report_ms", "ha_port",
+    "ha_slaves", "ha_report_ms", "ha_port", "flag_logs",
 ]
 #: the statistics counters of add_stat / max_stat / set_stat (STAT_NAMES)
 StatName = Literal[
@@ -186,9 +186,11 @@ class ControlBlock:
     def set_stat(self, name: StatName, value: int) -> None: ...
 
     # -- wake-ups
-    def arm_dispatch_idle(self) -> bool: ...
-    def disarm_dispatch_idle(self) -> None: ...
-    def wake_idle_dispatcher(self) -> None: ...
+    def arm_dispatch_idle(self, log: int = -1) -> bool: ...
+    def disarm_dispatch_idle(self, log: int = -1) -> None: ...
+    def wake_idle_dispatcher(self, log: int = 0) -> None: ...
+    def set_log_running_flag(self, flag: RunningFlag, log: int, on: bool = True) -> None: ...
+    def log_running_flag(self, flag: RunningFlag, log: int) -> bool: ...
     def notify(self, channel: Channel, log: int = 0) -> None:
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
 
@@ -279,14 +281,17 @@ class TransientStorePool:
     def lock_errno(self) -> int: ...
     @staticmethod
     def create(
-        path: str, buffers: int, file_size: int, ctl_created_ms: int, ctl_owner_pid: int, lock_memory: bool = True
+        path: str, buffers: int, file_size: int, ctl_created_ms: int, ctl_owner_pid: int, lock_memory: bool = True,
+        log: int = 0,
     ) -> TransientStorePool:
         """A new pool file (any old one at path is replaced), fully allocated, its buffers
-        mlocked when lock_memory (a failed mlock is reported by ``locked``/``lock_errno``)."""
+        mlocked when lock_memory (a failed mlock is reported by ``locked``/``lock_errno``),
+        for the files of CommitLog log."""
     @staticmethod
-    def attach(path: str, ctl_created_ms: int = -1, ctl_owner_pid: int = -1) -> TransientStorePool:
+    def attach(path: str, ctl_created_ms: int = -1, ctl_owner_pid: int = -1, log: int = -1) -> TransientStorePool:
         """Map an existing pool. With the control block's identity given, a pool that belongs to
-        another block raises ValueError (as does a file that is not a pool)."""
+        another block raises ValueError (as does a file that is not a pool); with log given, so
+        does a pool of another CommitLog."""
     def buffer_index(self, file_from: int) -> int:
         """The buffer the CommitLog file starting at file_from writes into."""
     def buffer_view(self, file_from: int) -> memoryview:
@@ -295,6 +300,9 @@ class TransientStorePool:
     def ctl_created_ms(self) -> int: ...
     @property
     def ctl_owner_pid(self) -> int: ...
+    @property
+    def log(self) -> int:
+        """The CommitLog whose files this pool buffers (-1 once closed)."""
     def commit_into(self, mapped_file: MappedFile, start: int, end: int) -> None:
         """Copy bytes [start, end) of mapped_file's buffer into mapped_file (the commit of
         RocketMQ's CommitRealTimeService), without the GIL."""

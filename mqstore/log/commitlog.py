@@ -199,7 +199,7 @@ class CommitLog:
             commit_range(pool, self.queue, committed, wrote)
             elapsed = time.monotonic_ns() - t0
             self.ctl.advance("committed", wrote, log=self.log_id)
-            self.ctl.wake_idle_dispatcher()
+            self.ctl.wake_idle_dispatcher(self.log_id)
             if ts > 0:
                 self.ctl.advance("committed_store_timestamp", ts, log=self.log_id)
             self.ctl.add_stat("commit_count")

@@ -7,6 +7,9 @@ its configuration next to it (``mqstore.config.json``) and starts one process pe
 
     python -c "...mqstore.node.service.main..." --service allocator|flusher|dispatcher|cleaner STORE_DIR
 
+(with several CommitLogs and dispatch_logs_in_parallel a dispatcher per log: ``dispatcher`` for
+log 0, ``dispatcher-k`` for log k; mqstore.services.service_processes names them)
+
 Each service process attaches to the control block, maps the files it needs, runs the same
 service loops the threaded mode runs (``mqstore.services``), prints ``READY`` once it is
 serving, and stops on SIGTERM; it exits at once when its parent dies (the parent pid is

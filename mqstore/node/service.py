@@ -19,22 +19,21 @@ from mqstore.layout import CONTROL_BLOCK_NAME
 from mqstore.node.settings import read_config
 from mqstore.node.supervisor import BACKGROUND_KINDS, BACKGROUND_NICE
 from mqstore.parts import StoreParts, open_parts
-from mqstore.services import SERVICE_KINDS
+from mqstore.services import SERVICE_KINDS, process_kind
 from mqstore.signals import StopRequest
 
 log = logging.getLogger("mqstore.node")
 
 
-def _build(kind: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any], StoreParts]:
+def _build(name: str, root: str, cfg: StoreConfig, ctl: Any) -> tuple[list[Any], StoreParts]:
     """(services to run, the parts to close afterwards) of one service process: the parts its
-    kind needs, mapped in this process (mqstore.parts.open_parts, the role named as the kind),
-    and the services mqstore.services.registry builds over them (the same table the
-    threads-mode owner uses)."""
+    kind needs, mapped in this process (mqstore.parts.open_parts, the role named as the kind;
+    a dispatcher process of one CommitLog, ``dispatcher-k``, maps that log's), and the services
+    mqstore.services.registry builds over them (the same table the threads-mode owner uses)."""
     from mqstore.services.registry import build_services
 
-    if kind not in SERVICE_KINDS + ("ha",):
-        raise ValueError(f"unknown service kind {kind!r}; one of {', '.join(SERVICE_KINDS)}, ha")
-    parts = open_parts(root, cfg, ctl, kind)
+    kind, log_id = process_kind(name, cfg)
+    parts = open_parts(root, cfg, ctl, kind, log=log_id)
     try:
         return build_services(kind, parts, own_process=True), parts
     except BaseException:
@@ -53,6 +52,12 @@ def service_main(kind: str, root: str) -> int:
     stop = StopRequest()
     stop.on_signals((signal.SIGTERM, signal.SIGINT))
     cfg = read_config(root)
+    try:
+        process_kind(kind, cfg)
+    except ValueError as exc:  # a name this store runs no process of (dispatcher-5 of 2 logs)
+        sys.stdout.write(f"FAILED ValueError {exc}\n")
+        sys.stdout.flush()
+        return EXIT_USAGE
     if kind in BACKGROUND_KINDS:
         os.nice(BACKGROUND_NICE)
     ctl = _shm.ControlBlock.attach(os.path.join(root, CONTROL_BLOCK_NAME))
@@ -95,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m mqstore.node.service",
                                      description="Run one service process of an mqstore node.")
-    parser.add_argument("--service", choices=SERVICE_KINDS + ("ha",), required=True)
+    # a kind of SERVICE_KINDS, ha, or dispatcher-k (the dispatcher of CommitLog k; checked
+    # against the store's config by service_main)
+    parser.add_argument("--service", required=True, metavar="|".join(SERVICE_KINDS + ("ha", "dispatcher-k")))
     parser.add_argument("root")
     args = parser.parse_args(argv)
     return service_main(args.service, os.path.abspath(args.root))

@@ -511,10 +511,14 @@ class ConsumeQueueTable:
     (``log_count``), each queue knows the log its units point into (the binding of
     docs/parallel-commitlogs.md)."""
 
-    def __init__(self, root: str, file_size: int, log_count: int = 1) -> None:
+    def __init__(self, root: str, file_size: int, log_count: int = 1, only_log: int | None = None) -> None:
         self.root = root
         self.file_size = file_size
         self.log_count = log_count
+        #: a table of one log's queues (the dispatcher process of that log, with
+        #: dispatch_logs_in_parallel): load() maps no other log's queue, and dispatch gets no
+        #: queue of another log (the other log's dispatcher writes those)
+        self.only_log = only_log
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.RLock()
         self._publish_ctl: Any = None
@@ -541,6 +545,8 @@ class ConsumeQueueTable:
                     # RocketMQ skips what does not parse as a queue id; no queue can be here
                     log.warning("ConsumeQueue: ignoring %s: %s", path, why)
                     continue
+                if self.only_log is not None and log_of_queue(topic, int(qid), self.log_count) != self.only_log:
+                    continue  # another log's queue: its own dispatcher loads it
                 if not os.path.isdir(path):
                     raise NotAStoreError(f"{path} is not a directory (where queue {qid} of {topic} keeps its files)",
                                          hint="move it out of the store")
@@ -575,6 +581,8 @@ class ConsumeQueueTable:
             return cq
         if queue_problem(topic, queue_id) is not None:
             return None
+        if self.only_log is not None and log_of_queue(topic, queue_id, self.log_count) != self.only_log:
+            return None  # a record in the wrong log (damaged or foreign): the queue is another's to write
         return self.find_or_create(topic, queue_id)
 
     def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:

@@ -34,6 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from mqstore.layout import file_start_of
+from mqstore.log._shm import log_of_queue
 from mqstore.queue._dispatch import DispatchKernel
 from mqstore.queue._reput import BatchParser, ParsedBatch
 from mqstore.queue.index import index_key_triples
@@ -65,8 +66,10 @@ class Dispatcher:
         self.log_id = commitlog.log_id
         self.queues = queues
         self.index = index
-        self.index_error = False  # WRITE_INDEX_FILE_ERROR set by this dispatcher and not cleared yet
         self.ctl = ctl
+        #: WRITE_INDEX_FILE_ERROR set for this log and not cleared yet (by this dispatcher, or by
+        #: the process of this log's dispatcher that was killed before it could clear it)
+        self.index_error = ctl.log_running_flag("WRITE_INDEX_FILE_ERROR", self.log_id)
         self.kernel = DispatchKernel(queues.dispatch_target, index_enable=index is not None,
                                      delay_levels_ms=delay_levels_ms, control_block=ctl,
                                      on_skipped=self._skipped)
@@ -87,8 +90,30 @@ class Dispatcher:
         foreign. It gets no ConsumeQueue unit (it stays in the CommitLog, readable by its
         offset) and dispatch goes on: one bad record must not stop every queue."""
         self.ctl.add_stat("dispatch_skipped_records")
+        bound = self._bound_elsewhere(topic, queue_id)
+        if bound is not None:
+            log.error("dispatch: the record at offset %d of CommitLog %d names topic %r, queue %d, which is bound to "
+                      "CommitLog %d; it is left out of the queues", phy_offset, self.log_id, topic, queue_id, bound)
+            return
         log.error("dispatch: the record at offset %d names topic %r, queue %d, which cannot be a ConsumeQueue; "
                   "it is left out of the queues", phy_offset, topic, queue_id)
+
+    def _bound_elsewhere(self, topic: bytes, queue_id: int) -> int | None:
+        """The log a valid queue is bound to when it is not the log of this dispatcher's table
+        of one log's queues (dispatch_logs_in_parallel: that log's dispatcher writes it)."""
+        from mqstore.queue.consume_queue import queue_problem
+
+        only = self.queues.only_log
+        if only is None:
+            return None
+        try:
+            name = topic.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if queue_problem(name, queue_id) is not None:
+            return None
+        bound = log_of_queue(name, queue_id, self.queues.log_count)
+        return bound if bound != only else None
 
     @classmethod
     def from_config(cls, commitlog: CommitLog, queues: ConsumeQueueTable, index: Any | None, ctl: ControlBlock,
@@ -243,7 +268,7 @@ class Dispatcher:
             self.ctl.add_stat("index_errors")
             if not self.index_error:
                 self.index_error = True
-                self.ctl.set_running_flag("WRITE_INDEX_FILE_ERROR")
+                self.ctl.set_log_running_flag("WRITE_INDEX_FILE_ERROR", self.log_id)
 
     def heal_index(self) -> bool:
         """After an index error (no index file could be created or grown: a full disk), clear
@@ -253,8 +278,11 @@ class Dispatcher:
         if not self.index_error or self.index is None or not self.index.writable():
             return False
         self.index_error = False
-        self.ctl.set_running_flag("WRITE_INDEX_FILE_ERROR", False)
-        log.warning("index files can be written again: WRITE_INDEX_FILE_ERROR cleared, puts are accepted")
+        self.ctl.set_log_running_flag("WRITE_INDEX_FILE_ERROR", self.log_id, False)
+        log.warning("index files%s can be written again: WRITE_INDEX_FILE_ERROR cleared%s",
+                    f" of CommitLog {self.log_id}" if self.log_id else "",
+                    ", puts are accepted" if "WRITE_INDEX_FILE_ERROR" not in self.ctl.running_flags()
+                    else " for this log (another log's index still fails)")
         return True
 
     # -- concurrent (spec §10.2) ---------------------------------------------------------------

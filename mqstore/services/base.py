@@ -20,7 +20,8 @@ class ServiceThread:
     """Base class: subclasses implement ``run_once`` and may override ``on_shutdown``."""
 
     channel: Channel | None = None  # a timed service without wake-ups has none
-    #: the CommitLog whose channel it is, for a per-log channel (flush, commit; docs/parallel-commitlogs.md)
+    #: the CommitLog whose channel it is, for a per-log channel (flush, commit, a log's own dispatch;
+    #: docs/parallel-commitlogs.md)
     channel_log: int = 0
     join_timeout_s: float = 30.0
 

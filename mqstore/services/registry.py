@@ -14,8 +14,11 @@ allocator     AllocateMappedFileService (waits for a     ProcessAllocateService 
 flusher       GroupCommitService (SYNC_FLUSH) or         the same, plus CommitRealTimeService when
               FlushRealTimeService, plus                 the transient store pool is on
               CommitRealTimeService with the pool
-dispatcher    FlushConsumeQueueService, then             the same
-              ReputMessageService
+dispatcher    FlushConsumeQueueService, then             the same (with dispatch_logs_in_parallel
+              ReputMessageService                        and several CommitLogs: a process per
+                                                         log, ``dispatcher`` for log 0 and
+                                                         ``dispatcher-k`` for log k, each over
+                                                         its log's parts alone)
 cleaner       CleanService                               CleanService(follow=True): maps what the
                                                          other processes created before cleaning
 ============  =========================================  =========================================
@@ -31,7 +34,7 @@ from typing import Any
 
 from mqstore.parts import StoreParts
 from mqstore.services.reput import ReputMessageService
-from mqstore.services import SERVICE_KINDS
+from mqstore.services import SERVICE_KINDS, parallel_dispatch
 from mqstore.services.allocate import AllocateMappedFileService, ProcessAllocateService
 from mqstore.services.base import ServiceThread
 from mqstore.services.clean import CleanService
@@ -53,7 +56,8 @@ def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[S
 
     With several CommitLogs (docs/parallel-commitlogs.md) the table above holds per log: an
     allocator and a flusher per log (each on its log's channels and cells), a ConsumeQueue flush
-    per log (its queues, its checkpoint), one reput loop serving every log's dispatcher in turn,
+    per log (its queues, its checkpoint), a reput per log (``dispatch_logs_in_parallel``; else
+    one reput loop serving every log's dispatcher in turn),
     one cleaner cleaning each log with its queues and index against that log's min offset, and
     replication per log: a master's one HA listener (each slave connection follows the log its
     first report names), a slave's HA client per log.
@@ -83,7 +87,11 @@ def build_services(kind: str, parts: StoreParts, *, own_process: bool) -> list[S
                              f"({parts.log_count})")
         cq_flushers: list[ServiceThread] = [FlushConsumeQueueService(queues, d, cp, ctl, cfg)
                                             for d, cp in zip(dispatchers, checkpoints)]
-        return cq_flushers + [ReputMessageService(dispatchers)]
+        if not parallel_dispatch(cfg):
+            return cq_flushers + [ReputMessageService(dispatchers)]
+        # dispatch_logs_in_parallel: a reput per log (a node's dispatcher process of one log
+        # holds that log's dispatcher alone)
+        return cq_flushers + [ReputMessageService(d, own_log=True) for d in dispatchers]
     if kind == "cleaner":
         logs, queues, indexes = _need(parts, kind, "log_queues", "consume_queues", "indexes")
         first, *more = logs

@@ -4,9 +4,12 @@ woken on the "dispatch" channel); idle after a second with nothing to do; retry 
 failed every second with WRITE_LOGICS_QUEUE_ERROR set, and clear the flag (and an index error)
 once it goes through; catch up for at most 5 s at shutdown.
 
-With several CommitLogs (docs/parallel-commitlogs.md) one loop serves every log's dispatcher in
-turn, each visit dispatching at most a pass (64 MiB) of that log: on a 2-core machine one
-more thread per log would cost more than it gives."""
+With several CommitLogs (docs/parallel-commitlogs.md) and ``dispatch_logs_in_parallel`` each log
+has a reput of its own (a thread, or in a node a dispatcher process per log): it waits on its
+log's "dispatch" channel, sleeps idle under its own bit of the idle cell (a put into its log
+wakes it, not the others), and marks only its log in WRITE_LOGICS_QUEUE_ERROR (the flag stays
+while any log's dispatch fails). Without the key one loop serves every log's dispatcher in
+turn, each visit dispatching at most a pass (64 MiB) of that log."""
 
 from __future__ import annotations
 
@@ -35,17 +38,27 @@ class ReputMessageService(ServiceThread):
 
     channel = "dispatch"
 
-    def __init__(self, dispatcher: Dispatcher | Sequence[Dispatcher], interval_ms: float = 1.0) -> None:
-        #: every log's dispatcher, served in turn; ``dispatcher`` is log 0's
+    def __init__(self, dispatcher: Dispatcher | Sequence[Dispatcher], interval_ms: float = 1.0, *,
+                 own_log: bool = False) -> None:
+        """own_log: the reput of one log of several (dispatch_logs_in_parallel), on that log's
+        channel and idle bit; else the one reput of every log (the store's channel)."""
+        #: every log's dispatcher, served in turn; ``dispatcher`` is the first (log 0's)
         self.dispatchers = [dispatcher] if isinstance(dispatcher, Dispatcher) else list(dispatcher)
         self.dispatcher = self.dispatchers[0]
-        super().__init__("reput", self.dispatcher.ctl)
+        if own_log and len(self.dispatchers) != 1:
+            raise ValueError(f"a reput of its own log serves one dispatcher, not {len(self.dispatchers)}")
+        #: the log whose own reput this is (None: the reput of every log)
+        self.own_log = self.dispatcher.log_id if own_log else None
+        self.channel_log = self.own_log or 0
+        super().__init__("reput" if not self.own_log else f"reput-{self.own_log}", self.dispatcher.ctl)
         self.interval_ms = interval_ms
         self.last_error: BaseException | None = None
-        if "WRITE_LOGICS_QUEUE_ERROR" in self.ctl.running_flags():
-            # the owner's start-up dispatch failed (a full disk): this service clears the flag
-            # once it gets through
-            self.last_error = OSError("the start-up dispatch failed")
+        failed = [d.log_id for d in self.dispatchers
+                  if self.ctl.log_running_flag("WRITE_LOGICS_QUEUE_ERROR", d.log_id)]
+        if failed:
+            # the owner's start-up dispatch of a log failed (a full disk), or this log's reput
+            # died with the flag set: this service clears its logs' part once it gets through
+            self.last_error = OSError(f"the dispatch of CommitLog {failed[0]} failed")
         self._idle_polls = 0
 
     def run_once(self) -> None:
@@ -61,15 +74,18 @@ class ReputMessageService(ServiceThread):
             log.error("dispatch failed at offset %d: %s; retrying in %d ms", dispatcher.dispatched, exc,
                       RETRY_AFTER_ERROR_MS)
             self.ctl.add_stat("dispatch_errors")
-            self.ctl.set_running_flag("WRITE_LOGICS_QUEUE_ERROR")
+            self.ctl.set_log_running_flag("WRITE_LOGICS_QUEUE_ERROR", dispatcher.log_id)
             self.last_error = exc
             self.sleep(RETRY_AFTER_ERROR_MS)
             return
         if self.last_error is not None:
             # the pass that failed went through: RocketMQ keeps the flag until a restart (every
             # put refused meanwhile); here puts resume once the queue files can be written
-            log.warning("dispatch resumed after: %s; WRITE_LOGICS_QUEUE_ERROR cleared", self.last_error)
-            self.ctl.set_running_flag("WRITE_LOGICS_QUEUE_ERROR", False)
+            for d in self.dispatchers:
+                self.ctl.set_log_running_flag("WRITE_LOGICS_QUEUE_ERROR", d.log_id, False)
+            log.warning("dispatch%s resumed after: %s; WRITE_LOGICS_QUEUE_ERROR %s", self._of(), self.last_error,
+                        "cleared" if "WRITE_LOGICS_QUEUE_ERROR" not in self.ctl.running_flags()
+                        else "stays (another log's dispatch fails)")
             self.last_error = None
         for dispatcher in self.dispatchers:
             if dispatcher.index_error:
@@ -87,16 +103,17 @@ class ReputMessageService(ServiceThread):
         # until a put (or a commit of the transient store pool) wakes it, so an idle node
         # stays well under 1 % CPU and the first put after a pause is dispatched at once
         self._idle_polls += 1
+        idle_bit = -1 if self.own_log is None else self.own_log
         if self._idle_polls < IDLE_AFTER_POLLS:
             self.wait_for_running(self.interval_ms)
-        elif not self.ctl.arm_dispatch_idle():
+        elif not self.ctl.arm_dispatch_idle(idle_bit):
             self.wait_for_running(IDLE_INTERVAL_MS)
         else:
             try:
                 if self.behind() == 0 and self.wait_for_running(IDLE_SLEEP_MS):
                     self._idle_polls = 0  # woken: back to 1 ms polls until idle again
             finally:
-                self.ctl.disarm_dispatch_idle()
+                self.ctl.disarm_dispatch_idle(idle_bit)
 
     def on_shutdown(self) -> None:
         # spec §10.1: let dispatch catch up (at most 5 s) so a clean shutdown leaves nothing behind
@@ -110,6 +127,9 @@ class ReputMessageService(ServiceThread):
                 break
         for dispatcher in self.dispatchers:
             dispatcher.close()
+
+    def _of(self) -> str:
+        return f" of CommitLog {self.own_log}" if self.own_log else ""
 
     def behind(self) -> int:
         """CommitLog bytes written and not dispatched yet, over every log."""

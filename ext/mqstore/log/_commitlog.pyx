@@ -408,6 +408,8 @@ cdef class CommitLogAppender:
         self.pool_buffers = 0 if pool is None else pool.buffers
         if pool is not None and pool.file_size != file_size:
             raise ValueError(f"the transient store pool has buffers of {pool.file_size} bytes, files are {file_size}")
+        if pool is not None and pool.log != log:  # each CommitLog has its own pool
+            raise ValueError(f"{pool.path} is the transient store pool of CommitLog {pool.log}, not of {log}")
 
     def set_current_file(self, MappedFile mapped_file not None):
         """Make mapped_file the one appends go to (called by the file provider); with the
@@ -462,9 +464,11 @@ cdef class CommitLogAppender:
     cdef inline bint _pool_has_room(self, int64_t wrote) noexcept:
         """The buffer of the file holding `wrote` is free: the file that used it before (the
         one pool_buffers files back) is committed to its end. RocketMQ refuses sends while
-        the pool has no buffer (isTransientStorePoolDeficient), the same back-pressure."""
-        cdef int64_t k = wrote // self.file_size
-        return mq_load(mq_cell(self.lg, MQ_CTL_COMMITTED)) >= (k - self.pool_buffers + 1) * self.file_size
+        the pool has no buffer (isTransientStorePoolDeficient), the same back-pressure. Counted
+        from the log's first offset: log k's files start at k << 56."""
+        cdef int64_t base = mq_log_start(self.log_id)
+        cdef int64_t k = (wrote - base) // self.file_size
+        return mq_load(mq_cell(self.lg, MQ_CTL_COMMITTED)) - base >= (k - self.pool_buffers + 1) * self.file_size
 
     cdef PutMessageResult _fail(self, int status, object detail):
         if self.closed:
@@ -813,7 +817,7 @@ cdef class CommitLogAppender:
                 detail = self.file_provider(need) if want == 1 else self.space_provider(need)
                 if detail is not None:
                     raise OSError(f"cannot append the master's bytes at CommitLog offset {need}: {detail}")
-        mq_wake_idle_dispatcher(ctl)
+        mq_wake_idle_dispatcher(ctl, lg, self.log_id)
         if self.wake_flusher:
             mq_notify(lg, MQ_CH_FLUSH)
         return mq_load(mq_cell(lg, MQ_CTL_WROTE))
@@ -1068,7 +1072,7 @@ cdef class CommitLogAppender:
         res._store_host = self.store_host_b
         res._record_sizes = record_sizes
         if not self.pool_buffers:  # with the pool, the commit that makes the put readable wakes it
-            mq_wake_idle_dispatcher(self.ctl)
+            mq_wake_idle_dispatcher(self.ctl, self.lg, self.log_id)
             mq_ha_data(self.lg)
         if self.pool_buffers:
             mq_notify(self.lg, MQ_CH_COMMIT)  # RocketMQ wakes the commit service, which wakes the flush

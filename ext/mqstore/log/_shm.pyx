@@ -77,10 +77,14 @@ STAT_NAMES = (
 assert len(STAT_NAMES) == MQ_STAT_COUNT
 #: the statistics of a log's header line (puts into that log), in their cell order
 LOG_STAT_NAMES = ("puts", "bytes", "lock_hold_ns_total", "lock_hold_ns_max", "lock_waits")
-#: channels whose futex words every log has its own of; the others are the store's
-_LOG_CHANNELS = frozenset({"flush", "flushed", "alloc", "alloc_done", "commit"})
+#: channels whose futex words every log has its own of; the others are the store's ("dispatch":
+#: log k's own dispatcher waits on log k's, the one dispatcher of every log on the store's, which
+#: is log 0's)
+_LOG_CHANNELS = frozenset({"flush", "flushed", "alloc", "alloc_done", "commit", "dispatch"})
 #: named cells that are the store's, not a log's
-_STORE_CELLS = frozenset({"running_flags", "manual_delete_request", "dispatch_idle", "ha_port"})
+_STORE_CELLS = frozenset({"running_flags", "manual_delete_request", "dispatch_idle", "ha_port", "flag_logs"})
+#: the running flags that stand for logs (set_log_running_flag): their bits' shift in "flag_logs"
+_LOG_FLAG_SHIFT = {"WRITE_LOGICS_QUEUE_ERROR": 0, "WRITE_INDEX_FILE_ERROR": 32}
 
 _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": MQ_CTL_FLUSHED,
               "dispatched": MQ_CTL_DISPATCHED, "confirmed": MQ_CTL_CONFIRMED, "min_phy": MQ_CTL_MIN_PHY,
@@ -95,7 +99,7 @@ _POSITIONS = {"wrote": MQ_CTL_WROTE, "committed": MQ_CTL_COMMITTED, "flushed": M
               "lock_entry_wrote": MQ_CTL_LOCK_ENTRY_WROTE, "lock_owner_pid": MQ_CTL_LOCK_OWNER_PID,
               "manual_delete_request": MQ_CTL_MANUAL_DELETE, "dispatch_idle": MQ_CTL_DISPATCH_IDLE,
               "reserved": MQ_CTL_RESERVED, "ha_slaves": MQ_CTL_HA_SLAVES, "ha_report_ms": MQ_CTL_HA_REPORT_MS,
-              "ha_port": MQ_CTL_HA_PORT}
+              "ha_port": MQ_CTL_HA_PORT, "flag_logs": MQ_CTL_FLAG_LOGS}
 
 
 cdef tuple _reusable_block(str path, int64_t size, object why):
@@ -470,23 +474,70 @@ cdef class ControlBlock:
         mq_store_relaxed(mq_stat(self._w(), STAT_NAMES.index(name)), value)
 
     # -- wake-ups -------------------------------------------------------------------------
-    def arm_dispatch_idle(self) -> bool:
+    def arm_dispatch_idle(self, int log=-1) -> bool:
         """The dispatcher is going to sleep long: from now on the put path (and the commit of
         the transient store pool) wakes it on the "dispatch" channel. After this returns,
         a put that the dispatcher's next look at the positions misses sees the flag (see
-        mq_dispatch_idle_arm). False where the kernel has no membarrier: keep polling."""
+        mq_dispatch_idle_arm). False where the kernel has no membarrier: keep polling.
+        log: -1 for the one dispatcher of every log (woken on the store's channel by a put into
+        any log), k for log k's own dispatcher (dispatch_logs_in_parallel: woken on log k's
+        channel by a put into log k). The "dispatch_idle" cell holds a bit per sleeper."""
         cdef char *b = self._w()
         cdef int r
+        if not -1 <= log < mq_cell(b, MQ_CTL_LOG_COUNT)[0]:
+            raise ValueError(f"log={log}: the store has {mq_cell(b, MQ_CTL_LOG_COUNT)[0]} CommitLogs")
         with nogil:
-            r = mq_dispatch_idle_arm(b)
+            r = mq_dispatch_idle_arm(b, log)
         return r == 0
 
-    def disarm_dispatch_idle(self):
-        mq_dispatch_idle_disarm(self._w())
+    def disarm_dispatch_idle(self, int log=-1):
+        """Clear the bit arm_dispatch_idle(log) set (the other sleepers' stay)."""
+        cdef char *b = self._w()
+        if not -1 <= log < mq_cell(b, MQ_CTL_LOG_COUNT)[0]:
+            raise ValueError(f"log={log}: the store has {mq_cell(b, MQ_CTL_LOG_COUNT)[0]} CommitLogs")
+        mq_dispatch_idle_disarm(b, log)
 
-    def wake_idle_dispatcher(self):
-        """Wake the dispatcher if it sleeps idle (after moving the committed position)."""
-        mq_wake_idle_dispatcher(self._w())
+    def wake_idle_dispatcher(self, int log=0):
+        """Wake the dispatcher if it sleeps idle (after moving log ``log``'s committed position)."""
+        mq_wake_idle_dispatcher(self._w(), self._lg(log, True), log)
+
+    def set_log_running_flag(self, str flag, int log, bint on=True):
+        """A running flag that stands for logs (WRITE_LOGICS_QUEUE_ERROR: a log's dispatch
+        failed; WRITE_INDEX_FILE_ERROR: a log's index cannot be written): mark log ``log`` as
+        having it (the flag is set) or not any more (the flag is cleared once no log has it).
+        Several dispatchers (one per log) each mark their own log, so one that gets through
+        never clears the flag another log's failure set."""
+        cdef int shift = _LOG_FLAG_SHIFT.get(flag, -1)
+        if shift < 0:
+            raise ValueError(f"{flag!r} is not a running flag that stands for logs; one of "
+                             f"{', '.join(_LOG_FLAG_SHIFT)}")
+        cdef char *b = self._w()
+        if not 0 <= log < mq_cell(b, MQ_CTL_LOG_COUNT)[0]:
+            raise ValueError(f"log={log}: the store has {mq_cell(b, MQ_CTL_LOG_COUNT)[0]} CommitLogs")
+        cdef int64_t *cell = mq_cell(b, MQ_CTL_FLAG_LOGS)
+        cdef int64_t bit = <int64_t>(<uint64_t>1 << (shift + log))
+        cdef int64_t group = <int64_t>(<uint64_t>0xFFFFFFFF << shift)
+        cdef int64_t cur
+        while True:
+            cur = mq_load(cell)
+            if mq_cas(cell, cur, (cur | bit) if on else (cur & ~bit)):
+                break
+        if on:
+            self.set_running_flag(flag)
+        elif not mq_load(cell) & group:
+            self.set_running_flag(flag, False)
+            if mq_load(cell) & group:  # another log failed meanwhile: its flag stays
+                self.set_running_flag(flag)
+
+    def log_running_flag(self, str flag, int log) -> bool:
+        """Whether log ``log`` is marked as having flag (set_log_running_flag)."""
+        cdef int shift = _LOG_FLAG_SHIFT.get(flag, -1)
+        if shift < 0:
+            raise ValueError(f"{flag!r} is not a running flag that stands for logs; one of "
+                             f"{', '.join(_LOG_FLAG_SHIFT)}")
+        if not 0 <= log < MQ_LOG_MAX:
+            raise ValueError(f"log={log} must be 0 .. {MQ_LOG_MAX - 1}")
+        return bool(mq_load(mq_cell(self._b(), MQ_CTL_FLAG_LOGS)) & (<int64_t>(<uint64_t>1 << (shift + log))))
 
     def notify(self, str channel, int log=0):
         """Wake the service waiting on channel (RocketMQ ServiceThread.wakeup)."""
@@ -722,11 +773,15 @@ cdef class TransientStorePool:
     """RocketMQ's TransientStorePool, shared by every process of a store: ``buffers`` write
     buffers of one CommitLog file each, in one file on a memory file system (``/dev/shm``).
 
-    Writers append into the buffer of the file they write (buffer ``(file_from / file_size)
-    % buffers``: a ring, so no process has to borrow or return a buffer); the commit service
+    Writers append into the buffer of the file they write (buffer ``(local / file_size)
+    % buffers``, local the file's offset in its CommitLog: a ring, so no process has to borrow
+    or return a buffer); the commit service
     copies the bytes between the committed and the wrote positions into the CommitLog file.
     A buffer is free again once the committed position has passed the end of the file that
     used it, which is when RocketMQ returns a buffer to its pool.
+
+    Each CommitLog of a store has its own pool (docs/parallel-commitlogs.md): the header
+    names the log (``log``), and a pool serves only the files of its log.
 
     A 4 KiB header names the control block the pool belongs to (its created_ms and owner
     pid), so a pool left by an owner that died is recognised by the next owner, which copies
@@ -748,11 +803,14 @@ cdef class TransientStorePool:
 
     @staticmethod
     def create(str path, int64_t buffers, int64_t file_size, int64_t ctl_created_ms, int64_t ctl_owner_pid,
-               bint lock_memory=True):
+               bint lock_memory=True, int log=0):
         """A new pool file (any old one at path is replaced), fully allocated, its buffers
-        mlocked when lock_memory (a failed mlock is reported by ``locked``/``lock_errno``)."""
+        mlocked when lock_memory (a failed mlock is reported by ``locked``/``lock_errno``),
+        for the files of CommitLog log."""
         if buffers < 1:
             raise ValueError(f"buffers={buffers} must be >= 1")
+        if not 0 <= log < MQ_LOG_MAX:
+            raise ValueError(f"log={log} must be 0 .. {MQ_LOG_MAX - 1}")
         cdef int64_t total = POOL_HEADER + buffers * file_size
         try:
             os.unlink(path)
@@ -779,6 +837,7 @@ cdef class TransientStorePool:
         (<int64_t *>pool.base)[3] = file_size
         (<int64_t *>pool.base)[4] = ctl_created_ms
         (<int64_t *>pool.base)[5] = ctl_owner_pid
+        (<int64_t *>pool.base)[6] = log  # 0 in a pool written before pools were per log
         pool.buffers = buffers
         pool.file_size = file_size
         if lock_memory:
@@ -789,9 +848,10 @@ cdef class TransientStorePool:
         return pool
 
     @staticmethod
-    def attach(str path, int64_t ctl_created_ms=-1, int64_t ctl_owner_pid=-1):
+    def attach(str path, int64_t ctl_created_ms=-1, int64_t ctl_owner_pid=-1, int log=-1):
         """Map an existing pool. With the control block's identity given, a pool that belongs to
-        another block raises ValueError (as does a file that is not a pool)."""
+        another block raises ValueError (as does a file that is not a pool); with log given, so
+        does a pool of another CommitLog."""
         cdef bytes path_b = os.fsencode(path)
         cdef int fd = c_open(path_b, O_RDWR, 0)
         if fd < 0:
@@ -813,6 +873,8 @@ cdef class TransientStorePool:
         if ctl_created_ms >= 0 and (h[4] != ctl_created_ms or h[5] != ctl_owner_pid):
             raise ValueError(f"{path} belongs to another control block (created {h[4]} by pid {h[5]}, "
                              f"not {ctl_created_ms} by pid {ctl_owner_pid})")
+        if log >= 0 and h[6] != log:
+            raise ValueError(f"{path} is the pool of CommitLog {h[6]}, not of CommitLog {log}")
         return pool
 
     cdef _map(self, int64_t size):
@@ -825,14 +887,18 @@ cdef class TransientStorePool:
     cdef char *_buffer(self, int64_t file_from) except NULL:
         if self.base == NULL:
             raise ValueError("the transient store pool is closed")
-        if file_from < 0 or file_from % self.file_size:
-            raise ValueError(f"{file_from} is not the start of a CommitLog file of {self.file_size} bytes")
-        return self.base + POOL_HEADER + ((file_from // self.file_size) % self.buffers) * self.file_size
+        # a file's offset in its own log: log k's files start at k << 56, which need not be a
+        # multiple of the file size
+        cdef int64_t local = file_from - mq_log_start(<int>(<int64_t *>self.base)[6])
+        if file_from < 0 or mq_log_of(file_from) != (<int64_t *>self.base)[6] or local % self.file_size:
+            raise ValueError(f"{file_from} is not the start of a file of {self.file_size} bytes of CommitLog "
+                             f"{(<int64_t *>self.base)[6]}, whose transient store pool this is")
+        return self.base + POOL_HEADER + ((local // self.file_size) % self.buffers) * self.file_size
 
     def buffer_index(self, int64_t file_from) -> int:
         """The buffer the CommitLog file starting at file_from writes into."""
-        self._buffer(file_from)
-        return (file_from // self.file_size) % self.buffers
+        cdef char *p = self._buffer(file_from)
+        return (p - self.base - POOL_HEADER) // self.file_size
 
     def buffer_view(self, int64_t file_from) -> memoryview:
         """The buffer of a file as a writable memoryview (valid while the pool is open)."""
@@ -846,6 +912,11 @@ cdef class TransientStorePool:
     @property
     def ctl_owner_pid(self) -> int:
         return (<int64_t *>self.base)[5] if self.base != NULL else -1
+
+    @property
+    def log(self) -> int:
+        """The CommitLog whose files this pool buffers (-1 once closed)."""
+        return (<int64_t *>self.base)[6] if self.base != NULL else -1
 
     def commit_into(self, MappedFile mapped_file not None, int64_t start, int64_t end):
         """Copy bytes [start, end) of mapped_file's buffer into mapped_file (the commit of
