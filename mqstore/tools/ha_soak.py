@@ -9,9 +9,10 @@ replaced. After every kill the invariant checker runs on both stores.
 A SYNC_MASTER acknowledges a put only once the slave has reported holding its bytes, so at the
 end (the writers stopped, the slave caught up, both nodes stopped cleanly) every acknowledged
 message must be on the slave at its queue offset with its body, and the slave's CommitLog must
-be the master's byte for byte.
+be the master's byte for byte. With several CommitLogs (``--logs N``) each log of the slave
+must be the master's log byte for byte (a connection per log replicates it).
 
-    python -m mqstore.tools.ha_soak DIR --kills 300
+    python -m mqstore.tools.ha_soak DIR --kills 300 [--logs 2]
 """
 
 from __future__ import annotations
@@ -81,14 +82,16 @@ class HASoak:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     kills: dict[str, int] = field(default_factory=dict)
     serial: int = 0
+    logs: int = 1  # commit_log_count of both stores
 
     def __post_init__(self) -> None:
         os.makedirs(self.base, exist_ok=True)
         port = free_port()
+        files = {**FILE_SETTINGS, **({"commit_log_count": self.logs} if self.logs > 1 else {})}
         self.master = Node(os.path.join(self.base, "master"),
-                           {**FILE_SETTINGS, "broker_role": "SYNC_MASTER", "ha_listen_port": port})
+                           {**files, "broker_role": "SYNC_MASTER", "ha_listen_port": port})
         self.slave = Node(os.path.join(self.base, "slave"),
-                          {**FILE_SETTINGS, "broker_role": "SLAVE", "ha_master_address": f"127.0.0.1:{port}"})
+                          {**files, "broker_role": "SLAVE", "ha_master_address": f"127.0.0.1:{port}"})
 
     @property
     def ack_dir(self) -> str:
@@ -106,7 +109,10 @@ class HASoak:
                                              os.path.join(self.ack_dir, name), str(self.rate), "skip"],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
 
-    def step(self) -> str:
+    def step(self, victim: str | None = None) -> str:
+        """Sleep a random time, then SIGKILL ``victim`` ("writer", "master-node", "slave-node" or
+        "<side>-<service kind>"), or one picked at random; then check both stores. Returns what
+        was killed."""
         time.sleep(self.rng.uniform(0.0, 0.3))
         for name, p in list(self.procs.items()):
             if p.poll() is not None:
@@ -118,7 +124,8 @@ class HASoak:
             node.refresh()
             victims += [f"{side}-{kind}" for kind, pid in node.services.items() if pid > 0]
         victims += ["master-ha", "slave-ha"] * 2  # replication's own processes more often
-        victim = self.rng.choice(victims)
+        if victim is None:
+            victim = self.rng.choice(victims)
         self.kills[victim] = self.kills.get(victim, 0) + 1
         if victim == "writer":
             self.procs.pop(self.rng.choice(sorted(self.procs))).kill()
@@ -164,11 +171,14 @@ class HASoak:
                 for n in (self.master, self.slave)]
         try:
             deadline = time.monotonic() + catch_up_s
-            while ctls[1].get("wrote") != ctls[0].get("wrote") or ctls[1].get("dispatched") != ctls[1].get("wrote"):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"the slave did not catch up within {catch_up_s} s: it holds "
-                                         f"{ctls[1].get('wrote')} of the master's {ctls[0].get('wrote')} bytes")
-                time.sleep(0.05)
+            for k in range(self.logs):  # each CommitLog of the slave up to the master's
+                while ctls[1].get("wrote", log=k) != ctls[0].get("wrote", log=k) or \
+                        ctls[1].get("dispatched", log=k) != ctls[1].get("wrote", log=k):
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"the slave did not catch up within {catch_up_s} s: its log {k} holds "
+                                             f"{ctls[1].get('wrote', log=k)} of the master's "
+                                             f"{ctls[0].get('wrote', log=k)} bytes")
+                    time.sleep(0.05)
             # a service killed by the last step is restarted before the nodes stop (a node that
             # stops with a service process dead of SIGKILL rightly says it did not stop cleanly)
             for node in (self.master, self.slave):
@@ -186,11 +196,13 @@ class HASoak:
         acked = read_acks(self.ack_dir)
         with MessageStore(self.master.root, **self.master.settings) as master, \
                 MessageStore(self.slave.root, broker_role="SLAVE", **FILE_SETTINGS) as slave:
-            assert slave.get_max_phy_offset() == master.get_max_phy_offset()
-            for mf in slave.commitlog.queue.files:
-                theirs = master.commitlog.queue.get(mf.file_from)
-                assert theirs is not None and bytes(memoryview(mf)) == bytes(memoryview(theirs)), \
-                    f"CommitLog file {mf.file_name} differs between the master and the slave"
+            assert slave.config.commit_log_count == master.config.commit_log_count == self.logs
+            for k, (mine, theirs_log) in enumerate(zip(slave.commitlogs, master.commitlogs)):
+                assert slave.get_max_phy_offset(k) == master.get_max_phy_offset(k), f"CommitLog {k}"
+                for mf in mine.queue.files:
+                    theirs = theirs_log.queue.get(mf.file_from)
+                    assert theirs is not None and bytes(memoryview(mf)) == bytes(memoryview(theirs)), \
+                        f"CommitLog {k}'s file {mf.file_name} differs between the master and the slave"
             for name, i, q, qoff, phy in acked:
                 m = slave.look_message_by_queue_offset("T", q, qoff)
                 assert m is not None, f"acknowledged {name}-{i} (queue {q} offset {qoff}) is not on the slave"
@@ -201,8 +213,8 @@ class HASoak:
 
 
 def run(base: str, kills: int, seed: int | str, writers: int = 2, env: dict[str, str] | None = None,
-        progress: bool = False, rate: float = 100.0) -> dict[str, object]:
-    soak = HASoak(os.path.abspath(base), random.Random(seed), writers, env or dict(os.environ), rate=rate)
+        progress: bool = False, rate: float = 100.0, logs: int = 1) -> dict[str, object]:
+    soak = HASoak(os.path.abspath(base), random.Random(seed), writers, env or dict(os.environ), rate=rate, logs=logs)
     soak.start()
     return drive(soak, kills, progress, every=25)
 
@@ -214,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--rate", type=float, default=100.0, help="messages/s each writer puts at most (0: flat out)")
     parser.add_argument("--seed", default="ha-soak")
+    parser.add_argument("--logs", type=int, default=1, help="commit_log_count of both stores (CommitLogs in parallel)")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.dir, args.kills, args.seed, args.writers, progress=True, rate=args.rate)))
+    print(json.dumps(run(args.dir, args.kills, args.seed, args.writers, progress=True, rate=args.rate,
+                         logs=args.logs)))
     return 0
 
 
