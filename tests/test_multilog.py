@@ -476,6 +476,31 @@ def test_t3_delays_batches_bodies_keys_and_times_route_by_the_stored_queue(tmp_p
             store.get_max_phy_offset(4)
 
 
+def run_killed_writer(code: str, root: str, start: int, rng: Any, acked: dict[int, tuple[int, int, int]],
+                      env: dict[str, str] | None = None) -> None:
+    """Run a writer (``code``: prints READY, then "seq queue queue_offset phy" per acknowledged
+    put) and SIGKILL it at a random moment; what it acknowledged goes into acked."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", code, root, str(start)], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
+        time.sleep(rng.uniform(0.2, 1.2))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 4:  # the last line may be cut by the kill
+            i, q, qoff, phy = map(int, fields)
+            acked[i] = (q, qoff, phy)
+    assert acked, "the writer acknowledged nothing"
+
+
 _KILLED_WRITER = """
 import sys
 from mqstore import MessageStore, Message
@@ -499,10 +524,6 @@ def test_t4_a_writer_of_two_logs_killed_at_random_moments_loses_no_acknowledged_
     reads back at its queue offset and physical offset, in its queue's log; each queue's
     offsets run from 0 without a gap or a repeat, and the next writer goes on after them."""
     import random
-    import signal
-    import subprocess
-    import sys
-    import time
 
     from mqstore import MessageStore
 
@@ -511,20 +532,7 @@ def test_t4_a_writer_of_two_logs_killed_at_random_moments_loses_no_acknowledged_
     acked: dict[int, tuple[int, int, int]] = {}
     start = 0
     for _ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, root, str(start)], stdout=subprocess.PIPE,
-                                text=True)
-        try:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-            time.sleep(rng.uniform(0.2, 1.2))
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate(timeout=60)
-        for line in out.splitlines():
-            fields = line.split()
-            if len(fields) == 4:  # the last line may be cut by the kill
-                i, q, qoff, phy = map(int, fields)
-                acked[i] = (q, qoff, phy)
-        assert acked, "the writer acknowledged nothing"
+        run_killed_writer(_KILLED_WRITER, root, start, rng, acked)
         check_store(root, allow_torn_tail=True).raise_if_failed()  # as the kill left it
         plan = plan_recovery(root)  # mqstore recover: what the open below does, found read-only
         with MessageStore(root) as store:

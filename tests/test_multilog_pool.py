@@ -34,7 +34,7 @@ from mqstore.tools import stats
 from mqstore.tools.checker import check_store
 
 from helpers_store import REPO
-from test_multilog import _queue_log
+from test_multilog import _queue_log, run_killed_writer
 
 ENV = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 FS = 64 * 1024
@@ -332,20 +332,7 @@ def test_an_owner_of_two_logs_with_pools_killed_at_random_moments_loses_no_ackno
     acked: dict[int, tuple[int, int, int]] = {}
     start = 0
     for _ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, root, str(start)], stdout=subprocess.PIPE,
-                                text=True, env=ENV)
-        try:
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "READY"
-            time.sleep(rng.uniform(0.3, 1.2))
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate(timeout=60)
-        for line in out.splitlines():
-            fields = line.split()
-            if len(fields) == 4:  # the last line may be cut by the kill
-                i, q, qoff, phy = map(int, fields)
-                acked[i] = (q, qoff, phy)
-        assert acked, "the writer acknowledged nothing"
+        run_killed_writer(_KILLED_WRITER, root, start, rng, acked, env=ENV)
         check_store(root, allow_torn_tail=True).raise_if_failed()  # as the kill left it
         with MessageStore(root, transient_store_pool_enable=True, transient_store_pool_size=3) as store:
             assert not store.last_exit_ok and store.config.commit_log_count == 2
