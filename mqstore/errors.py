@@ -76,6 +76,88 @@ class PutMessageError(MQStoreError):
         super().__init__(message, hint=hint)
 
 
+class TierError(MQStoreError):
+    """Tiered storage (mqstore.tier, docs/tiering.md): the bucket, the manifest or the tier
+    queue index refused an operation; the message names the cause."""
+
+    hint = "mqstore tier status DIR shows the tier's state; docs/tiering.md explains each part"
+
+
+class CorruptSegmentError(TierError, ValueError):
+    """A tiered segment (``.mqseg``, spec §5.2) or compacted index (``.mqidx``, §5.3) object
+    fails a check: its size, magic, version, a CRC or its layout; the message names the field."""
+
+    hint = ("the object was damaged or cut in the bucket: `mqstore tier verify` lists it; "
+            "`tier verify --repair` uploads it again while the CommitLog file is still local")
+
+
+class ManifestError(TierError):
+    """tier/manifest.log or tier/manifest.snapshot cannot be loaded: a record that is not the
+    last one fails its CRC or does not parse (the message names its sequence number), or the
+    records do not follow each other (spec §4.4)."""
+
+    hint = "mqstore tier rebuild DIR recreates the manifest from the bucket (spec §6.6)"
+
+
+class ManifestTransitionError(TierError, ValueError):
+    """A manifest record asks for a transition the segment state machine does not allow
+    (spec §4.2): the message names the upload id, its state and the refused one."""
+
+    hint = "the records of one upload go COPY_STARTED (MPU) COPY_FINISHED DELETE_STARTED DELETE_FINISHED"
+
+
+class ObjectStoreError(TierError):
+    """A request to the object store failed (mqstore.tier.objects): the message names the
+    operation, the key and the cause; ``retryable`` says whether trying again can help."""
+
+    retryable = False
+    hint = "check object_store_endpoint, object_store_bucket and the credentials (docs/config.md)"
+
+    def __init__(self, message: str, *, operation: str = "", key: str = "", cause: str = "",
+                 hint: str | None = None) -> None:
+        self.operation, self.key, self.cause = operation, key, cause
+        super().__init__(message, hint=hint)
+
+
+class ObjectStoreTimeoutError(ObjectStoreError):
+    """A request took longer than object_store_request_timeout_ms (or the connect timeout)."""
+
+    retryable = True
+    hint = "the object store is slow or hung; raise object_store_request_timeout_ms if it is only slow"
+
+
+class ObjectStoreUnavailableError(ObjectStoreError):
+    """The object store refused or dropped the connection, cut a response short, or answered 5xx."""
+
+    retryable = True
+    hint = "the object store is down or overloaded; requests are retried with back-off"
+
+
+class ObjectStorePermissionError(ObjectStoreError):
+    """403 / 401: the credentials may not do this (or are wrong)."""
+
+    hint = ("check object_store_access_key / object_store_secret_key (or the AWS credential chain) "
+            "and the bucket policy")
+
+
+class NoSuchBucketError(ObjectStoreError):
+    """object_store_bucket does not exist (the tierer never creates buckets)."""
+
+    hint = "create the bucket, or fix object_store_bucket / object_store_endpoint"
+
+
+class ObjectNotFoundError(ObjectStoreError, FileNotFoundError):
+    """No object under the key (404 NoSuchKey)."""
+
+    hint = "the object was deleted, or never finished uploading; `mqstore tier verify` lists missing ones"
+
+
+class ObjectAlreadyExistsError(ObjectStoreError, FileExistsError):
+    """A conditional create (If-None-Match: *) found an object under the key."""
+
+    hint = "the key is taken; keys carry a fresh upload id, so this means two writers share a prefix"
+
+
 class PortInUseError(MQStoreError):
     """A port a listener needs is taken by another process (another broker, anything else)."""
 

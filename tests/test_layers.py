@@ -159,7 +159,8 @@ LAYERS: dict[int, tuple[str, ...]] = {
     1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory
     2: ("queue",),                # ConsumeQueues, index, dispatch, reads, recovery, following, snapshots
     3: ("parts",),                # open_parts: a store's parts as each process role maps them
-    4: ("services", "node", "ha"),  # the service loops, their registry, the node's supervisor, replication
+    4: ("services", "node", "ha", "tier"),  # the service loops, their registry, the node's supervisor,
+    #                                          replication, tiered storage
     5: ("store",),                # MessageStore / AttachedStore: the composition
     6: ("tools", "launch", "__main__", "broker", "client"),  # the commands, checker, inspection, stats, soak;
     #                                                         the broker front; the RocketMQ client
