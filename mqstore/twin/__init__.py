@@ -11,4 +11,6 @@ exception types). They are not meant to be fast and are not used by the store.
 - :mod:`mqstore.twin.consume_queue` -- the ConsumeQueue unit order check of recovery.
 - :mod:`mqstore.twin.reput` -- the batch cut and parse of the concurrent dispatch (spec §10.2).
 - :mod:`mqstore.twin.conns` -- a broker's connection table (its fronts' counts and caps).
+- :mod:`mqstore.twin.segment` -- the tiered segment (``.mqseg``) and compacted index (``.mqidx``)
+  objects: builders, parsers, lookups (tiered-storage spec §5.2, §5.3).
 """
