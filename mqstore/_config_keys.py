@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mqstore.roles import BrokerRole, FlushDiskType
+    from mqstore.roles import BrokerRole, FlushDiskType, TieredStorageLevel
 
 
 class TypedKeys:
@@ -146,3 +146,31 @@ class TypedKeys:
     delete_file_batch_max: int
     disk_space_warning_level_ratio: int
     disk_space_clean_forcibly_ratio: int
+    tiered_storage_level: TieredStorageLevel
+    object_store_endpoint: str
+    object_store_bucket: str
+    object_store_access_key: str
+    object_store_secret_key: str
+    object_store_region: str
+    object_store_allow_http: bool
+    object_store_prefix: str
+    object_store_request_timeout_ms: int
+    object_store_connect_timeout_ms: int
+    tiered_store_upload_part_size: int
+    tiered_store_upload_concurrency: int
+    tiered_store_upload_max_bytes_per_second: int
+    tiered_store_file_reserved_time: int
+    tiered_store_retention_bytes: int
+    tiered_store_delete_file_enable: bool
+    tiered_store_delete_file_interval: int
+    tiered_store_crc_check_enable: bool
+    tiered_store_verify_after_upload: bool
+    tiered_store_upload_delay_ms: int
+    tiered_store_local_delete_requires_copy: bool
+    read_ahead_cache_enable: bool
+    read_ahead_message_count_threshold: int
+    read_ahead_message_size_threshold: int
+    read_ahead_cache_expire_duration: int
+    read_ahead_cache_max_bytes: int
+    tiered_store_reader_threads: int
+    tiered_store_index_enable: bool

@@ -128,6 +128,22 @@ OWN_KEYS: dict[str, Any] = {
     "max_topic_count": 20_000,
     "auto_create_topic_max_per_second": 200,
     "auto_create_topic_max_per_connection": 100,
+    # tiered storage (tiered-storage spec §3)
+    "object_store_region": "us-east-1",
+    "object_store_allow_http": False,
+    "object_store_prefix": "",
+    "object_store_request_timeout_ms": 30_000,
+    "object_store_connect_timeout_ms": 5_000,
+    "tiered_store_upload_part_size": 16 * 1024 * 1024,
+    "tiered_store_upload_concurrency": 4,
+    "tiered_store_upload_max_bytes_per_second": -1,
+    "tiered_store_retention_bytes": -1,
+    "tiered_store_verify_after_upload": True,
+    "tiered_store_upload_delay_ms": 0,
+    "tiered_store_local_delete_requires_copy": True,
+    "read_ahead_cache_max_bytes": 256 * 1024 * 1024,
+    "tiered_store_reader_threads": 4,
+    "tiered_store_index_enable": True,
 }
 
 UNITS = {"bytes", "ms", "s", "pages", "hours", "percent", "count", "bits", "chars", "-"}
@@ -160,6 +176,12 @@ STR_EXAMPLES: dict[str, list[str]] = {
     "namesrv_addr": ["", "127.0.0.1:9876", "10.0.0.1:9876;10.0.0.2:9876"],
     "ha_master_address": ["", "127.0.0.1:10912", "10.0.0.1:30912"],
     "serialize_type": ["JSON", "ROCKETMQ"],
+    "object_store_endpoint": ["", "https://s3.eu-west-1.amazonaws.com", "http://127.0.0.1:9000"],
+    "object_store_bucket": ["", "my-bucket", "a.b-c"],
+    "object_store_access_key": ["", "AKIAEXAMPLE"],
+    "object_store_secret_key": ["", "wJalrXUtnFEMI"],
+    "object_store_region": ["us-east-1", "eu-west-1"],
+    "object_store_prefix": ["", "tiers", "tiers/prod"],
 }
 
 

@@ -17,15 +17,16 @@ checks combinations of keys and is what a store calls when it opens.
 
 from __future__ import annotations
 
-from mqstore.config.definitions import DEFINITIONS, SECRET_KEYS, Definition
+from mqstore.config.definitions import DEFINITIONS, NOT_SAVED_KEYS, SECRET_KEYS, Definition
 from mqstore.config.docs import render_config_doc, render_typed_keys
 from mqstore.config.parsing import parse_properties
 from mqstore.config.rules import RECORD_HEADROOM, Rule, camel_to_snake, java_key_to_name
 from mqstore.config.store_config import _OTHER_ROCKETMQ_KEYS, _REFUSED_UNLESS, StoreConfig
 from mqstore.layout import CQ_STORE_UNIT_SIZE, OS_PAGE_SIZE
-from mqstore.roles import BrokerRole, FlushDiskType
+from mqstore.roles import BrokerRole, FlushDiskType, TieredStorageLevel
 
 __all__ = [
+    "NOT_SAVED_KEYS",
     "SECRET_KEYS",
     "java_key_to_name",
     "CQ_STORE_UNIT_SIZE",
@@ -37,6 +38,7 @@ __all__ = [
     "FlushDiskType",
     "Rule",
     "StoreConfig",
+    "TieredStorageLevel",
     "camel_to_snake",
     "parse_properties",
     "render_config_doc",

@@ -14,14 +14,15 @@ from types import MappingProxyType
 from typing import Any
 
 from mqstore.errors import ConfigError
-from mqstore.roles import BrokerRole, FlushDiskType
+from mqstore.roles import BrokerRole, FlushDiskType, TieredStorageLevel
 from mqstore.config.rules import (RECORD_HEADROOM, Rule, _BOOL, _COMMIT_LOG_PATH_RULE, _COMMIT_LOG_PATHS_RULE,
                                   _CQ_EXT_UNIT_HEADER, _CQ_EXT_UNIT_MAX, _DELAY_RULE, _DELETE_WHEN_RULE, _HA_FRAME_HEADER,
                                   _HA_SLAVE_READ_BUFFER, _INT_MAX, _LONG_MAX, _NON_NEGATIVE, _PERCENT, _POSITIVE,
                                   _ROOT_DIR_RULE, _SERVICE_MODE_RULE, _HA_MASTER_RULE, _STORE_HOST_RULE, _IPV4_RULE,
                                   _NAME_RULE, _NAMESRV_RULE, _SERIALIZE_RULE, _enum_rule, _int_range,
                                   _ANY_TEXT, _BIND_RULE, _TLS_AUTH_RULE, _TLS_MODE_RULE,
-                                  _power_of_two)
+                                  _power_of_two, _TIER_LEVEL_RULE, _ENDPOINT_RULE, _BUCKET_RULE, _REGION_RULE,
+                                  _PREFIX_RULE, _S3_PART_MAX)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -676,10 +677,119 @@ _TABLE: tuple[Definition, ...] = (
     _key("disk_space_clean_forcibly_ratio", int, 85, "percent", _PERCENT,
          "Disk usage above which files are cleaned at once, expired or not (4.9: JVM property, 0.85).",
          java="diskSpaceCleanForciblyRatio", origin="5.x"),
+    # --- tiered storage (docs/tiering.md, tiered-storage spec §3) --------------------------------
+    _key("tiered_storage_level", TieredStorageLevel, TieredStorageLevel.DISABLE, "-", _TIER_LEVEL_RULE,
+         "DISABLE: no tier. NOT_IN_DISK: closed CommitLog files are copied to object_store_bucket "
+         "and reads go there once the local file is gone; FORCE: reads go there whenever the tier "
+         "has the offset. Anything but DISABLE starts the tierer and needs object_store_bucket. "
+         "RocketMQ's default is NOT_IN_DISK once its tiered store is plugged in; here the plug-in "
+         "is this key.",
+         java="tieredStorageLevel", origin="5.x"),
+    _key("object_store_endpoint", str, "", "-", _ENDPOINT_RULE,
+         'S3 endpoint URL; "" = the client\'s AWS default for object_store_region. An http:// '
+         "endpoint needs object_store_allow_http.",
+         java="objectStoreEndpoint", origin="5.x"),
+    _key("object_store_bucket", str, "", "-", _BUCKET_RULE,
+         "The bucket segments go to; it must exist (the tierer never creates buckets).",
+         java="objectStoreBucket", origin="5.x"),
+    _key("object_store_access_key", str, "", "-", _ANY_TEXT,
+         '"" = the AWS credential chain (AWS_ACCESS_KEY_ID ..., instance profile). Never written '
+         "to mqstore.config.json, so processes that read the store's settings from there use "
+         "the chain.",
+         java="objectStoreAccessKey", origin="5.x"),
+    _key("object_store_secret_key", str, "", "-", _ANY_TEXT,
+         "The secret of object_store_access_key; never printed, never written to mqstore.config.json.",
+         java="objectStoreSecretKey", origin="5.x"),
+    _key("object_store_region", str, "us-east-1", "-", _REGION_RULE,
+         "Region of the bucket (signs every request).",
+         java=None, origin=_OWN),
+    _key("object_store_allow_http", bool, False, "-", _BOOL,
+         "Allow a plain http:// endpoint (loopback tests, a private S3-compatible store).",
+         java=None, origin=_OWN),
+    _key("object_store_prefix", str, "", "-", _PREFIX_RULE,
+         "Key prefix inside the bucket; the store's keys are "
+         "PREFIX/<md5(broker_cluster_name)[0:8]>_<broker_cluster_name>/<broker_name>/... "
+         "(RocketMQ 5's PosixFileSegment layout).",
+         java=None, origin=_OWN),
+    _key("object_store_request_timeout_ms", int, 30_000, "ms", _POSITIVE,
+         "Longest one object-store request may take; a timed-out request is an error, retried "
+         "with back-off like any other.",
+         java=None, origin=_OWN),
+    _key("object_store_connect_timeout_ms", int, 5_000, "ms", _POSITIVE,
+         "Longest the connect phase of a request may take.",
+         java=None, origin=_OWN),
+    _key("tiered_store_upload_part_size", int, 16 * 1024 * 1024, "bytes", _int_range(1, _S3_PART_MAX),
+         "A segment up to this size goes up as one PutObject, a larger one as a multipart upload "
+         "of parts this big; at least 5 MiB (S3's smallest part, checked by validate()).",
+         java=None, origin=_OWN),
+    _key("tiered_store_upload_concurrency", int, 4, "count", _int_range(1, 64),
+         "Parts of one multipart upload in flight at once (memory: this x the part size).",
+         java=None, origin=_OWN),
+    _key("tiered_store_upload_max_bytes_per_second", int, -1, "bytes", _int_range(-1, _LONG_MAX),
+         "Upload rate cap of the tierer; -1 (or 0) = unlimited. Kafka: "
+         "remote.log.manager.copy.max.bytes.per.second.",
+         java=None, origin=_OWN),
+    _key("tiered_store_file_reserved_time", int, 72, "hours", _NON_NEGATIVE,
+         "A segment whose newest store timestamp is older than this is deleted from the bucket "
+         "(never while its file is still local).",
+         java="tieredStoreFileReservedTime", origin="5.x"),
+    _key("tiered_store_retention_bytes", int, -1, "bytes", _int_range(-1, _LONG_MAX),
+         "Total bytes of copied segments kept in the bucket, oldest deleted first; -1 = no size "
+         "limit. Kafka: retention.bytes.",
+         java=None, origin=_OWN),
+    _key("tiered_store_delete_file_enable", bool, True, "-", _BOOL,
+         "Run the tier retention pass (tiered_store_file_reserved_time, tiered_store_retention_bytes).",
+         java="tieredStoreDeleteFileEnable", origin="5.x"),
+    _key("tiered_store_delete_file_interval", int, 3_600_000, "ms", _POSITIVE,
+         "Period of the tier retention pass.",
+         java="tieredStoreDeleteFileInterval", origin="5.x"),
+    _key("tiered_store_crc_check_enable", bool, True, "-", _BOOL,
+         "Check footer and trailer CRCs on every footer read and the body CRC of every record "
+         "read from the tier (RocketMQ's default: false).",
+         java="tieredStoreCrcCheckEnable", origin="5.x"),
+    _key("tiered_store_verify_after_upload", bool, True, "-", _BOOL,
+         "After an upload, read back its size, trailer and footer and compare their CRCs before "
+         "the segment counts as copied.",
+         java=None, origin=_OWN),
+    _key("tiered_store_upload_delay_ms", int, 0, "ms", _NON_NEGATIVE,
+         "A closed CommitLog file is copied once it has been closed this long (a quick re-read "
+         "still hits the page cache).",
+         java=None, origin=_OWN),
+    _key("tiered_store_local_delete_requires_copy", bool, True, "-", _BOOL,
+         "Local retention keeps a CommitLog file until it is copied, unless the disk passes "
+         "disk_space_clean_forcibly_ratio (then the tier records a gap). Kafka's "
+         "isSegmentEligibleForDeletion rule.",
+         java=None, origin=_OWN),
+    _key("read_ahead_cache_enable", bool, True, "-", _BOOL,
+         "Keep what a tier read fetched beyond the request for the next reads.",
+         java="readAheadCacheEnable", origin="5.x"),
+    _key("read_ahead_message_count_threshold", int, 4096, "count", _POSITIVE,
+         "Most messages of one queue one tier read fetches.",
+         java="readAheadMessageCountThreshold", origin="5.x"),
+    _key("read_ahead_message_size_threshold", int, 16 * 1024 * 1024, "bytes", _POSITIVE,
+         "Most bytes one tier read fetches.",
+         java="readAheadMessageSizeThreshold", origin="5.x"),
+    _key("read_ahead_cache_expire_duration", int, 15_000, "ms", _POSITIVE,
+         "A read-ahead cache entry not read for this long is dropped.",
+         java="readAheadCacheExpireDuration", origin="5.x"),
+    _key("read_ahead_cache_max_bytes", int, 256 * 1024 * 1024, "bytes", _int_range(1, _LONG_MAX),
+         "Size of the read-ahead cache file shared by a store's reader processes (RocketMQ: "
+         "readAheadCacheSizeThresholdRate, 0.3 of the JVM heap).",
+         java=None, origin=_OWN),
+    _key("tiered_store_reader_threads", int, 4, "count", _int_range(1, 256),
+         "Tier reads in flight per process at most (Kafka's remote.log.reader.threads: 10).",
+         java=None, origin=_OWN),
+    _key("tiered_store_index_enable", bool, True, "-", _BOOL,
+         "Upload full IndexFiles (compacted) so key lookups find tiered messages.",
+         java=None, origin=_OWN),
 )
 
 #: keys whose values are secrets: never printed (StoreConfig's repr), kept in files only their owner reads
-SECRET_KEYS = frozenset({"inner_secret_key", "tls_server_key_password"})
+SECRET_KEYS = frozenset({"inner_secret_key", "tls_server_key_password", "object_store_secret_key"})
+
+#: keys never written to mqstore.config.json (tiered-storage spec §3): the object-store credentials
+#: stay with whoever configured the process; other processes take the AWS credential chain
+NOT_SAVED_KEYS = frozenset({"object_store_access_key", "object_store_secret_key"})
 
 DEFINITIONS: Mapping[str, Definition] = MappingProxyType({d.name: d for d in _TABLE})
 """Every key, name -> Definition, in documentation order."""

@@ -119,7 +119,7 @@ def render_typed_keys() -> str:
         "from typing import TYPE_CHECKING",
         "",
         "if TYPE_CHECKING:",
-        "    from mqstore.roles import BrokerRole, FlushDiskType",
+        "    from mqstore.roles import BrokerRole, FlushDiskType, TieredStorageLevel",
         "",
         "",
         "class TypedKeys:",

@@ -214,3 +214,40 @@ def _check_ha_master(value: str) -> str | None:
 
 _HA_MASTER_RULE = Rule('"" or host:port', _check_ha_master)
 _SERIALIZE_RULE = Rule("JSON, ROCKETMQ", lambda v: None if v in ("JSON", "ROCKETMQ") else "unknown serialization")
+
+
+# --- tiered storage (tiered-storage spec §3) -----------------------------------------------------
+
+_S3_PART_MIN = 5 * 1024 * 1024  # S3's smallest part of a multipart upload (except the last)
+_S3_PART_MAX = 5 * 1024 * 1024 * 1024  # S3's largest part
+
+
+def _check_endpoint(value: str) -> str | None:
+    if value and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+        return "not an http:// or https:// URL"
+    return None
+
+
+def _check_bucket(value: str) -> str | None:
+    # S3's bucket naming rules (3 .. 63 of a-z 0-9 . -, starting and ending with a letter or digit)
+    if value and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", value):
+        return "not an S3 bucket name (3 .. 63 of a-z 0-9 . -, a letter or digit at both ends)"
+    return None
+
+
+def _check_region(value: str) -> str | None:
+    return None if re.fullmatch(r"[a-z0-9-]{1,64}", value) else "not a region name (a-z 0-9 -)"
+
+
+def _check_prefix(value: str) -> str | None:
+    if value.startswith("/") or value.endswith("/") or "//" in value:
+        return "a key prefix without leading, trailing or doubled slashes"
+    return None
+
+
+_TIER_LEVEL_RULE = Rule("DISABLE, NOT_IN_DISK, FORCE (RocketMQ's NOT_IN_MEM is refused in v1: it needs a "
+                        "page-cache probe per read)", _no_check)
+_ENDPOINT_RULE = Rule('"" or an http:// or https:// URL', _check_endpoint)
+_BUCKET_RULE = Rule('"" or an S3 bucket name', _check_bucket)
+_REGION_RULE = Rule("a region name (a-z 0-9 -)", _check_region)
+_PREFIX_RULE = Rule('"" or a key prefix (no leading, trailing or doubled "/")', _check_prefix)

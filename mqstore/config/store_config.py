@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 from mqstore.errors import ConfigError
 from mqstore.layout import commit_log_k_dir
-from mqstore.roles import BrokerRole, FlushDiskType
+from mqstore.roles import BrokerRole, FlushDiskType, TieredStorageLevel
 from mqstore.config.definitions import DEFINITIONS, SECRET_KEYS, Definition, _FALSE_TEXT
 from mqstore.config.parsing import _read_broker_conf, parse_properties
 from mqstore.config.rules import (RECORD_HEADROOM, _DELAY_TOKEN, _DELAY_UNIT_MS, _INDEX_ENTRY_SIZE,
-                                  _INDEX_HEADER_SIZE, _INDEX_SLOT_SIZE, _INT_MAX, _parse_host_port, camel_to_snake,
-                                  java_key_to_name)
+                                  _INDEX_HEADER_SIZE, _INDEX_SLOT_SIZE, _INT_MAX, _S3_PART_MIN, _parse_host_port,
+                                  camel_to_snake, java_key_to_name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -64,6 +64,40 @@ def _several_logs(cfg: StoreConfig) -> tuple[str, str] | None:
     if paths and len(paths.split(";")) != n:
         return (f"store_path_commit_logs names {len(paths.split(';'))} path(s) for commit_log_count={n}",
                 "name one directory per CommitLog, or leave store_path_commit_logs empty")
+    return None
+
+
+def _tier_without_bucket(cfg: StoreConfig) -> tuple[str, str] | None:
+    level = cfg.tiered_storage_level
+    if level is not TieredStorageLevel.DISABLE and not cfg.object_store_bucket:
+        return (f"tiered_storage_level={level.value} needs object_store_bucket (the tierer copies closed "
+                "CommitLog files to that bucket)",
+                "set object_store_bucket (and object_store_endpoint), or tiered_storage_level=DISABLE")
+    return None
+
+
+def _tier_on_slave(cfg: StoreConfig) -> tuple[str, str] | None:
+    level = cfg.tiered_storage_level
+    if level is not TieredStorageLevel.DISABLE and cfg.broker_role is BrokerRole.SLAVE:
+        return (f"tiered_storage_level={level.value} conflicts with broker_role=SLAVE (a slave does not "
+                "tier in v1; its master does, and a promoted slave rebuilds from the bucket)",
+                "set tiered_storage_level=DISABLE on slaves")
+    return None
+
+
+def _tier_part_too_small(cfg: StoreConfig) -> tuple[str, str] | None:
+    if cfg.tiered_store_upload_part_size < _S3_PART_MIN:
+        return (f"tiered_store_upload_part_size={cfg.tiered_store_upload_part_size} is below S3's smallest "
+                f"multipart part ({_S3_PART_MIN} bytes)",
+                f"set tiered_store_upload_part_size to at least {_S3_PART_MIN}")
+    return None
+
+
+def _tier_http_endpoint(cfg: StoreConfig) -> tuple[str, str] | None:
+    if cfg.object_store_endpoint.lower().startswith("http://") and not cfg.object_store_allow_http:
+        return (f"object_store_endpoint={cfg.object_store_endpoint!r} is plain http:// and "
+                "object_store_allow_http is false (requests, signatures and data would travel unencrypted)",
+                "use an https:// endpoint, or set object_store_allow_http=true (loopback, a private network)")
     return None
 
 
@@ -114,6 +148,13 @@ _COMBINATIONS: tuple[_Combination, ...] = (
                  _several_logs),
     _Combination("`max_hash_slot_num` and `max_index_num` giving an index file above 2147483647 "
                  "bytes (40 + 4 x slots + 20 x entries).", _index_file_too_big),
+    _Combination("`tiered_storage_level` other than `DISABLE` without `object_store_bucket`.",
+                 _tier_without_bucket),
+    _Combination("`tiered_storage_level` other than `DISABLE` with `broker_role=SLAVE` (a slave does "
+                 "not tier in v1).", _tier_on_slave),
+    _Combination("`tiered_store_upload_part_size` below 5 MiB (S3's smallest multipart part).",
+                 _tier_part_too_small),
+    _Combination("An `http://` `object_store_endpoint` without `object_store_allow_http`.", _tier_http_endpoint),
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from mqstore.config import SECRET_KEYS, StoreConfig
+from mqstore.config import NOT_SAVED_KEYS, SECRET_KEYS, StoreConfig
 from mqstore.layout import CONFIG_NAME
 from mqstore.log.directory import replace_file
 
@@ -16,7 +16,7 @@ def write_config(root: str, config: StoreConfig) -> None:
     Nothing is written when the file already says the same (a store reopened on a full disk
     with its own settings needs no new block for it)."""
     path = os.path.join(root, CONFIG_NAME)
-    values = config.to_dict(changed_only=True)
+    values = {k: v for k, v in config.to_dict(changed_only=True).items() if k not in NOT_SAVED_KEYS}
     if "ha_listen_port" in config.explicit_keys:  # given, even at its default: the master serves slaves
         values["ha_listen_port"] = config.ha_listen_port
     text = json.dumps(values, indent=1, sort_keys=True)
