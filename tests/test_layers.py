@@ -153,7 +153,7 @@ def test_the_cycle_finder_finds_one():
 #: (``mqstore.<layer>._*``) sit under everything.
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("errors", "layout", "roles", "exit_codes", "progress", "status", "config", "_config_keys", "geometry",
-        "procs", "twin", "protocol", "remoting", "acl", "tls", "compression", "signals"),  # remoting: the
+        "procs", "twin", "segformat", "protocol", "remoting", "acl", "tls", "compression", "signals"),  # remoting: the
     #  frame codec's package; acl: the plain ACL; tls: contexts, accept loop; compression: stored bodies
     #  inflated for readers; signals: a stop request
     1: ("log",),                  # records, mapped files, the CommitLog, checkpoint, pool, the directory

@@ -19,5 +19,5 @@ retention and the commands are not built yet, docs/tiering.md):
                streamed in parts with its CRCs computed as they go; trailers and footers parsed,
                ``CorruptSegmentError`` naming the field; lookups by queue offset, time and
                physical offset) and the compacted ``.mqidx`` index objects; shared types in
-               ``segformat``, the twin ``mqstore.twin.segment``
+               ``mqstore.segformat``, the twin ``mqstore.twin.segment``
 """

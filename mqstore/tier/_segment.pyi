@@ -1,7 +1,7 @@
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, final
 
-from mqstore.tier.segformat import Footer, GroupEntry, IndexHeader, Trailer
+from mqstore.segformat import Footer, GroupEntry, IndexHeader, Trailer
 
 @final
 class SegmentBuilder:

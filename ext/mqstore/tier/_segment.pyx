@@ -11,7 +11,7 @@ the one before); the footer is written in one pass; the data section is produced
 ``read_into`` from the file itself, so the object is never held whole, and its CRC-32 is computed
 as it is emitted in order.
 
-Twin: mqstore.twin.segment. Shared types and constants: mqstore.tier.segformat.
+Twin: mqstore.twin.segment. Shared types and constants: mqstore.segformat.
 """
 
 cimport cython
@@ -29,8 +29,8 @@ from mqstore.queue._consumequeue cimport CQ_UNIT, MAX_GAP_UNITS
 
 from mqstore.errors import CorruptRecordError, CorruptSegmentError
 from mqstore.queue.consume_queue import queue_problem
-from mqstore.tier import segformat as _fmt
-from mqstore.tier.segformat import Footer, GroupEntry, IndexHeader, TimeSample, Trailer
+from mqstore import segformat as _fmt
+from mqstore.segformat import Footer, GroupEntry, IndexHeader, TimeSample, Trailer
 
 # the format's sizes as C values (segformat holds them for Python)
 cdef int64_t TRAILER = _fmt.TRAILER_SIZE, SAMPLE = _fmt.SAMPLE_SIZE, PHY_ENTRY = _fmt.PHY_ENTRY_SIZE

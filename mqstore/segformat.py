@@ -5,7 +5,7 @@ values.
 Layout of a ``.mqseg`` object: data section (D bytes: every record of one closed CommitLog
 file, byte for byte, queue groups in directory order, then the no-queue group) · footer
 (F bytes: directory, time samples, phy fences, phy index) · 64-byte trailer. Big-endian.
-docs/tier-segment.md has the tables.
+docs/tiering.md has the tables.
 """
 
 from __future__ import annotations
