@@ -278,6 +278,17 @@ class TierReader:
             with self._lock:
                 del self._inflight[slot]
 
+    def _group_of(self, entry: QueueEntry, topic: str, queue_id: int) -> tuple[Segment, Footer, int]:
+        """The segment a tier queue index entry names, its footer (cached) and the queue's group in
+        it; CorruptSegmentError when the footer has no such group."""
+        seg = self._segment(entry.log, entry.file_start)
+        _trailer, footer = self.footer(seg)
+        g = footer.group(topic.encode(), queue_id)
+        if g < 0:
+            raise CorruptSegmentError(f"segment {seg.key} has no group of {topic!r} queue {queue_id}, which the "
+                                      "tier queue index says it holds")
+        return seg, footer, g
+
     def footer(self, seg: Segment) -> tuple[Trailer, Footer]:
         """The segment's trailer and footer (its phy index left out), from the cache or with one
         GET of the object's tail (two when the footer is longer than footer_guess)."""
@@ -346,12 +357,7 @@ class TierReader:
         if not isinstance(entry, QueueEntry):
             return None
         offset = max(offset, entry.first_queue_offset)
-        seg = self._segment(entry.log, entry.file_start)
-        _trailer, footer = self.footer(seg)
-        g = footer.group(topic.encode(), queue_id)
-        if g < 0:
-            raise CorruptSegmentError(f"segment {seg.key} has no group of {topic!r} queue {queue_id}, which the "
-                                      "tier queue index says it holds")
+        seg, footer, g = self._group_of(entry, topic, queue_id)
         group = footer.groups[g]
         span = queue_offset_range(footer, g, offset)
         if span is None:
@@ -445,12 +451,7 @@ class TierReader:
         entry = self._with_index(topic, queue_id, lambda ix: ix.find_by_time(timestamp))
         if not isinstance(entry, QueueEntry):
             return None
-        seg = self._segment(entry.log, entry.file_start)
-        _trailer, footer = self.footer(seg)
-        g = footer.group(topic.encode(), queue_id)
-        if g < 0:
-            raise CorruptSegmentError(f"segment {seg.key} has no group of {topic!r} queue {queue_id}, which the "
-                                      "tier queue index says it holds")
+        seg, footer, g = self._group_of(entry, topic, queue_id)
         group = footer.groups[g]
         left: tuple[int, int] | None = None    # (queue offset, store timestamp) of the last record before
         right: tuple[int, int] | None = None   # ... of the first at or after
