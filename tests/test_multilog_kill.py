@@ -92,9 +92,10 @@ def test_sigkills_of_writers_services_and_the_node_over_several_logs(tmp_path, l
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_many_sigkills_of_a_node_over_three_logs(tmp_path):
-    """The longer run of the test above: three CommitLogs, SYNC_FLUSH, one kill of every kind
-    and 40 at random (python -m mqstore.tools.soak DIR --logs 3 --kills 1000 is the soak)."""
-    result = _soak_over_logs(str(tmp_path / "store"), 3, "SYNC_FLUSH", _seed("n3-long"), random_kills=40)
+    """A longer run of the test above: three CommitLogs, SYNC_FLUSH, one kill of every kind and
+    12 at random (the soak is the script: python -m mqstore.tools.soak DIR --logs 3 --kills 1000;
+    the suite keeps this one short, as CI runs it on 2 cores)."""
+    result = _soak_over_logs(str(tmp_path / "store"), 3, "SYNC_FLUSH", _seed("n3-long"), random_kills=12)
     assert result["acks"] and result["messages"] >= result["acks"]  # type: ignore[operator]
 
 
